@@ -1,0 +1,74 @@
+"""Start a server from `servers/` as a child process, wait until it serves, and always tear it
+down (its whole process group) on exit."""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from typing import Iterator
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+@contextmanager
+def scripted_server(*args: str, host: str = "127.0.0.1", timeout_s: float = 30.0,
+                    cpu: int | None = None) -> Iterator[str]:
+    """Run `python -m servers.scripted ARGS --port 0` and yield its base URL
+    (`http://host:port`). `cpu` pins it to one core (taskset), for benchmarks.
+    The server's stderr goes to a temporary log whose tail is shown if it fails to start."""
+    cmd = [sys.executable, "-m", "servers.scripted", "--host", host, "--port", "0", *args]
+    if cpu is not None:
+        cmd = ["taskset", "-c", str(cpu), *cmd]
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
+                                start_new_session=True)
+        try:
+            yield _wait_ready(proc, log, timeout_s)
+        finally:
+            _stop(proc)
+
+
+def _log_tail(log, n: int = 3) -> str:
+    log.seek(0)
+    return " | ".join(log.read().strip().splitlines()[-n:])
+
+
+def _wait_ready(proc: subprocess.Popen, log, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    line = proc.stdout.readline() if ready else ""
+    if not line.startswith("listening on "):
+        proc.poll()
+        raise ServerStartError("embedded server did not start: "
+                               + (_log_tail(log) or line.strip() or "no output"))
+    url = line.split()[-1]
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return url
+        except OSError:
+            time.sleep(0.05)
+    raise ServerStartError(f"embedded server at {url} not healthy within {timeout_s:.0f} s")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            pass
+    if proc.stdout:
+        proc.stdout.close()

@@ -1,0 +1,81 @@
+"""vLLM-shaped OpenAI streaming chunks, rendered to SSE bytes.
+
+Field order and content follow vLLM's `/v1/completions` and `/v1/chat/completions` streams:
+one `data: {json}` event per engine step, optional `usage` on every chunk
+(`continuous_usage_stats`), a usage-only chunk at the end (`include_usage`), then
+`data: [DONE]`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+DONE = b"data: [DONE]\n\n"
+
+
+def sse(payload: dict) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
+
+
+@dataclass(slots=True)
+class StreamRenderer:
+    """Renders the chunks of one streamed response."""
+
+    chat: bool
+    request_id: str
+    model: str
+    created: int
+    prompt_tokens: int
+    continuous_usage: bool
+
+    def _base(self) -> dict:
+        return {
+            "id": self.request_id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+        }
+
+    def role(self) -> bytes:
+        """The chat stream's first event: the assistant role, no tokens."""
+        payload = self._base()
+        payload["choices"] = [
+            {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+             "finish_reason": None}
+        ]
+        if self.continuous_usage:
+            payload["usage"] = usage(self.prompt_tokens, 0)
+        return sse(payload)
+
+    def chunk(self, text: str, completion_tokens: int, finish_reason: str | None) -> bytes:
+        """One engine step's tokens; `completion_tokens` is the running total after it."""
+        payload = self._base()
+        if self.chat:
+            choice = {"index": 0, "delta": {"content": text}, "logprobs": None,
+                      "finish_reason": finish_reason}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None,
+                      "finish_reason": finish_reason, "stop_reason": None}
+        payload["choices"] = [choice]
+        if self.continuous_usage:
+            payload["usage"] = usage(self.prompt_tokens, completion_tokens)
+        return sse(payload)
+
+    def final_usage(self, completion_tokens: int) -> bytes:
+        payload = self._base()
+        payload["choices"] = []
+        payload["usage"] = usage(self.prompt_tokens, completion_tokens)
+        return sse(payload)
+
+
+def error_body(message: str, err_type: str, code: int) -> dict:
+    """OpenAI/vLLM error object, as returned with a 4xx/5xx status or as a stream event."""
+    return {"error": {"message": message, "type": err_type, "param": None, "code": code}}

@@ -1,0 +1,183 @@
+"""A minimal HTTP/1.1 server on an asyncio protocol: exactly what a measuring instrument needs
+and nothing that costs time. Requests carry the monotonic time their first byte arrived;
+responses are written straight to the transport (whole bodies, or chunked streams).
+
+Supported: request bodies with Content-Length, keep-alive, one request at a time per
+connection, flow control. Not supported (answered 400/501): chunked request bodies.
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+            405: "Method Not Allowed", 413: "Payload Too Large", 429: "Too Many Requests",
+            500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable"}
+_MAX_HEAD = 64 * 1024
+_MAX_BODY = 64 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+    t_recv: float            # time.monotonic() when its first byte arrived
+
+
+Handler = Callable[[HttpRequest, "HttpConnection"], Awaitable[None]]
+
+
+class HttpConnection(asyncio.Protocol):
+    def __init__(self, handler: Handler) -> None:
+        self._handler = handler
+        self._buf = b""
+        self._t_first: float | None = None
+        self.transport: asyncio.Transport | None = None
+        self._task: asyncio.Task | None = None
+        self._closed = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._keep_alive = True
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+
+    def data_received(self, data: bytes) -> None:
+        if self._t_first is None:
+            self._t_first = time.monotonic()
+        self._buf += data
+        if self._task is None:
+            self._next_request()
+
+    def connection_lost(self, exc) -> None:
+        self._closed = True
+        self._writable.set()
+        if self._task is not None:
+            self._task.cancel()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- request parsing -------------------------------------------------------------------
+    def _next_request(self) -> None:
+        end = self._buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self._buf) > _MAX_HEAD:
+                self.respond(413, b"request head too large", close=True)
+            return
+        try:
+            head = self._buf[:end].decode("latin-1").split("\r\n")
+            method, target, version = head[0].split(" ", 2)
+            headers = {}
+            for line in head[1:]:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+            length = int(headers.get("content-length", "0"))
+        except ValueError:
+            self.respond(400, b"malformed request", close=True)
+            return
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            self.respond(501, b"chunked request bodies are not supported", close=True)
+            return
+        if length > _MAX_BODY:
+            self.respond(413, b"request body too large", close=True)
+            return
+        if len(self._buf) < end + 4 + length:
+            return  # wait for the rest of the body
+        body = self._buf[end + 4:end + 4 + length]
+        self._buf = self._buf[end + 4 + length:]
+        self._keep_alive = (headers.get("connection", "").lower() != "close"
+                            and version != "HTTP/1.0")
+        req = HttpRequest(method, target.split("?", 1)[0], headers, body, self._t_first)
+        self._t_first = time.monotonic() if self._buf else None
+        self._task = asyncio.get_running_loop().create_task(self._run(req))
+
+    async def _run(self, req: HttpRequest) -> None:
+        try:
+            await self._handler(req, self)
+        except asyncio.CancelledError:
+            return
+        except Exception as e:  # a handler bug answers 500, never kills the server
+            if not self._closed:
+                self.respond(500, f"scripted server error: {type(e).__name__}: {e}".encode())
+        self._task = None
+        if self._closed:
+            return
+        if not self._keep_alive:
+            self.transport.close()
+        elif self._buf:
+            self._next_request()
+
+    # -- responses -------------------------------------------------------------------------
+    def _head(self, status: int, headers: dict[str, str]) -> bytes:
+        lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        if not self._keep_alive:
+            lines.append("Connection: close")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def respond(self, status: int, body: bytes, content_type: str = "text/plain",
+                headers: dict[str, str] | None = None, close: bool = False) -> None:
+        if self._closed:
+            return
+        if close:
+            self._keep_alive = False
+        h = {"Content-Type": content_type, "Content-Length": str(len(body)), **(headers or {})}
+        self.transport.write(self._head(status, h) + body)
+        if close:
+            self.transport.close()
+            self._closed = True
+
+    def start_stream(self, status: int = 200, content_type: str = "text/event-stream") -> None:
+        self.transport.write(self._head(status, {"Content-Type": content_type,
+                                                 "Cache-Control": "no-cache",
+                                                 "Transfer-Encoding": "chunked"}))
+
+    def write_chunk(self, data: bytes) -> None:
+        if data and not self._closed:
+            self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+    def end_stream(self) -> None:
+        if not self._closed:
+            self.transport.write(b"0\r\n\r\n")
+
+    async def drain(self) -> None:
+        if not self._writable.is_set():
+            await self._writable.wait()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def reset(self) -> None:
+        """Abort with a TCP RST (SO_LINGER 0), as a crashed proxy would."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass
+        self._closed = True
+        self.transport.abort()
+
+
+async def serve(handler: Handler, host: str, port: int) -> asyncio.base_events.Server:
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(lambda: HttpConnection(handler), host, port,
+                                    backlog=4096, reuse_address=True)
