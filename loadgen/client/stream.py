@@ -1,0 +1,191 @@
+"""Send one streaming request and record it exactly.
+
+The hot path: whole socket reads (`readany`), one clock reading per read, events split by
+`SSEDecoder`, one JSON parse per event. Every failure becomes an error type on the record;
+nothing but cancellation escapes `send`.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import re
+import time
+from typing import Mapping
+
+import aiohttp
+from yarl import URL
+
+from loadgen.client.bodies import ENDPOINTS
+from loadgen.client.sse import SSEDecoder, StreamFault
+from loadgen.record import RequestRecord
+
+_monotonic_ns = time.monotonic_ns
+_loads = json.loads
+_TAGS = re.compile(r"<[^>]+>")
+_MAX_ERROR_BODY = 64 * 1024
+
+
+class StreamClient:
+    """Streams requests to `{api_base}{endpoint}` over one shared aiohttp session."""
+
+    def __init__(self, session: aiohttp.ClientSession, api_base: str, endpoint: str,
+                 headers: Mapping[str, str], timeout_s: float, keep_text: bool = False) -> None:
+        self.session = session
+        self.url = URL(api_base.rstrip("/") + ENDPOINTS[endpoint])  # parsed once, not per request
+        self.headers = {"Content-Type": "application/json", **headers}
+        self.timeout_s = timeout_s
+        self.keep_text = keep_text
+
+    async def send(self, rec: RequestRecord, body: bytes) -> RequestRecord:
+        if self.keep_text:
+            rec.chunk_text = []
+        rec.t_send_ns = _monotonic_ns()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                async with self.session.post(self.url, data=body, headers=self.headers) as resp:
+                    rec.t_headers_ns = _monotonic_ns()
+                    rec.status = resp.status
+                    if resp.status != 200:
+                        await _http_error(rec, resp)
+                    elif "text/event-stream" not in resp.headers.get("Content-Type", ""):
+                        _fail(rec, "not_streaming", "response is not text/event-stream "
+                              f"(Content-Type: {resp.headers.get('Content-Type', 'none')})")
+                    else:
+                        await self._read_stream(rec, resp.content)
+        except StreamFault as f:
+            _fail(rec, f.kind, f.message)
+        except TimeoutError:
+            if not rec.done:  # a server that sent [DONE] but never closed is not a failure
+                _fail(rec, "timeout", f"no complete response within {self.timeout_s:g} s "
+                      f"({len(rec.chunk_t_ns)} chunks received)")
+        except aiohttp.ClientError as e:
+            _fail(rec, *_classify(e, mid_response=rec.status is not None))
+        except ConnectionResetError as e:
+            _fail(rec, "reset", f"connection reset: {e}")
+        except asyncio.CancelledError:
+            _fail(rec, "cancelled", "run interrupted")
+            raise
+        except Exception as e:  # a bug in the client must not end the run: record it
+            _fail(rec, "client_exception", f"{type(e).__name__}: {e}")
+        finally:
+            if not rec.t_end_ns:
+                rec.t_end_ns = _monotonic_ns()
+        if rec.ok:
+            if not rec.done:
+                _fail(rec, "missing_done", "stream ended without 'data: [DONE]'")
+            elif not rec.chunk_t_ns:
+                _fail(rec, "empty_completion", "stream completed with no tokens")
+        return rec
+
+    async def _read_stream(self, rec: RequestRecord, content: aiohttp.StreamReader) -> None:
+        decoder = SSEDecoder()
+        feed = decoder.feed
+        on_event = self._on_event
+        readany = content.readany
+        t = 0
+        while data := await readany():
+            t = _monotonic_ns()
+            for payload in feed(data):
+                on_event(rec, payload, t)
+        rest = decoder.flush()
+        if rest is not None:
+            on_event(rec, rest, t)
+        if not rec.t_end_ns:
+            rec.t_end_ns = t or _monotonic_ns()
+
+    def _on_event(self, rec: RequestRecord, payload: bytes, t: int) -> None:
+        if rec.done:
+            return  # anything after [DONE] is ignored
+        if payload == b"[DONE]":
+            rec.done = True
+            rec.t_end_ns = t
+            return
+        try:
+            obj = _loads(payload)
+        except ValueError:
+            raise StreamFault("invalid_json", f"data event is not JSON: {payload[:80]!r}") from None
+        if not isinstance(obj, dict):
+            raise StreamFault("invalid_json", f"data event is not a JSON object: {payload[:80]!r}")
+        if "error" in obj or obj.get("object") == "error":
+            raise StreamFault("stream_error", _error_message(obj))
+        cum = -1
+        usage = obj.get("usage")
+        if usage:
+            ct = usage.get("completion_tokens")
+            if isinstance(ct, int):
+                cum = ct
+                rec.usage_completion_tokens = ct
+            pt = usage.get("prompt_tokens")
+            if isinstance(pt, int):
+                rec.prompt_tokens = pt
+        choices = obj.get("choices")
+        if not choices:
+            return
+        choice = choices[0]
+        if fr := choice.get("finish_reason"):
+            rec.finish_reason = fr
+        text = choice.get("text")
+        if text is None:
+            text = _delta_text(choice.get("delta"))
+        chars = len(text) if text else 0
+        usages = rec.chunk_usage
+        if chars or cum > (usages[-1] if usages else 0):
+            rec.chunk_t_ns.append(t)
+            usages.append(cum)
+            rec.chunk_chars.append(chars)
+            if rec.chunk_text is not None:
+                rec.chunk_text.append(text or "")
+
+
+def _delta_text(delta) -> str:
+    """All generated text in a chat delta: reasoning, content and tool-call arguments."""
+    if not delta:
+        return ""
+    text = delta.get("reasoning_content") or delta.get("reasoning") or ""
+    if content := delta.get("content"):
+        text += content
+    for call in delta.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        text += (fn.get("name") or "") + (fn.get("arguments") or "")
+    return text
+
+
+def _fail(rec: RequestRecord, kind: str, message: str) -> None:
+    if rec.error_type is None:
+        rec.error_type = kind
+        rec.error_message = message[:500]
+
+
+def _error_message(obj: dict) -> str:
+    err = obj.get("error", obj)
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("detail") or err)
+    return str(err)
+
+
+def _classify(e: aiohttp.ClientError, mid_response: bool) -> tuple[str, str]:
+    """Error type and message for a transport failure."""
+    if isinstance(e, aiohttp.ClientConnectorError):
+        refused = getattr(e.os_error, "errno", None) == errno.ECONNREFUSED
+        return ("connection_refused" if refused else "connection_error"), str(e)
+    if isinstance(e, aiohttp.ClientPayloadError):
+        return "reset", f"response cut off: {e}"
+    reset = isinstance(e, aiohttp.ServerDisconnectedError) or (
+        isinstance(e, OSError) and e.errno in (errno.ECONNRESET, errno.EPIPE))
+    if reset:
+        where = "mid-response" if mid_response else "before responding"
+        return ("reset" if mid_response else "disconnected"), f"server closed the connection {where}: {e}"
+    return "connection_error", f"{type(e).__name__}: {e}"
+
+
+async def _http_error(rec: RequestRecord, resp: aiohttp.ClientResponse) -> None:
+    raw = b""
+    while len(raw) < _MAX_ERROR_BODY and (part := await resp.content.readany()):
+        raw += part
+    text = raw[:_MAX_ERROR_BODY].decode("utf-8", "replace").strip()
+    try:
+        message = _error_message(json.loads(text))
+    except ValueError:
+        message = " ".join(_TAGS.sub(" ", text).split()) or resp.reason or ""
+    _fail(rec, f"http_{resp.status}", f"HTTP {resp.status}: {message[:300]}")

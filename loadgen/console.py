@@ -1,0 +1,82 @@
+"""The summary table printed at the end of a run."""
+from __future__ import annotations
+
+_ROWS = (
+    ("TTFT", "ttft_ms"),
+    ("TTFT from scheduled", "ttft_from_scheduled_ms"),
+    ("TPOT", "tpot_ms"),
+    ("ITL (per token)", "itl_ms"),
+    ("Inter-chunk latency", "inter_chunk_ms"),
+    ("E2E latency", "e2e_ms"),
+    ("E2E from scheduled", "e2e_from_scheduled_ms"),
+    ("Queue delay", "queue_delay_ms"),
+)
+_COLS = ("mean", "p50", "p90", "p99", "p99.9")
+
+
+def _f(x, fmt: str = ".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _load(cfg: dict) -> str:
+    load = cfg["load"]
+    if load["concurrency"] is not None:
+        return f"closed loop, concurrency {load['concurrency']}"
+    s = f"open loop, {load['arrival']} {load['rate']:g} req/s"
+    if load["arrival"] == "gamma":
+        s += f", burstiness {load['burstiness']:g}"
+    if load["max_concurrency"]:
+        s += f", max concurrency {load['max_concurrency']}"
+    return s
+
+
+def render(summary: dict) -> str:
+    cfg = summary["config"]
+    lines = [f"{summary['completed']} completed, {summary['failed']} failed"
+             + (f", {summary['cancelled']} cancelled" if summary["cancelled"] else "")
+             + f" in {summary['duration_s']:.1f} s  ({_load(cfg)}; model {cfg['model']} at {cfg['base_url']})"]
+    win = summary.get("window")
+    if win:
+        note = "" if win["kind"] == "steady" else ", no steady state: whole run"
+        lines.append(f"Throughput over {win['duration_s']:.1f} s window{note}: "
+                     f"{summary['output_throughput_tok_s']:.1f} output tok/s, "
+                     f"{summary['total_throughput_tok_s']:.1f} total tok/s, "
+                     f"{summary['request_throughput_req_s']:.2f} req/s")
+    lines.append(f"Tokens per decode chunk: {_f(summary['tokens_per_chunk_mean'])} mean; "
+                 f"token counts from {summary['token_count_source']}")
+    if summary.get("goodput"):
+        g = summary["goodput"]
+        lines.append(f"Goodput: {g['good']}/{g['judged']} requests met "
+                     + ", ".join(f"{k}<={v:g}ms" for k, v in g["objectives_ms"].items())
+                     + (f" ({g['req_s']:.2f} req/s)" if g["req_s"] is not None else ""))
+    lines.append("")
+    lines.append(f"{'(ms)':<22}" + "".join(f"{c:>10}" for c in _COLS))
+    for label, key in _ROWS:
+        d = summary[key]
+        lines.append(f"{label:<22}" + "".join(f"{_f(d.get(c)):>10}" for c in _COLS))
+    chk = summary["self_check"]
+    lines.append(f"{'Client lateness':<22}" + "".join(f"{_f(chk['lateness_ms'].get(c)):>10}" for c in _COLS))
+    lines.append(f"{'Client loop lag':<22}" + "".join(f"{_f(chk['loop_lag_ms'].get(c)):>10}" for c in _COLS))
+    if summary["errors"]:
+        lines.append("")
+        lines.append("Errors: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["errors"].items())))
+    return "\n".join(lines)
+
+
+def warnings(summary: dict) -> list[str]:
+    out = []
+    chk = summary["self_check"]
+    if chk["client_bound"]:
+        out.append("WARNING: client_bound: the load generator itself was the bottleneck ("
+                   + "; ".join(chk["reasons"]) + "); its latency figures include its own delay. "
+                   "Lower the load, or use more client cores.")
+    if summary.get("window") and summary["window"]["kind"] != "steady":
+        out.append("note: all requests were sent within one request lifetime, so there was no "
+                   "steady state; throughput covers the whole run including ramp-down. "
+                   "Send more requests (--num-requests) for a steady-state figure.")
+    if summary["token_count_source"] not in ("continuous_usage", "none"):
+        out.append(f"note: tokens per chunk are estimated ({summary['token_count_source']}); the "
+                   "server did not send usage on every chunk (continuous_usage_stats)")
+    if summary["interrupted"]:
+        out.append("note: the run was interrupted; the results cover the requests that finished")
+    return out

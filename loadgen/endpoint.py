@@ -1,0 +1,61 @@
+"""The server under test: its API base URL and which model to ask for, checked before any
+load is sent so a wrong URL or model name fails in one line, not in a thousand records."""
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+
+
+class EndpointError(ValueError):
+    pass
+
+
+def api_base(url: str) -> str:
+    """`http://host:port` or `http://host:port/v1` (or any prefix ending in /v1) -> the
+    OpenAI-style base ending in /v1."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise EndpointError(f"--base-url {url!r} is not an http(s) URL; "
+                            "give e.g. http://127.0.0.1:8000 or http://127.0.0.1:8000/v1")
+    path = parts.path.rstrip("/")
+    if not path.endswith("/v1"):
+        path += "/v1"
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+async def resolve_model(session: aiohttp.ClientSession, base: str, headers: dict[str, str],
+                        model: str | None, timeout_s: float = 10.0) -> str:
+    """The model to send: `model` if the server serves it, else the server's first model."""
+    url = f"{base}/models"
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.get(url, headers=headers) as resp:
+                status = resp.status
+                body = await resp.json(content_type=None) if status == 200 else None
+    except TimeoutError:
+        raise EndpointError(f"cannot reach {base}: no answer from {url} within "
+                            f"{timeout_s:g} s; check --base-url") from None
+    except aiohttp.ClientConnectorError as e:
+        reason = e.os_error.strerror if e.os_error and e.os_error.strerror else str(e)
+        raise EndpointError(f"cannot reach {base}: {reason}; is the server running? "
+                            "check --base-url") from None
+    except (aiohttp.ClientError, ValueError) as e:
+        raise EndpointError(f"cannot read {url}: {type(e).__name__}: {e}") from None
+    if status in (401, 403):
+        raise EndpointError(f"{url} refused the API key (HTTP {status}); set --api-key or "
+                            "LOADGEN_API_KEY")
+    if status != 200:
+        if model:  # some servers have no model list; trust the user
+            return model
+        raise EndpointError(f"{url} answered HTTP {status}; pass --model NAME")
+    served = [m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict)]
+    if model is None:
+        if not served:
+            raise EndpointError(f"{url} lists no models; pass --model NAME")
+        return served[0]
+    if model not in served:
+        raise EndpointError(f"model {model!r} is not served at {base} (served: "
+                            f"{', '.join(map(str, served)) or 'none'}); fix --model")
+    return model

@@ -1,0 +1,48 @@
+"""Closed loop: `users` concurrent users; each sends its next request as soon as its previous
+one ends. A request's scheduled time is the moment its user became free (the end of its
+previous response), so any delay the client adds before sending shows up as lateness. Each
+user prepares its next request while the current one is in flight, so preparing it is not part
+of that delay.
+
+Users join `join_gap_s` apart (1 ms: a 256-user loop is running after a quarter second),
+because N first requests sent in one burst keep the client busy for N times the cost of a
+send, delaying the timestamps of the responses already arriving. A user's first request counts
+as scheduled when it is sent; the spread of the first sends is reported as the ramp
+(`sending.ramp_s` in the summary)."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from loadgen.executors.feed import Feed, Sender
+
+
+async def run(feed: Feed, send: Sender, *, users: int, t0_ns: int,
+              join_gap_s: float = 0.001) -> dict:
+    """Returns {"ramp_s": spread of the users' first sends}."""
+    loop = asyncio.get_running_loop()
+    first_sends: list[int] = []
+
+    async def user(k: int) -> None:
+        delay = (t0_ns - time.monotonic_ns()) / 1e9 + k * join_gap_s
+        if delay > 0:
+            await asyncio.sleep(delay)
+        t_free = None  # first request: scheduled when sent
+        item = feed.take()
+        while item is not None and not feed.expired():
+            task = loop.create_task(send(item, t_free, 0))
+            await asyncio.sleep(0)  # let the request go out, then prepare the next one
+            item = feed.take()
+            rec = await task
+            if t_free is None:
+                first_sends.append(rec.t_send_ns)
+            t_free = rec.t_end_ns
+
+    tasks = [loop.create_task(user(k)) for k in range(users)]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        ramp = (max(first_sends) - min(first_sends)) / 1e9 if first_sends else None
+        for task in tasks:
+            task.cancel()
+    return {"ramp_s": ramp}

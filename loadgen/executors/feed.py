@@ -1,0 +1,62 @@
+"""What executors hand out: the workload's requests, numbered, with warm-up marked, bounded
+by count and/or a deadline."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Iterator
+
+from loadgen.record import RequestRecord
+from workloads import Request
+
+
+@dataclass(slots=True, frozen=True)
+class Item:
+    index: int
+    request: Request
+    body: bytes
+    warmup: bool
+
+
+# A sender sends one item scheduled at `t_scheduled_ns` (None: scheduled when sent), having
+# waited `queue_delay_ns` for a concurrency slot, and returns its record.
+Sender = Callable[[Item, "int | None", int], Awaitable[RequestRecord]]
+
+
+class Feed:
+    """Hands out `warmup + num` items (or without end when `num` is None) until the deadline
+    (a `monotonic_ns` value, or None), or until `stop()`."""
+
+    def __init__(self, requests: Iterator[Request], encode: Callable[[Request], bytes], *,
+                 num: int | None, warmup: int = 0, deadline_ns: int | None = None) -> None:
+        self._requests = iter(requests)
+        self._encode = encode
+        self._limit = None if num is None else warmup + num
+        self._warmup = warmup
+        self._next = 0
+        self.deadline_ns = deadline_ns
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def expired(self, now_ns: int | None = None) -> bool:
+        if self.stopped:
+            return True
+        if self.deadline_ns is None:
+            return False
+        return (now_ns if now_ns is not None else time.monotonic_ns()) >= self.deadline_ns
+
+    def take(self) -> Item | None:
+        if self.stopped or (self._limit is not None and self._next >= self._limit):
+            return None
+        req = next(self._requests, None)
+        if req is None:
+            return None
+        i = self._next
+        self._next += 1
+        return Item(i, req, self._encode(req), i < self._warmup)
+
+    @property
+    def taken(self) -> int:
+        return self._next

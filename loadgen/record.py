@@ -1,0 +1,49 @@
+"""What the client records about one request, as it happens (no derived figures here)."""
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request's raw measurements. Times are `time.monotonic_ns()` values.
+
+    Per received chunk that carried tokens or text: its arrival time (`chunk_t_ns`, one
+    timestamp per socket read, shared by the events in that read), the cumulative
+    `completion_tokens` from the chunk's `usage` (`chunk_usage`, -1 when the chunk had none)
+    and its text length in characters (`chunk_chars`). Token counts per chunk are resolved
+    after the run (`loadgen.tokens`).
+    """
+
+    index: int
+    request_id: str
+    warmup: bool
+    t_scheduled_ns: int
+    workload: str = ""
+    category: str = ""
+    max_tokens: int = 0
+    queue_delay_ns: int = 0
+    t_send_ns: int = 0
+    t_headers_ns: int = 0
+    t_end_ns: int = 0
+    status: int | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    usage_completion_tokens: int | None = None
+    done: bool = False
+    chunk_t_ns: array = field(default_factory=lambda: array("q"))
+    chunk_usage: array = field(default_factory=lambda: array("q"))
+    chunk_chars: array = field(default_factory=lambda: array("q"))
+    chunk_text: list[str] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_type is None
+
+    @property
+    def lateness_ns(self) -> int:
+        """How late the client sent it, beyond any intended wait for a concurrency slot."""
+        return self.t_send_ns - self.t_scheduled_ns - self.queue_delay_ns

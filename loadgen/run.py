@@ -1,0 +1,187 @@
+"""One measured run: a workload sent to one server under one load shape.
+
+Wires the pieces (feed -> executor -> client -> records) and returns the raw records plus
+the client's own lag samples. Nothing here computes a figure; `loadgen.measure` does.
+"""
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import aiohttp
+
+from loadgen import arrivals
+from loadgen.client import StreamClient
+from loadgen.client.bodies import build_body, stream_options
+from loadgen.executors import Feed, Item, closed_loop, open_loop
+from loadgen.record import RequestRecord
+from loadgen.selfcheck import LoopLagMonitor
+from workloads import Request
+
+
+@dataclass(frozen=True, slots=True)
+class LoadShape:
+    """Closed loop (`concurrency`) or open loop (`rate`, with `arrival` process, `burstiness`
+    for gamma, optional `max_concurrency`)."""
+
+    concurrency: int | None = None
+    rate: float | None = None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("give exactly one of concurrency and rate")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.rate is not None and not self.rate > 0:
+            raise ValueError(f"rate must be > 0, got {self.rate}")
+        if not self.burstiness > 0:
+            raise ValueError(f"burstiness must be > 0, got {self.burstiness}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
+
+    @property
+    def closed(self) -> bool:
+        return self.concurrency is not None
+
+    @property
+    def max_in_flight(self) -> int | None:
+        return self.concurrency if self.closed else self.max_concurrency
+
+
+@dataclass(slots=True)
+class RunSpec:
+    api_base: str
+    model: str
+    load: LoadShape
+    endpoint: str = "completions"
+    num_requests: int | None = 200
+    duration_s: float | None = None
+    warmup: int = 0
+    seed: int = 0
+    request_timeout_s: float = 600.0
+    continuous_usage: bool = True
+    keep_text: bool = False
+    extra_body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # secrets live here: never serialise
+
+    def __post_init__(self) -> None:
+        if self.num_requests is None and self.duration_s is None:
+            raise ValueError("bound the run by num_requests and/or duration_s")
+        if self.num_requests is not None and self.num_requests < 1:
+            raise ValueError(f"num_requests must be >= 1, got {self.num_requests}")
+        if self.duration_s is not None and not self.duration_s > 0:
+            raise ValueError(f"duration must be > 0, got {self.duration_s}")
+        if not self.request_timeout_s > 0:
+            raise ValueError(f"request_timeout must be > 0, got {self.request_timeout_s}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+
+
+@dataclass(slots=True)
+class RunResult:
+    records: list[RequestRecord]
+    loop_lag_ns: list[int]
+    t0_ns: int
+    t0_unix: float
+    interrupted: bool = False
+    load_info: dict = field(default_factory=dict)  # what the executor reports (e.g. ramp_s)
+
+
+def _raise_fd_limit(need: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, need)
+    if soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):
+            pass
+
+
+def make_session(max_in_flight: int | None) -> aiohttp.ClientSession:
+    """One session for the run; its pool is sized to the load (unlimited when the load is),
+    so no request ever waits silently inside the connection pool."""
+    _raise_fd_limit(2 * (max_in_flight or 4096) + 64)
+    connector = aiohttp.TCPConnector(limit=max_in_flight or 0, limit_per_host=0,
+                                     ttl_dns_cache=300, enable_cleanup_closed=True)
+    return aiohttp.ClientSession(connector=connector, trust_env=False,
+                                 cookie_jar=aiohttp.DummyCookieJar(),
+                                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
+
+
+async def execute(spec: RunSpec, requests: Iterator[Request], *,
+                  session: aiohttp.ClientSession | None = None,
+                  stop: asyncio.Event | None = None,
+                  on_record: Callable[[RequestRecord], None] | None = None) -> RunResult:
+    """Run the load; `stop` ends it early (in-flight requests are cancelled and recorded as
+    such; finished ones are all kept)."""
+    own_session = session is None
+    if own_session:
+        session = make_session(spec.load.max_in_flight)
+    opts = stream_options(spec.continuous_usage)
+    client = StreamClient(session, spec.api_base, spec.endpoint, spec.headers,
+                          spec.request_timeout_s, keep_text=spec.keep_text)
+
+    def encode(req: Request) -> bytes:
+        return build_body(req, endpoint=spec.endpoint, model=spec.model, options=opts,
+                          extra=spec.extra_body)
+
+    records: list[RequestRecord] = []
+
+    async def send(item: Item, t_sched: int | None, queue_delay: int) -> RequestRecord:
+        req = item.request
+        rec = RequestRecord(index=item.index, request_id=req.id, warmup=item.warmup,
+                            t_scheduled_ns=t_sched or 0, workload=req.workload,
+                            category=req.category, max_tokens=req.max_tokens,
+                            queue_delay_ns=queue_delay)
+        records.append(rec)
+        try:
+            await client.send(rec, item.body)
+        finally:
+            if t_sched is None:
+                rec.t_scheduled_ns = rec.t_send_ns
+        if on_record is not None:
+            on_record(rec)
+        return rec
+
+    monitor = LoopLagMonitor()
+    t0_unix = time.time()
+    t0 = time.monotonic_ns()
+    deadline = None if spec.duration_s is None else t0 + int(spec.duration_s * 1e9)
+    feed = Feed(requests, encode, num=spec.num_requests, warmup=spec.warmup, deadline_ns=deadline)
+    load = spec.load
+    if load.closed:
+        work = closed_loop.run(feed, send, users=load.concurrency, t0_ns=t0)
+    else:
+        total = None if spec.num_requests is None else spec.num_requests + spec.warmup
+        offsets = arrivals.schedule(load.rate, num=total, duration_s=spec.duration_s,
+                                    process=load.arrival, burstiness=load.burstiness,
+                                    seed=spec.seed)
+        work = open_loop.run(feed, send, offsets_s=offsets, t0_ns=t0,
+                             max_concurrency=load.max_concurrency)
+    monitor.start()
+    interrupted = False
+    load_info: dict = {}
+    task = asyncio.ensure_future(work)
+    try:
+        if stop is not None:
+            stopper = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if not task.done():
+                interrupted = True
+                feed.stop()
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if not interrupted:
+            load_info = await task  # re-raises a fault of the executor itself
+    finally:
+        await monitor.stop()
+        if own_session:
+            await session.close()
+    return RunResult(records, list(monitor.lag_ns), t0, t0_unix, interrupted, load_info)

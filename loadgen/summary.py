@@ -1,0 +1,143 @@
+"""The run summary (`summary.json`): every figure defined in docs/metrics.md."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+
+from loadgen import slo
+from loadgen.measure import measured, token_gaps
+from loadgen.stats import describe
+
+_NS = 1e9
+
+
+def steady_window(frame: pd.DataFrame) -> tuple[int, int, str]:
+    """(start ns, end ns, kind) of the window throughput is measured over.
+
+    Starts when the first request past warm-up is sent; ends when the last request is sent
+    (after that the load drains). If that is shorter than the median E2E of the measured
+    requests there was no steady state: the window is then the whole measured run, to the
+    last response (kind "full_run")."""
+    sent = frame[~frame["warmup"]]
+    start = int(sent["t_send_ns"].min())
+    end = int(frame["t_send_ns"].max())
+    e2e = measured(frame)["e2e_ms"].median()
+    if end - start >= (0 if np.isnan(e2e) else e2e * 1e6) and end > start:
+        return start, end, "steady"
+    return start, int(frame["t_end_ns"].max()), "full_run"
+
+
+def _window_counts(frame: pd.DataFrame, start: int, end: int) -> tuple[int, int, int]:
+    """Output tokens arriving, prompt tokens whose first token arrived, and requests
+    completing within [start, end], over all successful requests (warm-up included: they
+    are part of the load during the window)."""
+    ok = frame[frame["ok"]]
+    out_tokens = 0
+    for t, n in zip(ok["chunk_t_ns"], ok["chunk_tokens"]):
+        t = np.asarray(t, dtype=np.int64)
+        inside = (t >= start) & (t <= end)
+        out_tokens += int(np.asarray(n)[inside].sum())
+    first = ok["t_first_token_ns"].astype("float64")
+    in_first = (first >= start) & (first <= end)
+    prompt = int(ok.loc[in_first, "prompt_tokens"].fillna(0).sum())
+    done = ok["t_last_token_ns"].astype("float64")
+    completed = int(((done >= start) & (done <= end)).sum())
+    return out_tokens, prompt, completed
+
+
+def _sources(frame: pd.DataFrame) -> tuple[str, dict[str, int]]:
+    counts = dict(Counter(frame.loc[frame["n_chunks"] > 0, "token_count_source"]))
+    if not counts:
+        return "none", counts
+    return (next(iter(counts)) if len(counts) == 1 else "mixed"), counts
+
+
+def self_check(frame: pd.DataFrame, loop_lag_ns: list[int], threshold_ms: float) -> dict:
+    """Is the client itself the bottleneck? Lateness covers every sent request."""
+    sent = frame[frame["t_send_ns"] > 0]
+    lateness = describe(sent["lateness_ms"])
+    lag = describe(np.asarray(loop_lag_ns, dtype=float), scale=1e-6)
+    reasons = []
+    if lateness["count"] and lateness["p99"] > threshold_ms:
+        reasons.append(f"send lateness p99 {lateness['p99']:.1f} ms > {threshold_ms:g} ms")
+    if lag["count"] and lag["p99"] > threshold_ms:
+        reasons.append(f"event-loop lag p99 {lag['p99']:.1f} ms > {threshold_ms:g} ms")
+    return {"threshold_ms": threshold_ms, "client_bound": bool(reasons), "reasons": reasons,
+            "lateness_ms": lateness, "loop_lag_ms": lag}
+
+
+def sending(frame: pd.DataFrame, load_info: dict) -> dict:
+    """What the client actually sent: count and achieved send rate (to compare with an
+    open-loop target), plus what the executor reported (a closed loop's ramp: the spread of
+    its users' first sends)."""
+    sent = frame.loc[frame["t_send_ns"] > 0, "t_send_ns"].astype("int64")
+    span = (int(sent.max()) - int(sent.min())) / _NS if len(sent) > 1 else 0.0
+    return {"sent": int(len(sent)),
+            "send_rate_req_s": (len(sent) - 1) / span if span > 0 else None,
+            "ramp_s": load_info.get("ramp_s")}
+
+
+def summarize(frame: pd.DataFrame, loop_lag_ns: list[int], *, config: dict,
+              interrupted: bool = False, goodput: dict[str, float] | None = None,
+              lateness_threshold_ms: float = 5.0, load_info: dict | None = None) -> dict:
+    m = measured(frame)
+    failed = frame[~frame["ok"] & ~frame["warmup"] & (frame["error_type"] != "cancelled")]
+    cancelled = int((frame["error_type"] == "cancelled").sum())
+    itl, gaps, decode = token_gaps(m)
+    check = self_check(frame, loop_lag_ns, lateness_threshold_ms)
+    source, sources = _sources(m)
+    out: dict = {"config": config, "completed": int(len(m)), "failed": int(len(failed)),
+                 "cancelled": cancelled, "interrupted": interrupted,
+                 "errors": dict(Counter(failed["error_type"]))}
+    window_ns = None
+    if frame.empty or frame["t_send_ns"].max() <= 0:
+        out.update(duration_s=0.0, window=None, output_throughput_tok_s=0.0,
+                   total_throughput_tok_s=0.0, request_throughput_req_s=0.0)
+    else:
+        start, end, kind = steady_window(frame)
+        window_ns = (start, end)
+        out_tok, prompt_tok, done = _window_counts(frame, start, end)
+        span = (end - start) / _NS
+        rate = (lambda x: x / span) if span > 0 else (lambda x: 0.0)
+        sent = frame[frame["t_send_ns"] > 0]
+        out.update(
+            duration_s=(int(frame["t_end_ns"].max()) - int(sent["t_send_ns"].min())) / _NS,
+            window={"kind": kind, "start_s": (start - config["clock"]["t0_ns"]) / _NS,
+                    "duration_s": span, "output_tokens": out_tok, "prompt_tokens": prompt_tok,
+                    "completed": done},
+            output_throughput_tok_s=rate(out_tok),
+            total_throughput_tok_s=rate(out_tok + prompt_tok),
+            request_throughput_req_s=rate(done))
+    out.update(
+        ttft_ms=describe(m["ttft_ms"]), tpot_ms=describe(m["tpot_ms"]), itl_ms=describe(itl),
+        inter_chunk_ms=describe(gaps), e2e_ms=describe(m["e2e_ms"]),
+        ttft_from_scheduled_ms=describe(m["ttft_from_scheduled_ms"]),
+        e2e_from_scheduled_ms=describe(m["e2e_from_scheduled_ms"]),
+        queue_delay_ms=describe(frame.loc[~frame["warmup"], "queue_delay_ms"]),
+        tokens_per_chunk_mean=float(decode.mean()) if decode.size else None,
+        tokens_per_chunk=describe(decode),
+        prompt_tokens_total=int(m["prompt_tokens"].fillna(0).sum()),
+        completion_tokens_total=int(m["completion_tokens"].sum()),
+        token_count_source=source, token_count_sources=sources,
+        goodput=_goodput(frame, goodput, window_ns) if goodput else None,
+        sending=sending(frame, load_info or {}),
+        client_bound=check["client_bound"], self_check=check)
+    return out
+
+
+def _goodput(frame: pd.DataFrame, objectives: dict[str, float],
+             window_ns: tuple[int, int] | None) -> dict:
+    """Share of measured requests meeting every objective, and good requests completed per
+    second of the throughput window."""
+    judged = frame[~frame["warmup"] & (frame["error_type"] != "cancelled")]
+    good = slo.good(judged, objectives)
+    n_good = int(good.sum())
+    req_s = None
+    if window_ns and window_ns[1] > window_ns[0]:
+        done = judged.loc[good, "t_last_token_ns"].astype("float64")
+        inside = int(((done >= window_ns[0]) & (done <= window_ns[1])).sum())
+        req_s = inside / ((window_ns[1] - window_ns[0]) / _NS)
+    return {"objectives_ms": objectives, "good": n_good, "judged": int(len(judged)),
+            "fraction": n_good / len(judged) if len(judged) else None, "req_s": req_s}

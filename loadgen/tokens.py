@@ -1,0 +1,100 @@
+"""Tokens per chunk, and where the count came from (provenance).
+
+In order of preference:
+- `continuous_usage`: the server put cumulative `usage.completion_tokens` on every chunk
+  (vLLM's `continuous_usage_stats`): exact per chunk;
+- `final_usage+tokenizer`: exact total from the final usage chunk, split over chunks by a
+  user-given tokenizer;
+- `final_usage`: exact total, split over chunks in proportion to their text length;
+- `tokenizer`: total and split both from the user's tokenizer;
+- `chunks`: no usage and no tokenizer: one token per chunk (a lower bound under SD).
+Only `continuous_usage` makes per-chunk counts exact; the others are estimates and the
+results say so.
+"""
+from __future__ import annotations
+
+import bisect
+from pathlib import Path
+
+import numpy as np
+
+from loadgen.record import RequestRecord
+
+SOURCES = ("continuous_usage", "final_usage+tokenizer", "final_usage", "tokenizer", "chunks")
+
+
+class TokenizerError(ValueError):
+    pass
+
+
+def load_tokenizer(spec: str):
+    """A `tokenizers.Tokenizer` from a tokenizer.json file, a directory holding one, or a
+    Hugging Face hub name (needs network)."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise TokenizerError("--tokenizer needs the 'tokenizers' package: "
+                             "pip install 'loadgen[tokenizer]'") from None
+    path = Path(spec)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    try:
+        if path.is_file():
+            return Tokenizer.from_file(str(path))
+        return Tokenizer.from_pretrained(spec)
+    except Exception as e:  # tokenizers raises plain Exception subclasses
+        raise TokenizerError(f"cannot load tokenizer {spec!r}: {e}; pass a tokenizer.json "
+                             "file or a directory holding one") from None
+
+
+def apportion(weights, total: int) -> np.ndarray:
+    """Split `total` tokens over chunks in proportion to `weights`; every chunk gets at least
+    one token when there are enough; integer counts that sum to `total` exactly."""
+    w = np.asarray(weights, dtype=float)
+    n = len(w)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    base = np.ones(n) if total >= n else np.zeros(n)
+    rest = total - int(base.sum())
+    share = np.maximum(w * total / w.sum() - base, 0.0) if w.sum() > 0 else np.ones(n)
+    share = share * rest / share.sum() if share.sum() > 0 else np.full(n, rest / n)
+    counts = base + np.floor(share)
+    short = total - int(counts.sum())
+    if short > 0:
+        counts[np.argsort(-(share - np.floor(share)), kind="stable")[:short]] += 1
+    return counts.astype(np.int64)
+
+
+def _tokenizer_counts(tokenizer, texts: list[str]) -> np.ndarray:
+    """Tokens of each chunk: the whole text is tokenized once, each token assigned to the
+    chunk where it starts (so tokens are never split across chunk boundaries)."""
+    ends = np.cumsum([len(t) for t in texts]).tolist()
+    enc = tokenizer.encode("".join(texts), add_special_tokens=False)
+    counts = np.zeros(len(texts), dtype=np.int64)
+    for start, _ in enc.offsets:
+        counts[min(bisect.bisect_right(ends, start), len(texts) - 1)] += 1
+    return counts
+
+
+def resolve(rec: RequestRecord, tokenizer=None) -> tuple[np.ndarray, np.ndarray, str]:
+    """(chunk arrival times ns, tokens per chunk, source) for the chunks that carried tokens."""
+    t = np.frombuffer(rec.chunk_t_ns, dtype=np.int64) if rec.chunk_t_ns else np.zeros(0, np.int64)
+    cum = np.frombuffer(rec.chunk_usage, dtype=np.int64) if rec.chunk_usage else np.zeros(0, np.int64)
+    if len(t) and (cum >= 0).all():
+        tokens = np.diff(cum, prepend=0)
+        keep = tokens > 0
+        return t[keep], tokens[keep], "continuous_usage"
+    total = rec.usage_completion_tokens
+    if tokenizer is not None and rec.chunk_text is not None and len(t):
+        counts = _tokenizer_counts(tokenizer, rec.chunk_text)
+        if total is None:
+            tokens, source = counts, "tokenizer"
+        else:
+            tokens, source = apportion(counts, total), "final_usage+tokenizer"
+    elif total is not None:
+        chars = np.frombuffer(rec.chunk_chars, dtype=np.int64)
+        tokens, source = apportion(chars, total), "final_usage"
+    else:
+        tokens, source = np.ones(len(t), dtype=np.int64), "chunks"
+    keep = tokens > 0
+    return t[keep], tokens[keep], source
