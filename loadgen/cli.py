@@ -17,7 +17,7 @@ import click
 from loadgen import __version__, console, slo, store
 from loadgen.endpoint import EndpointError, api_base, resolve_model
 from loadgen.measure import request_frame
-from loadgen.run import LoadShape, RunResult, RunSpec, execute, make_session
+from loadgen.run import LoadShape, RunResult, RunSpec, execute, session_for
 from loadgen.summary import summarize
 from loadgen.tokens import TokenizerError, load_tokenizer
 from workloads import random_lengths
@@ -42,8 +42,7 @@ class _Group(click.Group):
             return super().main(args=args, prog_name=prog_name or "loadgen",
                                 standalone_mode=False, **kwargs)
         except click.UsageError as e:
-            where = e.ctx.command_path if e.ctx else "loadgen"
-            click.echo(f"{where}: error: {e.format_message()}", err=True)
+            click.echo(f"loadgen: error: {e.format_message()}", err=True)
             sys.exit(EXIT_USAGE)
         except click.ClickException as e:
             click.echo(f"loadgen: error: {e.format_message()}", err=True)
@@ -136,7 +135,7 @@ def run(**o) -> None:
     if result.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     if summary["completed"] == 0:
-        click.echo("loadgen run: error: no request succeeded; see errors above", err=True)
+        click.echo("loadgen: error: no request succeeded; see the errors above", err=True)
         sys.exit(EXIT_NOTHING_SUCCEEDED)
 
 
@@ -200,16 +199,16 @@ def _server(base_url: str | None):
         return
     from servers.embedded import ServerStartError, scripted_server
     try:
-        with scripted_server() as url:
-            click.echo(f"No --base-url: measuring the embedded scripted server at {url} "
+        with scripted_server() as srv:
+            click.echo(f"No --base-url: measuring the embedded scripted server at {srv.url} "
                        "(simulated speculative decoding, one chunk per step)", err=True)
-            yield url
+            yield srv.url
     except ServerStartError as e:
         raise Failure(str(e), code=1) from None
 
 
 async def _run(spec: RunSpec, model: str | None, workload, quiet: bool) -> tuple[RunResult, str]:
-    session = make_session(spec.load.max_in_flight)
+    session = session_for(spec.load)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

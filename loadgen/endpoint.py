@@ -3,6 +3,7 @@ load is sent so a wrong URL or model name fails in one line, not in a thousand r
 from __future__ import annotations
 
 import asyncio
+import os
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -38,7 +39,8 @@ async def resolve_model(session: aiohttp.ClientSession, base: str, headers: dict
         raise EndpointError(f"cannot reach {base}: no answer from {url} within "
                             f"{timeout_s:g} s; check --base-url") from None
     except aiohttp.ClientConnectorError as e:
-        reason = e.os_error.strerror if e.os_error and e.os_error.strerror else str(e)
+        errno_ = getattr(e.os_error, "errno", None)
+        reason = os.strerror(errno_) if errno_ else str(e)
         raise EndpointError(f"cannot reach {base}: {reason}; is the server running? "
                             "check --base-url") from None
     except (aiohttp.ClientError, ValueError) as e:

@@ -23,7 +23,8 @@ def _row(rec: RequestRecord, tokenizer) -> dict:
         "completion_tokens": rec.usage_completion_tokens if rec.usage_completion_tokens is not None
         else tokens,
         "token_count_source": source,
-        "t_scheduled_ns": rec.t_scheduled_ns, "t_send_ns": rec.t_send_ns,
+        "t_scheduled_ns": rec.t_scheduled_ns, "t_call_ns": rec.t_call_ns,
+        "t_send_ns": rec.t_send_ns,
         "t_first_token_ns": int(t[0]) if len(t) else None,
         "t_last_token_ns": int(t[-1]) if len(t) else None,
         "t_end_ns": rec.t_end_ns,

@@ -24,7 +24,8 @@ class RequestRecord:
     category: str = ""
     max_tokens: int = 0
     queue_delay_ns: int = 0
-    t_send_ns: int = 0
+    t_call_ns: int = 0  # the client began sending (called the HTTP library)
+    t_send_ns: int = 0  # the request's bytes were handed to the socket (t_call_ns if never)
     t_headers_ns: int = 0
     t_end_ns: int = 0
     status: int | None = None
@@ -45,5 +46,6 @@ class RequestRecord:
 
     @property
     def lateness_ns(self) -> int:
-        """How late the client sent it, beyond any intended wait for a concurrency slot."""
+        """How late the client sent it, beyond any intended wait for a concurrency slot
+        (its own time to build and write the request included)."""
         return self.t_send_ns - self.t_scheduled_ns - self.queue_delay_ns

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 import aiohttp
 
 from loadgen import arrivals
-from loadgen.client import StreamClient
+from loadgen.client import StreamClient, make_session
 from loadgen.client.bodies import build_body, stream_options
 from loadgen.executors import Feed, Item, closed_loop, open_loop
 from loadgen.record import RequestRecord
@@ -103,15 +103,10 @@ def _raise_fd_limit(need: int) -> None:
             pass
 
 
-def make_session(max_in_flight: int | None) -> aiohttp.ClientSession:
-    """One session for the run; its pool is sized to the load (unlimited when the load is),
-    so no request ever waits silently inside the connection pool."""
-    _raise_fd_limit(2 * (max_in_flight or 4096) + 64)
-    connector = aiohttp.TCPConnector(limit=max_in_flight or 0, limit_per_host=0,
-                                     ttl_dns_cache=300, enable_cleanup_closed=True)
-    return aiohttp.ClientSession(connector=connector, trust_env=False,
-                                 cookie_jar=aiohttp.DummyCookieJar(),
-                                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
+def session_for(load: LoadShape) -> aiohttp.ClientSession:
+    """The run's HTTP session, with enough file descriptors for its connections."""
+    _raise_fd_limit(2 * (load.max_in_flight or 4096) + 64)
+    return make_session(load.max_in_flight)
 
 
 async def execute(spec: RunSpec, requests: Iterator[Request], *,
@@ -122,7 +117,7 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     such; finished ones are all kept)."""
     own_session = session is None
     if own_session:
-        session = make_session(spec.load.max_in_flight)
+        session = session_for(spec.load)
     opts = stream_options(spec.continuous_usage)
     client = StreamClient(session, spec.api_base, spec.endpoint, spec.headers,
                           spec.request_timeout_s, keep_text=spec.keep_text)

@@ -38,13 +38,17 @@ def load_tokenizer(spec: str):
     path = Path(spec)
     if path.is_dir():
         path = path / "tokenizer.json"
+    if path.exists() or Path(spec).exists():
+        if not path.is_file():
+            raise TokenizerError(f"no tokenizer.json at {spec!r}; pass a tokenizer.json file "
+                                 "or a directory holding one")
+        loader = lambda: Tokenizer.from_file(str(path))  # noqa: E731
+    else:
+        loader = lambda: Tokenizer.from_pretrained(spec)  # a hub name; needs network  # noqa: E731
     try:
-        if path.is_file():
-            return Tokenizer.from_file(str(path))
-        return Tokenizer.from_pretrained(spec)
+        return loader()
     except Exception as e:  # tokenizers raises plain Exception subclasses
-        raise TokenizerError(f"cannot load tokenizer {spec!r}: {e}; pass a tokenizer.json "
-                             "file or a directory holding one") from None
+        raise TokenizerError(f"cannot load tokenizer {spec!r}: {e}") from None
 
 
 def apportion(weights, total: int) -> np.ndarray:

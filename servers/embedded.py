@@ -11,6 +11,7 @@ import tempfile
 import time
 import urllib.request
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterator
 
 
@@ -18,11 +19,17 @@ class ServerStartError(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class RunningServer:
+    url: str  # http://host:port
+    pid: int  # the server's process (the leader of its own process group)
+
+
 @contextmanager
 def scripted_server(*args: str, host: str = "127.0.0.1", timeout_s: float = 30.0,
-                    cpu: int | None = None) -> Iterator[str]:
-    """Run `python -m servers.scripted ARGS --port 0` and yield its base URL
-    (`http://host:port`). `cpu` pins it to one core (taskset), for benchmarks.
+                    cpu: int | None = None) -> Iterator[RunningServer]:
+    """Run `python -m servers.scripted ARGS --port 0` and yield its URL and PID.
+    `cpu` pins it to one core (taskset), for benchmarks.
     The server's stderr goes to a temporary log whose tail is shown if it fails to start."""
     cmd = [sys.executable, "-m", "servers.scripted", "--host", host, "--port", "0", *args]
     if cpu is not None:
@@ -31,7 +38,7 @@ def scripted_server(*args: str, host: str = "127.0.0.1", timeout_s: float = 30.0
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
                                 start_new_session=True)
         try:
-            yield _wait_ready(proc, log, timeout_s)
+            yield RunningServer(_wait_ready(proc, log, timeout_s), proc.pid)
         finally:
             _stop(proc)
 

@@ -1,4 +1,4 @@
 """The streaming HTTP client for OpenAI-compatible completions and chat completions."""
-from loadgen.client.stream import StreamClient
+from loadgen.client.stream import StreamClient, make_session
 
-__all__ = ["StreamClient"]
+__all__ = ["StreamClient", "make_session"]

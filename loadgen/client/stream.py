@@ -1,5 +1,10 @@
 """Send one streaming request and record it exactly.
 
+The send time is when the request's bytes are handed to the socket (an aiohttp trace hook
+that runs right before the write), not when the HTTP library was called: under load the
+library's own work and its body-writer task (a separate task on Python 3.11) delay the write
+by up to milliseconds, and that is the client's delay (lateness), not the server's TTFT.
+
 The hot path: whole socket reads (`readany`), one clock reading per read, events split by
 `SSEDecoder`, one JSON parse per event. Every failure becomes an error type on the record;
 nothing but cancellation escapes `send`.
@@ -26,6 +31,24 @@ _TAGS = re.compile(r"<[^>]+>")
 _MAX_ERROR_BODY = 64 * 1024
 
 
+async def _on_request_bytes(_session, ctx, _params) -> None:
+    rec = ctx.trace_request_ctx
+    if isinstance(rec, RequestRecord) and rec.t_send_ns == rec.t_call_ns:
+        rec.t_send_ns = _monotonic_ns()
+
+
+def make_session(max_in_flight: int | None) -> aiohttp.ClientSession:
+    """One session for a run. Its pool is sized to the load (unlimited when the load is), so
+    no request ever waits silently inside the connection pool."""
+    connector = aiohttp.TCPConnector(limit=max_in_flight or 0, limit_per_host=0,
+                                     ttl_dns_cache=300, enable_cleanup_closed=True)
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_on_request_bytes)
+    return aiohttp.ClientSession(connector=connector, trust_env=False,
+                                 cookie_jar=aiohttp.DummyCookieJar(), trace_configs=[trace],
+                                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
+
+
 class StreamClient:
     """Streams requests to `{api_base}{endpoint}` over one shared aiohttp session."""
 
@@ -40,10 +63,11 @@ class StreamClient:
     async def send(self, rec: RequestRecord, body: bytes) -> RequestRecord:
         if self.keep_text:
             rec.chunk_text = []
-        rec.t_send_ns = _monotonic_ns()
+        rec.t_call_ns = rec.t_send_ns = _monotonic_ns()
         try:
             async with asyncio.timeout(self.timeout_s):
-                async with self.session.post(self.url, data=body, headers=self.headers) as resp:
+                async with self.session.post(self.url, data=body, headers=self.headers,
+                                             trace_request_ctx=rec) as resp:
                     rec.t_headers_ns = _monotonic_ns()
                     rec.status = resp.status
                     if resp.status != 200:

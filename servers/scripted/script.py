@@ -23,7 +23,8 @@ FAULTS = (
     "empty",         # a well-formed stream with no tokens
 )
 
-_WORDS = ("alpha", "be", "cat", "delta", "echo", "fig", "golf", "hotel", "in", "juliet",
+# The scripted "model" vocabulary: every generated token is one of these words.
+WORDS = ("alpha", "be", "cat", "delta", "echo", "fig", "golf", "hotel", "in", "juliet",
           "kilo", "lima", "mike", "no", "oscar", "papa", "quebec", "romeo", "sierra", "tango")
 
 
@@ -146,5 +147,5 @@ def script_for(cfg: ScriptConfig, prompt_text: str, max_tokens: int) -> Script:
     step = cfg.step_ms / 1e3
     gaps = tuple(step * (1.0 + cfg.step_jitter * (2.0 * rng.random() - 1.0)) for _ in tokens[1:])
     ttft = cfg.ttft_ms / 1e3 + cfg.prefill_us_per_token * 1e-6 * prompt_token_count(prompt_text)
-    words = tuple(_WORDS[rng.randrange(len(_WORDS))] for _ in range(max_tokens))
+    words = tuple(WORDS[rng.randrange(len(WORDS))] for _ in range(max_tokens))
     return Script(ttft_s=ttft, tokens=tuple(tokens), gaps_s=gaps, words=words)

@@ -1,0 +1,58 @@
+"""Shared test helpers: real server processes, the CLI run as a user runs it, and the truth."""
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servers.embedded import scripted_server
+from workloads import random_lengths
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    """`loadgen ARGS` in a subprocess, as a user would run it."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True,
+                          text=True, env=full_env, timeout=timeout, cwd=REPO)
+
+
+def synthetic_prompts(n: int, *, input_len: int, output_len: int, seed: int) -> list[str]:
+    """The prompts `loadgen run --workload synthetic` sends, in order (request index i)."""
+    gen = random_lengths(None, input_len=input_len, output_len=output_len, seed=seed)
+    return [r.prompt for r in itertools.islice(gen, n)]
+
+
+def scripted_pids() -> set[int]:
+    """PIDs of every running scripted server (to prove none is left behind)."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"servers.scripted" in cmd:
+                pids.add(int(entry.name))
+    return pids
+
+
+@pytest.fixture
+def server():
+    """A factory: `url = server("--step-ms", "5")` starts a scripted server for this test."""
+    stack = []
+
+    def start(*args: str) -> str:
+        cm = scripted_server(*args)
+        srv = cm.__enter__()
+        stack.append(cm)
+        return srv.url
+
+    yield start
+    for cm in reversed(stack):
+        cm.__exit__(None, None, None)

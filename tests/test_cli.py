@@ -1,0 +1,108 @@
+"""`loadgen run` as a user meets it: outputs, the embedded default, secrets, and bad input."""
+from __future__ import annotations
+
+import json
+import socket
+
+import pandas as pd
+import pytest
+
+from tests.conftest import run_cli, scripted_pids
+
+SUMMARY_KEYS = {"config", "completed", "failed", "errors", "duration_s", "output_throughput_tok_s",
+                "request_throughput_req_s", "ttft_ms", "tpot_ms", "itl_ms", "inter_chunk_ms",
+                "e2e_ms", "tokens_per_chunk_mean", "token_count_source", "client_bound"}
+
+
+@pytest.fixture(scope="module")
+def fast_server():
+    from servers.embedded import scripted_server
+    with scripted_server("--ttft-ms", "5", "--step-ms", "4", "--api-key", "s3cr3t-KEY-4711") as srv:
+        yield srv.url
+
+
+def test_outputs_have_the_fixed_interface(fast_server, tmp_path):
+    res = run_cli("run", "--base-url", fast_server + "/v1", "--concurrency", "4",
+                  "--num-requests", "20", "--output-len", "16", "--quiet", "--output", str(tmp_path),
+                  env={"LOADGEN_API_KEY": "s3cr3t-KEY-4711"})
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(summary)
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "inter_chunk_ms", "e2e_ms"):
+        assert {"mean", "p50", "p90", "p99"} <= set(summary[key])
+    assert summary["completed"] == 20 and summary["failed"] == 0
+    assert summary["config"]["model"] == "scripted"  # found in /v1/models
+    assert summary["token_count_source"] == "continuous_usage"
+    assert summary["client_bound"] is False
+    frame = pd.read_parquet(tmp_path / "requests.parquet")
+    assert len(frame) == 20
+    assert frame["chunk_t_ns"].map(len).equals(frame["chunk_tokens"].map(len))
+    assert (frame["chunk_tokens"].map(sum) == 16).all()
+    assert "TTFT" in res.stdout and "ITL (per token)" in res.stdout
+
+
+def test_the_api_key_is_never_written(fast_server, tmp_path):
+    key = "s3cr3t-KEY-4711"
+    res = run_cli("run", "--base-url", fast_server, "--api-key", key, "--concurrency", "2",
+                  "--num-requests", "4", "--output-len", "4", "--output", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    for path in tmp_path.rglob("*"):
+        assert key.encode() not in path.read_bytes(), path
+    assert key not in res.stdout + res.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["config"]["api_key_provided"] is True
+    assert "***" in summary["config"]["argv"]
+
+
+def test_a_missing_key_is_one_clear_line(fast_server, tmp_path):
+    res = run_cli("run", "--base-url", fast_server, "--concurrency", "1", "--num-requests", "1",
+                  "--output", str(tmp_path), env={"LOADGEN_API_KEY": "", "OPENAI_API_KEY": ""})
+    assert res.returncode != 0
+    assert res.stderr.strip().count("\n") == 0
+    assert "API key" in res.stderr
+
+
+def test_embedded_default_runs_and_leaves_no_process(tmp_path):
+    before = scripted_pids()
+    res = run_cli("run", "--concurrency", "4", "--num-requests", "12", "--output-len", "8",
+                  "--quiet", "--output", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert "embedded" in res.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["config"]["embedded_server"] is True and summary["completed"] == 12
+    assert summary["tokens_per_chunk_mean"] > 1.5  # multi-token chunks, as under SD
+    assert scripted_pids() <= before
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["--base-url", "http://127.0.0.1:{port}", "--concurrency", "1"], "cannot reach"),
+    (["--base-url", "{fast}", "--model", "no-such-model", "--concurrency", "1"], "not served"),
+    (["--base-url", "{fast}", "--rate", "0"], "--rate must be > 0"),
+    (["--base-url", "{fast}", "--rate", "-2"], "--rate must be > 0"),
+    (["--base-url", "{fast}", "--rate", "1", "--concurrency", "2"], "exactly one of"),
+    (["--base-url", "{fast}"], "exactly one of"),
+    (["--base-url", "{fast}", "--concurrency", "0"], "--concurrency must be >= 1"),
+    (["--base-url", "{fast}", "--rate", "5", "--burstiness", "0"], "--burstiness must be > 0"),
+    (["--base-url", "{fast}", "--concurrency", "2", "--output", "{file}/sub"], "cannot write to output directory"),
+    (["--base-url", "ftp://example", "--concurrency", "1"], "not an http(s) URL"),
+    (["--base-url", "{fast}", "--concurrency", "1", "--goodput", "ttft<500"], "bad goodput objective"),
+    (["--base-url", "{fast}", "--concurrency", "1", "--extra-body", "[1"], "--extra-body is not valid JSON"),
+])
+def test_bad_input_is_one_clear_line(fast_server, tmp_path, args, expect):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    args = [a.format(port=_closed_port(), fast=fast_server, file=blocker) for a in args]
+    if "--output" not in args:
+        args += ["--output", str(tmp_path / "out")]
+    res = run_cli("run", *args, "--num-requests", "2", env={"LOADGEN_API_KEY": "s3cr3t-KEY-4711"})
+    assert res.returncode != 0
+    err = res.stderr.strip()
+    assert "\n" not in err, err
+    assert "Traceback" not in err
+    assert expect in err, err

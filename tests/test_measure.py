@@ -1,0 +1,108 @@
+"""Metric definitions (docs/metrics.md) on hand-made records whose every time is known."""
+import numpy as np
+import pytest
+
+from loadgen.measure import request_frame, token_gaps
+from loadgen.record import RequestRecord
+from loadgen.summary import steady_window, summarize
+
+MS = 1_000_000
+BASE = 5_000  # ms: monotonic times are never 0 (0 means "not sent")
+
+
+def _rec(index, t_sched, t_send, chunks, warmup=False, error=None, prompt=10):
+    """chunks: [(arrival ms, tokens)] with exact continuous usage."""
+    r = RequestRecord(index, f"r{index}", warmup, (BASE + t_sched) * MS)
+    r.t_send_ns = (BASE + t_send) * MS
+    cum = 0
+    for t, n in chunks:
+        cum += n
+        r.chunk_t_ns.append((BASE + t) * MS)
+        r.chunk_usage.append(cum)
+        r.chunk_chars.append(5 * n)
+    r.usage_completion_tokens = cum
+    r.prompt_tokens = prompt
+    r.t_end_ns = (BASE + (chunks[-1][0] + 1 if chunks else t_send)) * MS
+    r.done = True
+    r.error_type = error
+    return r
+
+
+def test_per_request_definitions_with_multi_token_chunks():
+    # sent at 100 ms (scheduled at 98), first token at 150, then chunks of 3 and 2 tokens
+    f = request_frame([_rec(0, 98, 100, [(150, 1), (180, 3), (200, 2)])])
+    row = f.iloc[0]
+    assert row.ttft_ms == pytest.approx(50.0)
+    assert row.e2e_ms == pytest.approx(100.0)
+    assert row.tpot_ms == pytest.approx((100 - 50) / (6 - 1))
+    assert row.ttft_from_scheduled_ms == pytest.approx(52.0)
+    assert row.lateness_ms == pytest.approx(2.0)
+    assert row.decode_tokens_per_chunk == pytest.approx(2.5)
+    itl, gaps, decode = token_gaps(f)
+    assert itl.tolist() == pytest.approx([10, 10, 10, 10, 10])  # 30 ms over 3, 20 ms over 2
+    assert itl.mean() == pytest.approx(row.tpot_ms)
+    assert gaps.tolist() == pytest.approx([30, 20])
+    assert decode.tolist() == [3, 2]
+
+
+def test_tokens_of_the_first_chunk_beyond_the_first_have_zero_itl():
+    f = request_frame([_rec(0, 0, 0, [(40, 3), (60, 2)])])
+    itl, _, _ = token_gaps(f)
+    assert itl.tolist() == pytest.approx([0, 0, 10, 10])
+    assert f.iloc[0].tpot_ms == pytest.approx(20 / 4)
+
+
+def _config():
+    return {"clock": {"t0_ns": BASE * MS}, "load": {"concurrency": 2}}
+
+
+def test_summary_excludes_warmup_and_failures_and_counts_errors():
+    recs = [_rec(0, 0, 0, [(50, 1), (60, 1)], warmup=True),
+            _rec(1, 0, 10, [(60, 1), (70, 1)]),
+            _rec(2, 0, 20, [(100, 1)], error="reset"),
+            _rec(3, 70, 70, [(120, 1), (130, 1)])]
+    s = summarize(request_frame(recs), [0, 1000], config=_config())
+    assert s["completed"] == 2 and s["failed"] == 1 and s["errors"] == {"reset": 1}
+    assert s["ttft_ms"]["count"] == 2
+    assert s["ttft_ms"]["mean"] == pytest.approx(50.0)
+    assert s["token_count_source"] == "continuous_usage"
+    for key in ("config", "completed", "failed", "errors", "duration_s", "output_throughput_tok_s",
+                "request_throughput_req_s", "ttft_ms", "tpot_ms", "itl_ms", "inter_chunk_ms",
+                "e2e_ms", "tokens_per_chunk_mean", "token_count_source", "client_bound"):
+        assert key in s
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "inter_chunk_ms", "e2e_ms"):
+        assert {"mean", "p50", "p90", "p99"} <= set(s[key])
+
+
+def test_steady_window_counts_tokens_that_arrive_inside_it():
+    # two requests sent at 0 and 1000 ms: window [0, 1000] ms once the median E2E (<=1000) fits
+    recs = [_rec(0, 0, 0, [(100 * i, 1) for i in range(1, 11)]),       # tokens at 100..1000
+            _rec(1, 1000, 1000, [(1000 + 100 * i, 1) for i in range(1, 11)])]
+    f = request_frame(recs)
+    start, end, kind = steady_window(f)
+    assert (start, end, kind) == (BASE * MS, (BASE + 1000) * MS, "steady")
+    s = summarize(f, [], config=_config())
+    assert s["window"]["output_tokens"] == 10
+    assert s["output_throughput_tok_s"] == pytest.approx(10.0)
+    assert s["request_throughput_req_s"] == pytest.approx(1.0)
+
+
+def test_no_steady_state_falls_back_to_the_whole_run():
+    recs = [_rec(i, 0, 0, [(100, 1), (200, 1)]) for i in range(4)]  # all sent at once
+    s = summarize(request_frame(recs), [], config=_config())
+    assert s["window"]["kind"] == "full_run"
+    assert s["output_throughput_tok_s"] == pytest.approx(8 / 0.201)
+
+
+def test_goodput_judges_each_request_from_its_scheduled_time():
+    recs = [_rec(0, 0, 0, [(50, 1), (60, 1)]), _rec(1, 0, 90, [(140, 1), (150, 1)])]
+    s = summarize(request_frame(recs), [], config=_config(), goodput={"ttft": 100.0})
+    assert s["goodput"]["good"] == 1 and s["goodput"]["fraction"] == 0.5
+
+
+def test_client_bound_from_lateness():
+    recs = [_rec(i, 0, 20, [(50, 1), (60, 1)]) for i in range(10)]  # each sent 20 ms late
+    s = summarize(request_frame(recs), [0] * 10, config=_config(), lateness_threshold_ms=5.0)
+    assert s["client_bound"] and "lateness" in s["self_check"]["reasons"][0]
+    ok = summarize(request_frame([_rec(0, 0, 0, [(50, 1)])]), [0] * 10, config=_config())
+    assert not ok["client_bound"]

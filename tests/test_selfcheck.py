@@ -1,0 +1,50 @@
+"""The client's self-check: a starved event loop is flagged client_bound, a healthy one is not."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from loadgen.measure import request_frame
+from loadgen.run import LoadShape, RunSpec, execute
+from loadgen.summary import summarize
+from workloads import random_lengths
+
+
+def _summary(result) -> dict:
+    return summarize(request_frame(result.records), result.loop_lag_ns,
+                     config={"clock": {"t0_ns": result.t0_ns}, "load": {}},
+                     load_info=result.load_info)
+
+
+async def _run(url: str, starve: bool):
+    spec = RunSpec(api_base=url + "/v1", model="scripted", load=LoadShape(rate=40.0),
+                   num_requests=60)
+    running = True
+
+    async def hog():  # blocks the loop 20 ms out of every 30, like a CPU-bound client would
+        while running:
+            time.sleep(0.02)
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(hog()) if starve else None
+    try:
+        return await execute(spec, random_lengths(None, input_len=16, output_len=8))
+    finally:
+        running = False
+        if task:
+            await task
+
+
+def test_starved_loop_is_flagged_client_bound(server):
+    url = server("--ttft-ms", "5", "--step-ms", "5")
+    starved = _summary(asyncio.run(_run(url, starve=True)))
+    assert starved["client_bound"] is True
+    assert any("loop lag" in r for r in starved["self_check"]["reasons"])
+    assert starved["self_check"]["loop_lag_ms"]["p99"] > 10
+
+
+def test_healthy_run_is_not_flagged(server):
+    url = server("--ttft-ms", "5", "--step-ms", "5")
+    healthy = _summary(asyncio.run(_run(url, starve=False)))
+    assert healthy["client_bound"] is False, healthy["self_check"]["reasons"]
+    assert healthy["completed"] == 60
