@@ -96,7 +96,9 @@ def resolve(rec: RequestRecord, tokenizer=None) -> tuple[np.ndarray, np.ndarray,
         else:
             tokens, source = apportion(counts, total), "final_usage+tokenizer"
     elif total is not None:
-        chars = np.frombuffer(rec.chunk_chars, dtype=np.int64)
+        chars = np.frombuffer(rec.chunk_chars, dtype=np.int64).astype(float)
+        chars[chars < 0] = np.nan  # chunks read by usage only: their length is unknown
+        chars[np.isnan(chars)] = np.nanmean(chars) if (~np.isnan(chars)).any() else 1.0
         tokens, source = apportion(chars, total), "final_usage"
     else:
         tokens, source = np.ones(len(t), dtype=np.int64), "chunks"

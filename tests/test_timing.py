@@ -85,6 +85,10 @@ def test_final_usage_only_gives_exact_totals_and_estimated_chunks(server, tmp_pa
     assert (frame["token_count_source"] == "final_usage").all()
     assert (frame["completion_tokens"] == OUTPUT_LEN).all()
     assert all(sum(t) == OUTPUT_LEN for t in frame["chunk_tokens"])
+    cfg = ScriptConfig(**SCRIPT)  # the chunks themselves are exact; only their split is estimated
+    prompts = synthetic_prompts(len(frame), input_len=INPUT_LEN, output_len=OUTPUT_LEN, seed=SEED)
+    for row in frame.itertuples():
+        assert len(row.chunk_tokens) == len(script_for(cfg, prompts[row.index], OUTPUT_LEN).tokens)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["token_count_source"] == "final_usage"
 

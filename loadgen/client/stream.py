@@ -6,8 +6,8 @@ library's own work and its body-writer task (a separate task on Python 3.11) del
 by up to milliseconds, and that is the client's delay (lateness), not the server's TTFT.
 
 The hot path: whole socket reads (`readany`), one clock reading per read, events split by
-`SSEDecoder`, one JSON parse per event. Every failure becomes an error type on the record;
-nothing but cancellation escapes `send`.
+`SSEDecoder` and interpreted by `events.on_event`. Every failure becomes an error type on the
+record; nothing but cancellation escapes `send`.
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ import aiohttp
 from yarl import URL
 
 from loadgen.client.bodies import ENDPOINTS
+from loadgen.client.events import error_message, on_event
 from loadgen.client.sse import SSEDecoder, StreamFault
 from loadgen.record import RequestRecord
 
 _monotonic_ns = time.monotonic_ns
-_loads = json.loads
 _TAGS = re.compile(r"<[^>]+>")
 _MAX_ERROR_BODY = 64 * 1024
 
@@ -105,7 +105,6 @@ class StreamClient:
     async def _read_stream(self, rec: RequestRecord, content: aiohttp.StreamReader) -> None:
         decoder = SSEDecoder()
         feed = decoder.feed
-        on_event = self._on_event
         readany = content.readany
         t = 0
         while data := await readany():
@@ -118,74 +117,10 @@ class StreamClient:
         if not rec.t_end_ns:
             rec.t_end_ns = t or _monotonic_ns()
 
-    def _on_event(self, rec: RequestRecord, payload: bytes, t: int) -> None:
-        if rec.done:
-            return  # anything after [DONE] is ignored
-        if payload == b"[DONE]":
-            rec.done = True
-            rec.t_end_ns = t
-            return
-        try:
-            obj = _loads(payload)
-        except ValueError:
-            raise StreamFault("invalid_json", f"data event is not JSON: {payload[:80]!r}") from None
-        if not isinstance(obj, dict):
-            raise StreamFault("invalid_json", f"data event is not a JSON object: {payload[:80]!r}")
-        if "error" in obj or obj.get("object") == "error":
-            raise StreamFault("stream_error", _error_message(obj))
-        cum = -1
-        usage = obj.get("usage")
-        if usage:
-            ct = usage.get("completion_tokens")
-            if isinstance(ct, int):
-                cum = ct
-                rec.usage_completion_tokens = ct
-            pt = usage.get("prompt_tokens")
-            if isinstance(pt, int):
-                rec.prompt_tokens = pt
-        choices = obj.get("choices")
-        if not choices:
-            return
-        choice = choices[0]
-        if fr := choice.get("finish_reason"):
-            rec.finish_reason = fr
-        text = choice.get("text")
-        if text is None:
-            text = _delta_text(choice.get("delta"))
-        chars = len(text) if text else 0
-        usages = rec.chunk_usage
-        if chars or cum > (usages[-1] if usages else 0):
-            rec.chunk_t_ns.append(t)
-            usages.append(cum)
-            rec.chunk_chars.append(chars)
-            if rec.chunk_text is not None:
-                rec.chunk_text.append(text or "")
-
-
-def _delta_text(delta) -> str:
-    """All generated text in a chat delta: reasoning, content and tool-call arguments."""
-    if not delta:
-        return ""
-    text = delta.get("reasoning_content") or delta.get("reasoning") or ""
-    if content := delta.get("content"):
-        text += content
-    for call in delta.get("tool_calls") or ():
-        fn = call.get("function") or {}
-        text += (fn.get("name") or "") + (fn.get("arguments") or "")
-    return text
-
-
 def _fail(rec: RequestRecord, kind: str, message: str) -> None:
     if rec.error_type is None:
         rec.error_type = kind
         rec.error_message = message[:500]
-
-
-def _error_message(obj: dict) -> str:
-    err = obj.get("error", obj)
-    if isinstance(err, dict):
-        return str(err.get("message") or err.get("detail") or err)
-    return str(err)
 
 
 def _classify(e: aiohttp.ClientError, mid_response: bool) -> tuple[str, str]:
@@ -209,7 +144,7 @@ async def _http_error(rec: RequestRecord, resp: aiohttp.ClientResponse) -> None:
         raw += part
     text = raw[:_MAX_ERROR_BODY].decode("utf-8", "replace").strip()
     try:
-        message = _error_message(json.loads(text))
+        message = error_message(json.loads(text))
     except ValueError:
         message = " ".join(_TAGS.sub(" ", text).split()) or resp.reason or ""
     _fail(rec, f"http_{resp.status}", f"HTTP {resp.status}: {message[:300]}")

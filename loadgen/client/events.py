@@ -1,0 +1,116 @@
+"""What one SSE data event of an OpenAI-compatible stream means for the request's record.
+
+A chunk carrying `usage` is read with a regex for its cumulative `completion_tokens`: exact,
+because in valid JSON the bytes `"completion_tokens":` can only be a key (quotes inside strings
+are escaped), and that count is all a usage-counted chunk needs. Every other event (no usage,
+an error key, a payload not framed as an object, or a run keeping text for a tokenizer) is
+parsed as JSON.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+from loadgen.client.sse import StreamFault
+from loadgen.record import RequestRecord
+
+_loads = json.loads
+_COMPLETION_TOKENS = re.compile(rb'"completion_tokens":\s*(\d+)')
+_PROMPT_TOKENS = re.compile(rb'"prompt_tokens":\s*(\d+)')
+_FINISH = re.compile(rb'"finish_reason":\s*"([^"]*)"')
+_NO_CHOICES = re.compile(rb'"choices":\s*\[\s*\]')
+
+
+def on_event(rec: RequestRecord, payload: bytes, t: int) -> None:
+    """Record one event's payload, which arrived at `t` (monotonic ns)."""
+    if rec.done:
+        return  # anything after [DONE] is ignored
+    if payload == b"[DONE]":
+        rec.done = True
+        rec.t_end_ns = t
+        return
+    if rec.chunk_text is None and payload[:1] == b"{" and payload[-1:] == b"}" \
+            and b'"error"' not in payload:
+        m = _COMPLETION_TOKENS.search(payload)
+        if m is not None:
+            _on_usage_chunk(rec, payload, int(m.group(1)), t)
+            return
+    _on_parsed(rec, _parse(payload), t)
+
+
+def _on_usage_chunk(rec: RequestRecord, payload: bytes, cum: int, t: int) -> None:
+    rec.usage_completion_tokens = cum
+    if rec.prompt_tokens is None and (m := _PROMPT_TOKENS.search(payload)):
+        rec.prompt_tokens = int(m.group(1))
+    if m := _FINISH.search(payload):
+        rec.finish_reason = m.group(1).decode()
+    if _NO_CHOICES.search(payload):
+        return  # a usage-only chunk (the final one): no tokens of its own
+    usages = rec.chunk_usage
+    if cum > (usages[-1] if usages else 0):
+        rec.chunk_t_ns.append(t)
+        usages.append(cum)
+        rec.chunk_chars.append(-1)  # not read: the usage makes the count exact
+
+
+def _parse(payload: bytes) -> dict:
+    try:
+        obj = _loads(payload)
+    except ValueError:
+        raise StreamFault("invalid_json", f"data event is not JSON: {payload[:80]!r}") from None
+    if not isinstance(obj, dict):
+        raise StreamFault("invalid_json", f"data event is not a JSON object: {payload[:80]!r}")
+    if "error" in obj or obj.get("object") == "error":
+        raise StreamFault("stream_error", error_message(obj))
+    return obj
+
+
+def _on_parsed(rec: RequestRecord, obj: dict, t: int) -> None:
+    cum = -1
+    usage = obj.get("usage")
+    if usage:
+        ct = usage.get("completion_tokens")
+        if isinstance(ct, int):
+            cum = ct
+            rec.usage_completion_tokens = ct
+        pt = usage.get("prompt_tokens")
+        if isinstance(pt, int):
+            rec.prompt_tokens = pt
+    choices = obj.get("choices")
+    if not choices:
+        return
+    choice = choices[0]
+    if fr := choice.get("finish_reason"):
+        rec.finish_reason = fr
+    text = choice.get("text")
+    if text is None:
+        text = _delta_text(choice.get("delta"))
+    chars = len(text) if text else 0
+    usages = rec.chunk_usage
+    if chars or cum > (usages[-1] if usages else 0):
+        rec.chunk_t_ns.append(t)
+        usages.append(cum)
+        rec.chunk_chars.append(chars)
+        if rec.chunk_text is not None:
+            rec.chunk_text.append(text or "")
+
+
+def _delta_text(delta) -> str:
+    """All generated text in a chat delta: reasoning, content and tool-call arguments."""
+    if not delta:
+        return ""
+    text = delta.get("reasoning_content") or delta.get("reasoning") or ""
+    if content := delta.get("content"):
+        text += content
+    for call in delta.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        text += (fn.get("name") or "") + (fn.get("arguments") or "")
+    return text
+
+
+def error_message(obj: dict) -> str:
+    """The message of an OpenAI/vLLM error object (`{"error": {...}}` or the older flat form)."""
+    err = obj.get("error", obj)
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("detail") or err)
+    return str(err)

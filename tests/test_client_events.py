@@ -1,0 +1,62 @@
+"""Chunk interpretation: the usage fast path agrees with a full JSON parse, and neither lets a
+broken or error event through."""
+import json
+
+import pytest
+
+from loadgen.client.sse import StreamFault
+from loadgen.client.events import on_event
+from loadgen.record import RequestRecord
+from servers.openai_stream import StreamRenderer
+
+
+def _events(chat: bool, continuous: bool) -> list[bytes]:
+    r = StreamRenderer(chat=chat, request_id="x", model="m", created=1, prompt_tokens=7,
+                       continuous_usage=continuous)
+    ev = [r.role()] if chat else []
+    ev += [r.chunk(' say "completion_tokens":99 \\n', 1, None), r.chunk(" b c", 3, None),
+           r.chunk(" d", 4, "length"), r.final_usage(4)]
+    return [e[len(b"data: "):-2] for e in ev] + [b"[DONE]"]
+
+
+def _feed(payloads, keep_text=False) -> RequestRecord:
+    rec = RequestRecord(0, "r", False, 0)
+    if keep_text:
+        rec.chunk_text = []  # forces the full parse, as a tokenizer run does
+    for i, p in enumerate(payloads):
+        on_event(rec, p, 1000 + i)
+    return rec
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_fast_path_matches_full_parse(chat):
+    fast, full = _feed(_events(chat, True)), _feed(_events(chat, True), keep_text=True)
+    for field in ("chunk_t_ns", "chunk_usage", "prompt_tokens", "usage_completion_tokens",
+                  "finish_reason", "done"):
+        assert getattr(fast, field) == getattr(full, field), field
+    assert list(fast.chunk_usage) == [1, 3, 4]  # the quoted text did not fool it
+    assert fast.finish_reason == "length" and fast.prompt_tokens == 7
+
+
+def test_without_continuous_usage_chunks_come_from_text():
+    rec = _feed(_events(False, False))
+    assert list(rec.chunk_usage) == [-1, -1, -1]
+    assert rec.usage_completion_tokens == 4  # from the final usage chunk
+    assert list(rec.chunk_chars)[1:] == [4, 2]
+
+
+@pytest.mark.parametrize("payload,kind", [
+    (b'{"id":"x","choices":[{"text":"a"}],"usage":{"completion_tokens":3', "invalid_json"),
+    (b'{"error":{"message":"engine died","code":500},"usage":{"completion_tokens":3}}', "stream_error"),
+    (b'{"object":"error","message":"bad","code":400}', "stream_error"),
+    (b'[1, 2]', "invalid_json"),
+])
+def test_broken_and_error_events_are_faults(payload, kind):
+    with pytest.raises(StreamFault) as e:
+        _feed([payload])
+    assert e.value.kind == kind
+
+
+def test_events_after_done_are_ignored():
+    rec = _feed([b"[DONE]", json.dumps({"choices": [{"text": "late"}]}).encode()])
+    assert rec.done and len(rec.chunk_t_ns) == 0
