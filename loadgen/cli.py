@@ -120,7 +120,7 @@ def run(**o) -> None:
         result, spec.model = asyncio.run(_run(spec, o["model"], workload, o["quiet"]))
     frame = request_frame(result.records, tokenizer)
     config = _config(o, spec, embedded=o["base_url"] is None, result=result)
-    summary = summarize(frame, result.loop_lag_ns, config=config, interrupted=result.interrupted,
+    summary = summarize(frame, (result.loop_lag_at_ns, result.loop_lag_ns), config=config, interrupted=result.interrupted,
                         goodput=objectives, lateness_threshold_ms=o["lateness_threshold_ms"],
                         load_info=result.load_info)
     try:

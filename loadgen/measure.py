@@ -24,7 +24,7 @@ def _row(rec: RequestRecord, tokenizer) -> dict:
         else tokens,
         "token_count_source": source,
         "t_scheduled_ns": rec.t_scheduled_ns, "t_call_ns": rec.t_call_ns,
-        "t_send_ns": rec.t_send_ns,
+        "t_send_ns": rec.t_send_ns, "t_headers_ns": rec.t_headers_ns or None,
         "t_first_token_ns": int(t[0]) if len(t) else None,
         "t_last_token_ns": int(t[-1]) if len(t) else None,
         "t_end_ns": rec.t_end_ns,

@@ -61,7 +61,7 @@ def test_summary_excludes_warmup_and_failures_and_counts_errors():
             _rec(1, 0, 10, [(60, 1), (70, 1)]),
             _rec(2, 0, 20, [(100, 1)], error="reset"),
             _rec(3, 70, 70, [(120, 1), (130, 1)])]
-    s = summarize(request_frame(recs), [0, 1000], config=_config())
+    s = summarize(request_frame(recs), ([], []), config=_config())
     assert s["completed"] == 2 and s["failed"] == 1 and s["errors"] == {"reset": 1}
     assert s["ttft_ms"]["count"] == 2
     assert s["ttft_ms"]["mean"] == pytest.approx(50.0)
@@ -81,7 +81,7 @@ def test_steady_window_counts_tokens_that_arrive_inside_it():
     f = request_frame(recs)
     start, end, kind = steady_window(f)
     assert (start, end, kind) == (BASE * MS, (BASE + 1000) * MS, "steady")
-    s = summarize(f, [], config=_config())
+    s = summarize(f, ([], []), config=_config())
     assert s["window"]["output_tokens"] == 10
     assert s["output_throughput_tok_s"] == pytest.approx(10.0)
     assert s["request_throughput_req_s"] == pytest.approx(1.0)
@@ -89,20 +89,34 @@ def test_steady_window_counts_tokens_that_arrive_inside_it():
 
 def test_no_steady_state_falls_back_to_the_whole_run():
     recs = [_rec(i, 0, 0, [(100, 1), (200, 1)]) for i in range(4)]  # all sent at once
-    s = summarize(request_frame(recs), [], config=_config())
+    s = summarize(request_frame(recs), ([], []), config=_config())
     assert s["window"]["kind"] == "full_run"
     assert s["output_throughput_tok_s"] == pytest.approx(8 / 0.201)
 
 
 def test_goodput_judges_each_request_from_its_scheduled_time():
     recs = [_rec(0, 0, 0, [(50, 1), (60, 1)]), _rec(1, 0, 90, [(140, 1), (150, 1)])]
-    s = summarize(request_frame(recs), [], config=_config(), goodput={"ttft": 100.0})
+    s = summarize(request_frame(recs), ([], []), config=_config(), goodput={"ttft": 100.0})
     assert s["goodput"]["good"] == 1 and s["goodput"]["fraction"] == 0.5
 
 
 def test_client_bound_from_lateness():
     recs = [_rec(i, 0, 20, [(50, 1), (60, 1)]) for i in range(10)]  # each sent 20 ms late
-    s = summarize(request_frame(recs), [0] * 10, config=_config(), lateness_threshold_ms=5.0)
+    s = summarize(request_frame(recs), ([], []), config=_config(), lateness_threshold_ms=5.0)
     assert s["client_bound"] and "lateness" in s["self_check"]["reasons"][0]
-    ok = summarize(request_frame([_rec(0, 0, 0, [(50, 1)])]), [0] * 10, config=_config())
+    ok = summarize(request_frame([_rec(0, 0, 0, [(50, 1)])]), ([], []), config=_config())
     assert not ok["client_bound"]
+
+
+def test_one_long_stall_over_many_chunks_is_flagged():
+    """Per-tick lag p99 hides a single 40 ms stall (one tick of 200); weighted by the chunks
+    whose timestamps it covered, it cannot hide."""
+    recs = [_rec(i, 0, 0, [(1000 + j, 1) for j in range(0, 40, 4)]) for i in range(30)]
+    ticks = [(BASE + 10 * k) * MS for k in range(1, 201)]
+    lags = [0] * 200
+    stalled = ticks.index((BASE + 1040) * MS)  # the tick covering 1000..1040 ms woke 40 ms late
+    lags[stalled] = 40 * MS
+    s = summarize(request_frame(recs), (ticks, lags), config=_config())
+    assert s["self_check"]["loop_lag_ms"]["p99"] < 5
+    assert s["self_check"]["chunk_lag_ms"]["p99"] == pytest.approx(40)
+    assert s["client_bound"] and "chunk timestamps" in s["self_check"]["reasons"][0]

@@ -117,6 +117,7 @@ class StreamClient:
         if not rec.t_end_ns:
             rec.t_end_ns = t or _monotonic_ns()
 
+
 def _fail(rec: RequestRecord, kind: str, message: str) -> None:
     if rec.error_type is None:
         rec.error_type = kind
