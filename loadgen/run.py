@@ -39,10 +39,10 @@ class LoadShape:
             raise ValueError("give exactly one of concurrency and rate")
         if self.concurrency is not None and self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
-        if self.rate is not None and not self.rate > 0:
-            raise ValueError(f"rate must be > 0, got {self.rate}")
-        if not self.burstiness > 0:
-            raise ValueError(f"burstiness must be > 0, got {self.burstiness}")
+        if self.rate is not None and not 0 < self.rate < float("inf"):
+            raise ValueError(f"rate must be > 0 and finite, got {self.rate}")
+        if not 0 < self.burstiness < float("inf"):
+            raise ValueError(f"burstiness must be > 0 and finite, got {self.burstiness}")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
 

@@ -35,10 +35,11 @@ def load_tokenizer(spec: str):
     except ImportError:
         raise TokenizerError("--tokenizer needs the 'tokenizers' package: "
                              "pip install 'loadgen[tokenizer]'") from None
-    path = Path(spec)
+    path = Path(spec).expanduser()
     if path.is_dir():
         path = path / "tokenizer.json"
-    if path.exists() or Path(spec).exists():
+    looks_local = spec.startswith(("/", ".", "~")) or spec.endswith(".json")
+    if path.exists() or looks_local:
         if not path.is_file():
             raise TokenizerError(f"no tokenizer.json at {spec!r}; pass a tokenizer.json file "
                                  "or a directory holding one")

@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
+import sys
+import time
 
 import pandas as pd
 import pytest
 
-from tests.conftest import run_cli, scripted_pids
+from tests.conftest import REPO, run_cli, scripted_pids
 
 SUMMARY_KEYS = {"config", "completed", "failed", "errors", "duration_s", "output_throughput_tok_s",
                 "request_throughput_req_s", "ttft_ms", "tpot_ms", "itl_ms", "inter_chunk_ms",
@@ -85,6 +89,8 @@ def _closed_port() -> int:
     (["--base-url", "{fast}", "--model", "no-such-model", "--concurrency", "1"], "not served"),
     (["--base-url", "{fast}", "--rate", "0"], "--rate must be > 0"),
     (["--base-url", "{fast}", "--rate", "-2"], "--rate must be > 0"),
+    (["--base-url", "{fast}", "--rate", "inf"], "--rate must be > 0 and finite"),
+    (["--base-url", "{fast}", "--concurrency", "1", "--tokenizer", "{file}.json"], "no tokenizer.json"),
     (["--base-url", "{fast}", "--rate", "1", "--concurrency", "2"], "exactly one of"),
     (["--base-url", "{fast}"], "exactly one of"),
     (["--base-url", "{fast}", "--concurrency", "0"], "--concurrency must be >= 1"),
@@ -106,3 +112,24 @@ def test_bad_input_is_one_clear_line(fast_server, tmp_path, args, expect):
     assert "\n" not in err, err
     assert "Traceback" not in err
     assert expect in err, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_keeps_what_finished(server, tmp_path, sig):
+    url = server("--ttft-ms", "5", "--step-ms", "20", "--chunk-tokens", "1")
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen", "run", "--base-url", url,
+                             "--concurrency", "4", "--num-requests", "400", "--output-len", "10",
+                             "--quiet", "--output", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    time.sleep(3.0)  # ~0.2 s per request: some finished, some in flight
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert 10 <= summary["completed"] < 400 and summary["failed"] == 0
+    frame = pd.read_parquet(tmp_path / "requests.parquet")
+    assert (frame["ok"].sum() == summary["completed"])
+    assert set(frame.loc[~frame["ok"], "error_type"]) <= {"cancelled"}
+    assert (frame.loc[frame["ok"], "completion_tokens"] == 10).all()
