@@ -117,14 +117,15 @@ def run(**o) -> None:
             spec.api_base = api_base(url)
         except EndpointError as e:
             raise Failure(str(e)) from None
-        result, spec.model = asyncio.run(_run(spec, o["model"], workload, o["quiet"]))
+        result = asyncio.run(_run(spec, o["model"], workload, o["quiet"]))
     frame = request_frame(result.records, tokenizer)
-    config = _config(o, spec, embedded=o["base_url"] is None, result=result)
-    summary = summarize(frame, (result.loop_lag_at_ns, result.loop_lag_ns), config=config, interrupted=result.interrupted,
-                        goodput=objectives, lateness_threshold_ms=o["lateness_threshold_ms"],
-                        load_info=result.load_info)
-    try:
+    try:  # the requests first: whatever happens next, what was measured is kept
         store.write_requests(out, frame)
+        config = _config(o, spec, embedded=o["base_url"] is None, result=result)
+        summary = summarize(frame, (result.loop_lag_at_ns, result.loop_lag_ns), config=config,
+                            interrupted=result.interrupted, goodput=objectives,
+                            lateness_threshold_ms=o["lateness_threshold_ms"],
+                            load_info=result.load_info)
         store.write_summary(out, summary)
     except OSError as e:
         raise Failure(f"cannot write results to {str(out)!r}: {e}", code=1) from None
@@ -207,7 +208,9 @@ def _server(base_url: str | None):
         raise Failure(str(e), code=1) from None
 
 
-async def _run(spec: RunSpec, model: str | None, workload, quiet: bool) -> tuple[RunResult, str]:
+async def _run(spec: RunSpec, model: str | None, workload, quiet: bool) -> RunResult:
+    """Check the server and model (setting `spec.model`), then run the load with a progress
+    bar; SIGINT and SIGTERM stop it early and keep what finished."""
     session = session_for(spec.load)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -220,6 +223,7 @@ async def _run(spec: RunSpec, model: str | None, workload, quiet: bool) -> tuple
         except EndpointError as e:
             raise Failure(str(e)) from None
         from tqdm import tqdm
+        tqdm.monitor_interval = 0  # no monitor thread in a process that measures latency
         total = None if spec.num_requests is None else spec.num_requests + spec.warmup
         bar = tqdm(total=total, unit="req", disable=quiet or None, leave=False,
                    mininterval=0.5, file=sys.stderr)
@@ -232,8 +236,7 @@ async def _run(spec: RunSpec, model: str | None, workload, quiet: bool) -> tuple
             if failed:
                 bar.set_postfix(failed=failed, refresh=False)
 
-        result = await execute(spec, workload, session=session, stop=stop, on_record=progress)
-        return result, spec.model
+        return await execute(spec, workload, session=session, stop=stop, on_record=progress)
     finally:
         if bar is not None:
             bar.close()

@@ -14,15 +14,18 @@ from loadgen.stats import describe
 _NS = 1e9
 
 
-def steady_window(frame: pd.DataFrame) -> tuple[int, int, str]:
-    """(start ns, end ns, kind) of the window throughput is measured over.
+def steady_window(frame: pd.DataFrame) -> tuple[int, int, str] | None:
+    """(start ns, end ns, kind) of the window throughput is measured over, or None when no
+    request past warm-up was sent.
 
     Starts when the first request past warm-up is sent; ends when the last request is sent
     (after that the load drains). If that is shorter than the median E2E of the measured
     requests there was no steady state: the window is then the whole measured run, to the
     last response (kind "full_run")."""
-    sent = frame[~frame["warmup"]]
-    start = int(sent["t_send_ns"].min())
+    sent = frame.loc[~frame["warmup"] & (frame["t_send_ns"] > 0), "t_send_ns"]
+    if sent.empty:
+        return None
+    start = int(sent.min())
     end = int(frame["t_send_ns"].max())
     e2e = measured(frame)["e2e_ms"].median()
     if end - start >= (0 if np.isnan(e2e) else e2e * 1e6) and end > start:
@@ -96,19 +99,20 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
     out: dict = {"config": config, "completed": int(len(m)), "failed": int(len(failed)),
                  "cancelled": cancelled, "interrupted": interrupted,
                  "errors": dict(Counter(failed["error_type"]))}
+    window = steady_window(frame) if not frame.empty else None
     window_ns = None
-    if frame.empty or frame["t_send_ns"].max() <= 0:
-        out.update(duration_s=0.0, window=None, output_throughput_tok_s=0.0,
-                   total_throughput_tok_s=0.0, request_throughput_req_s=0.0)
+    sent = frame.loc[frame["t_send_ns"] > 0, "t_send_ns"]
+    out["duration_s"] = (int(frame["t_end_ns"].max()) - int(sent.min())) / _NS if len(sent) else 0.0
+    if window is None:
+        out.update(window=None, output_throughput_tok_s=0.0, total_throughput_tok_s=0.0,
+                   request_throughput_req_s=0.0)
     else:
-        start, end, kind = steady_window(frame)
+        start, end, kind = window
         window_ns = (start, end)
         out_tok, prompt_tok, done = _window_counts(frame, start, end)
         span = (end - start) / _NS
         rate = (lambda x: x / span) if span > 0 else (lambda x: 0.0)
-        sent = frame[frame["t_send_ns"] > 0]
         out.update(
-            duration_s=(int(frame["t_end_ns"].max()) - int(sent["t_send_ns"].min())) / _NS,
             window={"kind": kind, "start_s": (start - config["clock"]["t0_ns"]) / _NS,
                     "duration_s": span, "output_tokens": out_tok, "prompt_tokens": prompt_tok,
                     "completed": done},

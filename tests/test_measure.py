@@ -94,6 +94,13 @@ def test_no_steady_state_falls_back_to_the_whole_run():
     assert s["output_throughput_tok_s"] == pytest.approx(8 / 0.201)
 
 
+@pytest.mark.parametrize("recs", [[], [_rec(0, 0, 0, [(50, 1), (60, 1)], warmup=True)]],
+                         ids=["nothing sent", "only warm-up sent"])
+def test_a_run_stopped_early_still_has_a_summary(recs):
+    s = summarize(request_frame(recs), ([], []), config=_config())
+    assert s["completed"] == 0 and s["window"] is None and s["output_throughput_tok_s"] == 0.0
+
+
 def test_goodput_judges_each_request_from_its_scheduled_time():
     recs = [_rec(0, 0, 0, [(50, 1), (60, 1)]), _rec(1, 0, 90, [(140, 1), (150, 1)])]
     s = summarize(request_frame(recs), ([], []), config=_config(), goodput={"ttft": 100.0})
