@@ -1,8 +1,6 @@
 """Distribution summaries: one shape for every latency figure loadgen prints."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
@@ -29,7 +27,3 @@ def describe(values, scale: float = 1.0) -> dict[str, float | int | None]:
         out[_key(p)] = float(v)
     out["max"] = float(a.max())
     return out
-
-
-def finite_or_none(x) -> float | None:
-    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else float(x)

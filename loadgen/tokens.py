@@ -20,9 +20,6 @@ import numpy as np
 
 from loadgen.record import RequestRecord
 
-SOURCES = ("continuous_usage", "final_usage+tokenizer", "final_usage", "tokenizer", "chunks")
-
-
 class TokenizerError(ValueError):
     pass
 

@@ -11,6 +11,7 @@ import time
 import pandas as pd
 import pytest
 
+from loadgen import store
 from tests.conftest import REPO, run_cli, scripted_pids
 
 SUMMARY_KEYS = {"config", "completed", "failed", "errors", "duration_s", "output_throughput_tok_s",
@@ -30,7 +31,7 @@ def test_outputs_have_the_fixed_interface(fast_server, tmp_path):
                   "--num-requests", "20", "--output-len", "16", "--quiet", "--output", str(tmp_path),
                   env={"LOADGEN_API_KEY": "s3cr3t-KEY-4711"})
     assert res.returncode == 0, res.stderr
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = store.read_summary(tmp_path)
     assert SUMMARY_KEYS <= set(summary)
     for key in ("ttft_ms", "tpot_ms", "itl_ms", "inter_chunk_ms", "e2e_ms"):
         assert {"mean", "p50", "p90", "p99"} <= set(summary[key])
@@ -38,7 +39,7 @@ def test_outputs_have_the_fixed_interface(fast_server, tmp_path):
     assert summary["config"]["model"] == "scripted"  # found in /v1/models
     assert summary["token_count_source"] == "continuous_usage"
     assert summary["client_bound"] is False
-    frame = pd.read_parquet(tmp_path / "requests.parquet")
+    frame = store.read_requests(tmp_path)
     assert len(frame) == 20
     assert frame["chunk_t_ns"].map(len).equals(frame["chunk_tokens"].map(len))
     assert (frame["chunk_tokens"].map(sum) == 16).all()

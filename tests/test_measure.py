@@ -1,5 +1,4 @@
 """Metric definitions (docs/metrics.md) on hand-made records whose every time is known."""
-import numpy as np
 import pytest
 
 from loadgen.measure import request_frame, token_gaps

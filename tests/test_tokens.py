@@ -1,5 +1,4 @@
 """Tokens per chunk and their provenance."""
-import numpy as np
 import pytest
 
 from loadgen.record import RequestRecord

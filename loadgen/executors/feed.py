@@ -56,7 +56,3 @@ class Feed:
         i = self._next
         self._next += 1
         return Item(i, req, self._encode(req), i < self._warmup)
-
-    @property
-    def taken(self) -> int:
-        return self._next
