@@ -11,7 +11,7 @@ import signal
 import sys
 
 from servers.scripted.app import ScriptedServer, ServerOptions
-from servers.scripted.http import serve
+from servers.http import serve
 from servers.scripted.script import FAULTS, ScriptConfig
 
 

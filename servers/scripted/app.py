@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from servers.clock import PreciseClock
 from servers.openai_stream import DONE, StreamRenderer, error_body, sse, usage
-from servers.scripted.http import HttpConnection, HttpRequest
+from servers.http import HttpConnection, HttpRequest
 from servers.scripted.script import Script, ScriptConfig, prompt_key, prompt_token_count, script_for
 
 _HTML_500 = (b"<html><head><title>500 Internal Server Error</title></head>"
