@@ -4,6 +4,6 @@
 an HTTP body for the endpoint under test.
 """
 from workloads.request import Request
-from workloads.synthetic import random_lengths
+from workloads.synthetic import KINDS, kind_like, random_lengths
 
-__all__ = ["Request", "random_lengths"]
+__all__ = ["KINDS", "Request", "kind_like", "random_lengths"]

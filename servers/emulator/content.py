@@ -1,0 +1,126 @@
+"""The emulated model: what it reads (tokens of a prompt) and what it writes.
+
+Tokens are whitespace-separated words. A prompt's words map to stable ids; the model's output
+alternates stretches of new text with stretches copied from the prompt (quotes, names, code
+being edited), in proportions that depend on the kind of request. That overlap is what an
+n-gram drafter can exploit, so n-gram acceptance comes out of the content itself. Everything
+is deterministic in (seed, prompt): the same prompt gives the same output, as greedy decoding
+does.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+CLASSES = ("chat", "summarization", "math", "code_edit")
+
+_CODE = re.compile(r"```|^\s*(def|class|return|import|for|if|while)\b.*[:({]\s*$|;\s*$", re.M)
+_NUMBER = re.compile(r"\b\d+(\.\d+)?\b")
+_MATH_WORDS = ("how many", "how much", "calculate", "solve", "total", "math", "percent", "sum of")
+_SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "be", "da", "fo", "gu", "ha",
+              "ji", "ke", "la", "mo", "ni", "po", "se")
+_NOVEL_BASE = 1 << 31  # prompt words hash into [2^31, 2^32); new tokens below 2^31
+
+
+def classify(text: str) -> str:
+    """Which kind of request this reads as: code_edit, summarization, math or chat."""
+    if _CODE.search(text):
+        return "code_edit"
+    low = text.lower()
+    if "summar" in low or "tl;dr" in low:
+        return "summarization"
+    if len(_NUMBER.findall(text)) >= 2 and any(w in low for w in _MATH_WORDS):
+        return "math"
+    return "chat"
+
+
+def word_id(word: str) -> int:
+    return _NOVEL_BASE | int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "little")
+
+
+def tokenize(text: str) -> tuple[list[str], list[int]]:
+    words = text.split()
+    return words, [word_id(w) for w in words]
+
+
+def novel_word(token: int) -> str:
+    """The text of a newly generated token: a pseudo-word determined by its id."""
+    n = 1 + token % 3
+    return "".join(_SYLLABLES[(token >> (5 * i + 2)) % len(_SYLLABLES)] for i in range(n))
+
+
+@dataclass(frozen=True)
+class ContentParams:
+    """How one kind of request's output is made. Stretches of new text have a geometric
+    length with mean `novel_mean`; copied stretches are 3 + round(lognormal(copy_log_mu,
+    copy_log_sigma)) tokens of the prompt, taken in order (`sequential`, as an edit rewrites
+    code) or from anywhere. Inside new text, each token starts an echo with probability
+    `echo_rate`: a 3-token phrase repeated from anywhere in the context, after which the text
+    goes elsewhere (a prompt-lookup drafter matches it and is rejected). Natural output length:
+    lognormal with mean `length_mean` and log-space sigma `length_sigma`."""
+
+    novel_mean: float
+    copy_log_mu: float
+    copy_log_sigma: float
+    length_mean: float
+    echo_rate: float = 0.0
+    length_sigma: float = 0.6
+    sequential: bool = False
+
+
+def rng_for(seed: int, text: str) -> np.random.Generator:
+    digest = hashlib.blake2b(f"{seed}\0{text}".encode(), digest_size=8).digest()
+    return np.random.default_rng(int.from_bytes(digest, "little"))
+
+
+def natural_length(params: ContentParams, rng: np.random.Generator) -> int:
+    mu = math.log(params.length_mean) - params.length_sigma ** 2 / 2
+    return max(1, int(round(rng.lognormal(mu, params.length_sigma))))
+
+
+def generate(prompt_ids: list[int], prompt_words: list[str], n: int, params: ContentParams,
+             rng: np.random.Generator) -> tuple[list[int], list[str]]:
+    """`n` output tokens (ids and words)."""
+    ids: list[int] = []
+    words: list[str] = []
+    p = len(prompt_ids)
+    cursor = 0
+    while len(ids) < n:
+        stretch = int(rng.geometric(1.0 / params.novel_mean))
+        echoes = rng.random(stretch) < params.echo_rate if params.echo_rate else None
+        for j, tok in enumerate(rng.integers(1, _NOVEL_BASE, size=stretch).tolist()):
+            if echoes is not None and echoes[j] and p + len(ids) >= 3:
+                at = int(rng.integers(0, p + len(ids) - 2))
+                for q in range(at, at + 3):  # a phrase from the prompt or the output so far
+                    ids.append(prompt_ids[q] if q < p else ids[q - p])
+                    words.append(prompt_words[q] if q < p else words[q - p])
+            ids.append(tok)
+            words.append(novel_word(tok))
+        if p == 0:
+            continue
+        length = min(p, 3 + int(round(rng.lognormal(params.copy_log_mu, params.copy_log_sigma))))
+        if params.sequential:
+            start = cursor if cursor + length <= p else 0
+            cursor = start + length + int(rng.integers(0, 4))
+        else:
+            start = int(rng.integers(0, p - length + 1))
+        ids.extend(prompt_ids[start:start + length])
+        words.extend(prompt_words[start:start + length])
+    return ids[:n], words[:n]
+
+
+def chat_prompt(messages) -> str:
+    """A chat request as the model reads it: each turn behind a role marker (one token each,
+    as chat templates add tokens), then the assistant's turn."""
+    parts = []
+    for m in messages:
+        c = m.get("content") if isinstance(m, dict) else None
+        if isinstance(c, list):
+            c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+        parts.append(f"<|{m.get('role', 'user') if isinstance(m, dict) else 'user'}|> {c or ''}")
+    parts.append("<|assistant|>")
+    return "\n".join(parts)

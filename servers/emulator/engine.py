@@ -1,0 +1,312 @@
+"""The engine, clock-agnostic: it plans a step, says how long the step takes, and applies its
+outcome when told the step is over. A real-time driver (realtime.py) sleeps through the step;
+the simulator (loadgen/simulate.py) jumps its virtual clock over it. One engine, two clocks.
+
+What a step does, as vLLM's v1 scheduler does it:
+- running requests first, in arrival order: a decoding request needs 1 + its drafts tokens, a
+  prefilling one the rest of its prompt (chunked to the token budget);
+- then waiting requests, first come first served, while the budget, `max_num_seqs` and the KV
+  cache allow; if a running request cannot grow, the latest admitted one is preempted (its KV
+  freed, recomputed later) and no new request is admitted that step;
+- the step costs one target forward over all scheduled tokens (drafts included: verifying them
+  is what makes speculation expensive under load) plus proposing the next drafts plus a fixed
+  overhead;
+- each decoding request then accepts a prefix of its drafts and emits accepted + 1 tokens;
+  a request whose prefill completed emits its first token.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from servers.emulator import content
+from servers.emulator.acceptance import acceptance_lengths
+from servers.emulator.ngram import NgramIndex
+from servers.emulator.profile import Profile
+from servers.emulator.spec import SpecConfig
+from servers.emulator.stats import EngineStats
+
+
+class EngineError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int | None = None      # default: the profile's
+    kv_capacity_tokens: int | None = None  # default: the profile's
+    seed: int = 0
+
+
+@dataclass(eq=False, slots=True)
+class Sequence:
+    """One request inside the engine. Its whole output is decided when it arrives (the
+    emulated model is deterministic); steps reveal it."""
+
+    request_id: str
+    prompt: list[int]
+    output: list[int]
+    words: list[str]
+    finish_reason: str
+    kind: str
+    arrival: float
+    sink: Callable | None = None
+    computed: int = 0                 # tokens whose KV exists
+    emitted: int = 0                  # output tokens emitted so far
+    drafts: list[int] | int = 0       # drafts proposed for the next step (tokens, or a count)
+    acc: np.ndarray | None = None     # model drafter: tokens a step at each position yields
+    ngram: NgramIndex | None = None
+    first_scheduled: float | None = None
+    first_token: float | None = None
+    last_token: float | None = None
+    finished: bool = False
+
+    @property
+    def context(self) -> int:
+        return len(self.prompt) + self.emitted
+
+    @property
+    def remaining(self) -> int:
+        return len(self.output) - self.emitted
+
+    @property
+    def num_drafts(self) -> int:
+        return self.drafts if isinstance(self.drafts, int) else len(self.drafts)
+
+
+@dataclass(slots=True)
+class Emission:
+    seq: Sequence
+    tokens: list[int]
+    words: list[str]
+    finished: bool
+
+
+@dataclass(slots=True)
+class Step:
+    batch: list[tuple[Sequence, int]]  # (sequence, tokens processed this step)
+    duration: float
+    batched_tokens: int
+    start: float
+
+
+class Engine:
+    def __init__(self, profile: Profile, spec: SpecConfig | None, cfg: EngineConfig = EngineConfig()) -> None:
+        if spec is not None and spec.method not in profile.drafters:
+            raise EngineError(f"profile {profile.name!r} has no {spec.method} drafter "
+                              f"(it has: {', '.join(sorted(profile.drafters)) or 'none'})")
+        self.profile = profile
+        self.spec = spec
+        self.cfg = cfg
+        self.drafter = profile.drafters[spec.method] if spec else None
+        self.max_model_len = cfg.max_model_len or profile.max_model_len
+        self.kv_capacity = cfg.kv_capacity_tokens or profile.kv_capacity_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.stats = EngineStats(spec_accepted_per_pos=[0] * (spec.k if spec else 0))
+        self._kv_used = 0
+
+    # -- requests ---------------------------------------------------------------------------
+    def submit(self, request_id: str, prompt_text: str, max_tokens: int, *, arrival: float,
+               ignore_eos: bool = False, min_tokens: int | None = None,
+               sink: Callable | None = None) -> Sequence:
+        words, ids = content.tokenize(prompt_text)
+        if len(ids) + max_tokens > self.max_model_len:
+            raise EngineError(f"This model's maximum context length is {self.max_model_len} tokens. "
+                              f"However, you requested {len(ids) + max_tokens} tokens "
+                              f"({len(ids)} in the messages, {max_tokens} in the completion). "
+                              "Please reduce the length of the messages or completion.")
+        if len(ids) + max_tokens > self.kv_capacity:
+            raise EngineError(f"the request needs {len(ids) + max_tokens} tokens of KV cache; "
+                              f"this engine holds {self.kv_capacity}")
+        kind = content.classify(prompt_text)
+        params = self.profile.content(kind)
+        rng = content.rng_for(self.cfg.seed, prompt_text)
+        n = max_tokens if ignore_eos else max(content.natural_length(params, rng), min_tokens or 0)
+        n = min(n, max_tokens)
+        out_ids, out_words = content.generate(ids, words, n, params, rng)
+        seq = Sequence(request_id, ids, out_ids, out_words,
+                       "length" if n >= max_tokens else "stop", kind, arrival, sink)
+        if self.spec is not None:
+            if self.spec.method == "ngram":
+                seq.ngram = NgramIndex(self.spec.prompt_lookup_min, self.spec.prompt_lookup_max, ids)
+            else:
+                acc_rng = content.rng_for(self.cfg.seed, "acceptance\0" + prompt_text)
+                seq.acc = acceptance_lengths(n, self.spec.k, self.profile.acceptance(self.spec.method, kind), acc_rng)
+        self.waiting.append(seq)
+        self.stats.waiting = len(self.waiting)
+        return seq
+
+    def abort(self, seq: Sequence) -> None:
+        if seq.finished:
+            return
+        seq.finished = True
+        if seq in self.running:
+            self.running.remove(seq)
+            self._kv_used -= seq.computed
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.stats.request_success["abort"] += 1
+        self._gauges()
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    # -- one step ---------------------------------------------------------------------------
+    def plan(self, now: float) -> Step | None:
+        budget = self.cfg.max_num_batched_tokens
+        batch: list[tuple[Sequence, int]] = []
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            need = seq.context - seq.computed
+            if seq.emitted and need == 1:
+                n = min(1 + seq.num_drafts, budget)
+            else:
+                n = min(need, budget)
+            while self._kv_used + n > self.kv_capacity and self.running[-1] is not seq:
+                self._preempt(self.running[-1])  # the latest admitted gives way
+                preempted = True
+            if self._kv_used + n > self.kv_capacity:  # seq is the latest: it waits
+                self._preempt(seq)
+                preempted = True
+                break
+            self._kv_used += n
+            batch.append((seq, n))
+            budget -= n
+            i += 1
+        while not preempted and self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+            seq = self.waiting[0]
+            n = min(seq.context - seq.computed, budget)
+            if self._kv_used + n > self.kv_capacity:
+                break
+            self.waiting.popleft()
+            self.running.append(seq)
+            if seq.first_scheduled is None:
+                seq.first_scheduled = now
+            self._kv_used += n
+            batch.append((seq, n))
+            budget -= n
+        if not batch:
+            return None
+        batched = sum(n for _, n in batch)
+        kv = sum(seq.computed + n for seq, n in batch)
+        verify = self.profile.forward.time(kv, batched)
+        duration = verify + self.profile.step_overhead
+        if self.drafter is not None:
+            drafting = [seq for seq, n in batch if seq.computed + n >= seq.context and seq.remaining > 1]
+            duration += self.drafter.time(self.spec.k, len(drafting), kv, verify)
+        self._gauges()
+        return Step(batch, duration, batched, now)
+
+    def commit(self, step: Step, now: float) -> list[Emission]:
+        """The step is over at `now`: apply what it computed; return the emitted tokens."""
+        emissions = []
+        stats = self.stats
+        stats.steps += 1
+        stats.iteration_tokens.observe(step.batched_tokens)
+        for seq, n in step.batch:
+            if seq.finished:  # aborted during the step
+                continue
+            decoding = seq.emitted > 0 and seq.computed == seq.context - 1
+            seq.computed += n
+            if seq.computed < seq.context:
+                continue  # a prefill chunk; more to come
+            if decoding:
+                accepted = self._verify(seq, n - 1)
+                seq.computed -= (n - 1) - accepted  # rejected drafts' KV is freed
+                self._kv_used -= (n - 1) - accepted
+                count = accepted + 1
+            else:
+                count = 1
+            emissions.append(self._emit(seq, count, now))
+        self._gauges()
+        return emissions
+
+    # -- internals --------------------------------------------------------------------------
+    def _verify(self, seq: Sequence, drafts: int) -> int:
+        """How many of the drafts the target accepts, and count them."""
+        if drafts <= 0:
+            return 0
+        pos = seq.emitted
+        if seq.acc is not None:
+            accepted = min(int(seq.acc[pos]) - 1, drafts)
+        else:
+            accepted = 0
+            for d, tok in zip(seq.drafts, seq.output[pos:pos + drafts]):
+                if d != tok:
+                    break
+                accepted += 1
+        stats = self.stats
+        stats.spec_drafts += 1
+        stats.spec_draft_tokens += drafts
+        stats.spec_accepted_tokens += accepted
+        for j in range(accepted):
+            stats.spec_accepted_per_pos[j] += 1
+        return accepted
+
+    def _emit(self, seq: Sequence, count: int, now: float) -> Emission:
+        start = seq.emitted
+        tokens = seq.output[start:start + count]
+        words = seq.words[start:start + count]
+        seq.emitted += len(tokens)
+        stats = self.stats
+        stats.generation_tokens += len(tokens)
+        if seq.first_token is None:
+            seq.first_token = now
+            stats.prompt_tokens += len(seq.prompt)
+            stats.ttft.observe(now - seq.arrival)
+            stats.queue.observe((seq.first_scheduled or now) - seq.arrival)
+            stats.prefill.observe(now - (seq.first_scheduled or now))
+        else:
+            stats.itl.observe(now - seq.last_token)
+        seq.last_token = now
+        done = seq.remaining <= 0
+        if done:
+            self._finish(seq, now)
+        else:
+            self._propose(seq, tokens)
+        return Emission(seq, tokens, words, done)
+
+    def _propose(self, seq: Sequence, new_tokens: list[int]) -> None:
+        """Drafts for the sequence's next step (never more than it still has to write)."""
+        if self.spec is None:
+            return
+        k = min(self.spec.k, seq.remaining - 1)
+        if seq.ngram is not None:
+            seq.ngram.extend(new_tokens)
+            seq.drafts = seq.ngram.propose(k) if k > 0 else []
+        else:
+            seq.drafts = max(k, 0)
+
+    def _finish(self, seq: Sequence, now: float) -> None:
+        seq.finished = True
+        self.running.remove(seq)
+        self._kv_used -= seq.computed
+        stats = self.stats
+        stats.request_success[seq.finish_reason] += 1
+        stats.e2e.observe(now - seq.arrival)
+        stats.decode.observe(now - seq.first_token)
+        stats.request_prompt_tokens.observe(len(seq.prompt))
+        stats.request_generation_tokens.observe(seq.emitted)
+        if seq.emitted > 1:
+            stats.tpot.observe((now - seq.first_token) / (seq.emitted - 1))
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self._kv_used -= seq.computed
+        seq.computed = 0
+        self.waiting.appendleft(seq)
+        self.stats.preemptions += 1
+
+    def _gauges(self) -> None:
+        s = self.stats
+        s.running, s.waiting = len(self.running), len(self.waiting)
+        s.kv_usage = self._kv_used / self.kv_capacity

@@ -1,0 +1,134 @@
+"""Cost profiles (one TOML file per model and hardware, in profiles/) and acceptance data (one
+per model family, in data/): how long an engine step takes and how drafters fare."""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from servers.emulator.acceptance import RegimeParams
+from servers.emulator.content import CLASSES, ContentParams
+
+PROFILES = Path(__file__).parent / "profiles"
+DATA = Path(__file__).parent / "data"
+
+
+class ProfileError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Forward:
+    """One forward pass, in seconds: constant + per_kv_token x KV tokens read + per_batched_token
+    x tokens processed; for a mixture of experts, plus the reads of the routed experts that B
+    tokens touch: moe_expert_time x (1 - (1 - top_k/experts)^B)."""
+
+    constant: float
+    per_kv_token: float
+    per_batched_token: float
+    moe_expert_time: float = 0.0
+    moe_experts: int = 0
+    moe_top_k: int = 0
+
+    def time(self, kv_tokens: float, batched_tokens: float) -> float:
+        t = self.constant + self.per_kv_token * kv_tokens + self.per_batched_token * batched_tokens
+        if self.moe_expert_time and batched_tokens > 0:
+            t += self.moe_expert_time * (1.0 - (1.0 - self.moe_top_k / self.moe_experts) ** batched_tokens)
+        return t
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """What proposing drafts for a step costs. ngram: a share of the verification forward;
+    draft_model: k forwards of its own profile; a head (eagle, eagle3, mtp): constant x k/fit_k
+    + per_kv_token x KV + per_draft_token x drafts."""
+
+    method: str
+    acceptance: str | None = None
+    constant: float = 0.0
+    per_kv_token: float = 0.0
+    per_draft_token: float = 0.0
+    fit_k: int = 3
+    verify_fraction: float = 0.0
+    draft_forward: Forward | None = None
+
+    def time(self, k: int, requests: int, kv_tokens: float, verify_time: float) -> float:
+        if requests == 0 or k == 0:
+            return 0.0
+        if self.method == "ngram":
+            return self.verify_fraction * verify_time
+        if self.draft_forward is not None:
+            return k * self.draft_forward.time(kv_tokens, requests)
+        return (self.constant * k / self.fit_k + self.per_kv_token * kv_tokens
+                + self.per_draft_token * requests * k)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    models: tuple[str, ...]
+    forward: Forward
+    step_overhead: float
+    kv_capacity_tokens: int
+    max_model_len: int
+    drafters: dict[str, Drafter]
+    data: dict = field(repr=False)
+
+    def content(self, cls: str) -> ContentParams:
+        section = self.data.get("content", {})
+        return ContentParams(**section.get(cls) or section["chat"])
+
+    def acceptance(self, method: str, cls: str) -> RegimeParams:
+        name = self.drafters[method].acceptance
+        table = self.data.get(name or "", {})
+        params = table.get(cls) or table.get("default") or table.get("chat")
+        if params is None:
+            raise ProfileError(f"profile {self.name!r} has no acceptance data for {method}")
+        return RegimeParams(**params)
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in PROFILES.glob("*.toml"))
+
+
+def _forward(d: dict, where: str) -> Forward:
+    try:
+        return Forward(**d)
+    except TypeError as e:
+        raise ProfileError(f"{where}: bad [forward] section: {e}") from None
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> Profile:
+    path = PROFILES / f"{name}.toml"
+    if not path.is_file():
+        raise ProfileError(f"unknown profile {name!r}; available: {', '.join(available())}")
+    raw = tomllib.loads(path.read_text())
+    data_path = DATA / f"{raw['acceptance']}.toml"
+    data = tomllib.loads(data_path.read_text())
+    drafters = {}
+    for method, d in raw.get("drafters", {}).items():
+        d = dict(d)
+        draft_forward = load(d.pop("profile")).forward if "profile" in d else None
+        drafters[method] = Drafter(method=method, draft_forward=draft_forward, **d)
+    return Profile(name=name, description=raw["description"], models=tuple(raw["models"]),
+                   forward=_forward(raw["forward"], name), step_overhead=raw["step"]["overhead"],
+                   kv_capacity_tokens=int(raw["kv_capacity_tokens"]),
+                   max_model_len=int(raw["max_model_len"]), drafters=drafters, data=data)
+
+
+def for_model(model: str) -> str | None:
+    """The profile whose `models` list names this model, if any."""
+    for name in available():
+        if model in load(name).models:
+            return name
+    return None
+
+
+def check(profile: Profile) -> None:
+    """Every kind of request has content parameters."""
+    missing = [c for c in CLASSES if c not in profile.data.get("content", {})]
+    if missing:
+        raise ProfileError(f"profile {profile.name!r}: no content parameters for {', '.join(missing)}")
