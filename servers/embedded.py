@@ -23,22 +23,41 @@ class ServerStartError(RuntimeError):
 class RunningServer:
     url: str  # http://host:port
     pid: int  # the server's process (the leader of its own process group)
+    log: str  # its stderr, a temporary file removed when the server stops
 
 
 @contextmanager
 def scripted_server(*args: str, host: str = "127.0.0.1", timeout_s: float = 30.0,
                     cpu: int | None = None) -> Iterator[RunningServer]:
     """Run `python -m servers.scripted ARGS --port 0` and yield its URL and PID.
-    `cpu` pins it to one core (taskset), for benchmarks.
-    The server's stderr goes to a temporary log whose tail is shown if it fails to start."""
-    cmd = [sys.executable, "-m", "servers.scripted", "--host", host, "--port", "0", *args]
+    `cpu` pins it to one core (taskset), for benchmarks."""
+    with server_process(["servers.scripted", *args], host=host, timeout_s=timeout_s, cpu=cpu) as srv:
+        yield srv
+
+
+@contextmanager
+def emulator_server(model: str, *args: str, host: str = "127.0.0.1", timeout_s: float = 30.0,
+                    cpu: int | None = None) -> Iterator[RunningServer]:
+    """Run `python -m servers.emulator serve MODEL ARGS --port 0` (vLLM's flags) and yield its
+    URL and PID."""
+    with server_process(["servers.emulator", "serve", model, *args], host=host,
+                        timeout_s=timeout_s, cpu=cpu) as srv:
+        yield srv
+
+
+@contextmanager
+def server_process(module_args: list[str], *, host: str, timeout_s: float,
+                   cpu: int | None) -> Iterator[RunningServer]:
+    """`python -m MODULE ARGS --host HOST --port 0` in its own process group; its stderr goes
+    to a temporary log whose tail is shown if it fails to start."""
+    cmd = [sys.executable, "-m", *module_args, "--host", host, "--port", "0"]
     if cpu is not None:
         cmd = ["taskset", "-c", str(cpu), *cmd]
-    with tempfile.TemporaryFile(mode="w+") as log:
+    with tempfile.NamedTemporaryFile(mode="w+", prefix="loadgen-server-", suffix=".log") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
                                 start_new_session=True)
         try:
-            yield RunningServer(_wait_ready(proc, log, timeout_s), proc.pid)
+            yield RunningServer(_wait_ready(proc, log, timeout_s), proc.pid, log.name)
         finally:
             _stop(proc)
 
@@ -54,7 +73,7 @@ def _wait_ready(proc: subprocess.Popen, log, timeout_s: float) -> str:
     line = proc.stdout.readline() if ready else ""
     if not line.startswith("listening on "):
         proc.poll()
-        raise ServerStartError("embedded server did not start: "
+        raise ServerStartError("server did not start: "
                                + (_log_tail(log) or line.strip() or "no output"))
     url = line.split()[-1]
     while time.monotonic() < deadline:
@@ -64,7 +83,7 @@ def _wait_ready(proc: subprocess.Popen, log, timeout_s: float) -> str:
                     return url
         except OSError:
             time.sleep(0.05)
-    raise ServerStartError(f"embedded server at {url} not healthy within {timeout_s:.0f} s")
+    raise ServerStartError(f"server at {url} not healthy within {timeout_s:.0f} s")
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -28,8 +28,8 @@ def synthetic_prompts(n: int, *, input_len: int, output_len: int, seed: int) -> 
     return [r.prompt for r in itertools.islice(gen, n)]
 
 
-def scripted_pids() -> set[int]:
-    """PIDs of every running scripted server (to prove none is left behind)."""
+def server_pids() -> set[int]:
+    """PIDs of every running server from servers/ (to prove none is left behind)."""
     pids = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -37,7 +37,7 @@ def scripted_pids() -> set[int]:
                 cmd = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"servers.scripted" in cmd:
+            if b"servers.scripted" in cmd or b"servers.emulator" in cmd:
                 pids.add(int(entry.name))
     return pids
 

@@ -1,0 +1,105 @@
+"""`loadgen-emulator serve MODEL [vLLM flags]`: the emulated engine behind vLLM's API, started
+the way `vllm serve` is. Prints `listening on http://HOST:PORT` once it accepts connections."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from servers.emulator import profile as profiles
+from servers.emulator.api import EmulatorAPI
+from servers.emulator.engine import Engine, EngineConfig, EngineError
+from servers.emulator.metrics import VllmCollector, registry
+from servers.emulator.realtime import RealtimeDriver
+from servers.emulator.spec import SpecError, parse
+from servers.http import serve
+
+log = logging.getLogger("loadgen.emulator")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="loadgen-emulator", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="serve MODEL as vllm serve would, on the emulated engine")
+    s.add_argument("model", metavar="MODEL")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000, help="0 lets the OS choose")
+    s.add_argument("--speculative-config", "--speculative_config", dest="speculative_config")
+    s.add_argument("--served-model-name", nargs="+")
+    s.add_argument("--max-num-seqs", type=int, default=256)
+    s.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    s.add_argument("--max-model-len", type=int)
+    s.add_argument("--disable-log-stats", action="store_true", help="no vllm: metrics, as vLLM")
+    s.add_argument("--api-key")
+    s.add_argument("--profile", help=f"cost profile (default: by MODEL); one of {', '.join(profiles.available())}")
+    s.add_argument("--seed", type=int, default=0, help="seeds the emulated model's output")
+    s.add_argument("--kv-cache-tokens", type=int, help="KV cache size in tokens (default: the profile's)")
+    s.add_argument("--time-scale", type=float, default=1.0,
+                   help="run steps at this multiple of their modeled time (0.5: twice as fast)")
+    return p
+
+
+def _fail(message: str) -> None:
+    print(f"loadgen-emulator: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def build(args) -> tuple[Engine, list[str]]:
+    name = args.profile or profiles.for_model(args.model)
+    if name is None:
+        _fail(f"no profile for model {args.model!r}; pass --profile (one of {', '.join(profiles.available())})")
+    try:
+        prof = profiles.load(name)
+        spec = parse(args.speculative_config)
+        if not args.time_scale > 0:
+            raise ValueError(f"--time-scale must be > 0, got {args.time_scale}")
+        for key in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_tokens"):
+            v = getattr(args, key)
+            if v is not None and v < 1:
+                raise ValueError(f"--{key.replace('_', '-')} must be >= 1, got {v}")
+        engine = Engine(prof, spec, EngineConfig(max_num_seqs=args.max_num_seqs,
+                                                 max_num_batched_tokens=args.max_num_batched_tokens,
+                                                 max_model_len=args.max_model_len,
+                                                 kv_capacity_tokens=args.kv_cache_tokens, seed=args.seed))
+    except (profiles.ProfileError, SpecError, EngineError, ValueError) as e:
+        _fail(str(e))
+    return engine, args.served_model_name or [args.model]
+
+
+async def _serve(args, engine: Engine, served: list[str]) -> None:
+    driver = RealtimeDriver(engine, time_scale=args.time_scale)
+    collector = VllmCollector(lambda: engine.stats, served[0], engine.spec.k if engine.spec else None,
+                              vllm_metrics=not args.disable_log_stats)
+    api = EmulatorAPI(driver, served, args.model, registry(collector), api_key=args.api_key)
+    try:
+        listener = await serve(api.handle, args.host, args.port)
+    except OSError as e:
+        _fail(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
+    port = listener.sockets[0].getsockname()[1]
+    log.info("serving %s as %s on profile %s, %s", args.model, ", ".join(served), engine.profile.name,
+             engine.spec.label if engine.spec else "no speculative decoding")
+    print(f"listening on http://{args.host}:{port}", flush=True)
+    runner = asyncio.get_running_loop().create_task(driver.run())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    runner.cancel()
+    listener.close()
+    driver.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args, unknown = _parser().parse_known_args(argv)
+    if unknown:
+        log.info("ignoring vLLM flags the emulator does not model: %s", " ".join(unknown))
+    engine, served = build(args)
+    asyncio.run(_serve(args, engine, served))
+
+
+if __name__ == "__main__":
+    main()

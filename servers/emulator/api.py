@@ -1,0 +1,199 @@
+"""vLLM's OpenAI-compatible API over the emulated engine: /v1/completions and
+/v1/chat/completions (streaming: one SSE chunk per engine step; or whole), /v1/models,
+/health and /metrics. Bad request bodies get vLLM's JSON errors."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import uuid
+
+from servers.emulator.content import chat_prompt
+from servers.emulator.engine import EngineError, Emission
+from servers.emulator.metrics import CONTENT_TYPE, render
+from servers.emulator.realtime import RealtimeDriver
+from servers.http import HttpConnection, HttpRequest
+from servers.openai_stream import DONE, StreamRenderer, error_body, usage
+
+
+class BadRequest(ValueError):
+    def __init__(self, message: str, status: int = 400, err_type: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status, self.err_type = status, err_type
+
+
+def _json(conn: HttpConnection, status: int, obj) -> None:
+    conn.respond(status, json.dumps(obj).encode(), "application/json")
+
+
+def _number(body: dict, key: str, lo: float | None = None, hi: float | None = None):
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise BadRequest(f"{key} must be a number, got {v!r}")
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise BadRequest(f"{key} must be in [{lo}, {hi}], got {v}")
+    return v
+
+
+def _int(body: dict, key: str, lo: int):
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise BadRequest(f"{key} must be an integer >= {lo}, got {v!r}")
+    return v
+
+
+class EmulatorAPI:
+    def __init__(self, driver: RealtimeDriver, served: list[str], model: str, registry,
+                 api_key: str | None = None) -> None:
+        self.driver = driver
+        self.served = served
+        self.model = model
+        self.registry = registry
+        self.api_key = api_key
+        self.created = int(time.time())
+        self._ids = itertools.count()
+
+    async def handle(self, req: HttpRequest, conn: HttpConnection) -> None:
+        path = req.path
+        if path == "/health":
+            return conn.respond(200, b"")
+        if path == "/metrics" and req.method == "GET":
+            return conn.respond(200, render(self.registry), CONTENT_TYPE)
+        if path.startswith("/v1/") and self.api_key and \
+                req.headers.get("authorization") != f"Bearer {self.api_key}":
+            return _json(conn, 401, {"error": "Unauthorized"})
+        if path == "/v1/models" and req.method == "GET":
+            return _json(conn, 200, {"object": "list", "data": [
+                {"id": name, "object": "model", "created": self.created, "owned_by": "vllm",
+                 "root": self.model, "parent": None, "max_model_len": self.driver.engine.max_model_len}
+                for name in self.served]})
+        if path in ("/v1/completions", "/v1/chat/completions") and req.method == "POST":
+            try:
+                return await self._complete(req, conn, chat=path.endswith("chat/completions"))
+            except BadRequest as e:
+                return _json(conn, e.status, error_body(str(e), e.err_type, e.status))
+        _json(conn, 404, error_body(f"Not Found: {req.method} {path}", "NotFoundError", 404))
+
+    def _parse(self, req: HttpRequest, chat: bool) -> dict:
+        try:
+            body = json.loads(req.body)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise BadRequest(f"request body is not valid JSON: {e}") from None
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object")
+        if body.get("model") not in self.served:
+            raise BadRequest(f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError")
+        if chat:
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not msgs or not all(
+                    isinstance(m, dict) and isinstance(m.get("role"), str) for m in msgs):
+                raise BadRequest("messages must be a non-empty list of {role, content} objects")
+            text = chat_prompt(msgs)
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+                prompt = prompt[0]
+            if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+                prompt = " ".join(f"t{t}" for t in prompt)  # token ids: one token each
+            if not isinstance(prompt, str) or not prompt:
+                raise BadRequest("prompt must be a non-empty string (one prompt per request)")
+            text = prompt
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise BadRequest(f"stream must be a boolean, got {stream!r}")
+        opts = body.get("stream_options")
+        if opts is not None and not stream:
+            raise BadRequest("Stream options can only be defined when `stream=True`.")
+        if opts is not None and not isinstance(opts, dict):
+            raise BadRequest("stream_options must be an object")
+        max_tokens = _int(body, "max_tokens", 1)
+        if max_tokens is None and chat:
+            max_tokens = _int(body, "max_completion_tokens", 1)
+        min_tokens = _int(body, "min_tokens", 0)
+        _number(body, "temperature", 0.0, 2.0)
+        _number(body, "top_p", 0.0, 1.0)
+        if _int(body, "n", 1) not in (None, 1):
+            raise BadRequest("n must be 1: the emulator returns one choice per request")
+        if max_tokens is not None and min_tokens is not None and min_tokens > max_tokens:
+            raise BadRequest(f"min_tokens ({min_tokens}) must be <= max_tokens ({max_tokens})")
+        ignore_eos = body.get("ignore_eos", False)
+        if not isinstance(ignore_eos, bool):
+            raise BadRequest(f"ignore_eos must be a boolean, got {ignore_eos!r}")
+        return {"model": body["model"], "text": text, "stream": stream, "opts": opts or {},
+                "max_tokens": max_tokens, "min_tokens": min_tokens, "ignore_eos": ignore_eos}
+
+    async def _complete(self, req: HttpRequest, conn: HttpConnection, chat: bool) -> None:
+        p = self._parse(req, chat)
+        engine = self.driver.engine
+        max_tokens = p["max_tokens"]
+        if max_tokens is None:  # vLLM: 16 for completions, the rest of the context for chat
+            max_tokens = max(1, engine.max_model_len - len(p["text"].split())) if chat else 16
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
+        done = asyncio.get_running_loop().create_future()
+        state: dict = {}
+        sink = self._stream_sink(conn, chat, rid, p, state, done) if p["stream"] else \
+            self._whole_sink(state, done)
+        try:
+            seq = self.driver.submit(rid, p["text"], max_tokens, ignore_eos=p["ignore_eos"],
+                                     min_tokens=p["min_tokens"], sink=sink)
+        except EngineError as e:
+            raise BadRequest(str(e)) from None
+        state["seq"] = seq
+        if p["stream"]:
+            conn.start_stream()
+        try:
+            await done
+        except asyncio.CancelledError:  # the client went away: free its slot, as vLLM aborts
+            self.driver.abort(seq)
+            raise
+        if not p["stream"]:
+            text = "".join(" " + w for w in state["words"])
+            choice = ({"index": 0, "message": {"role": "assistant", "content": text},
+                       "finish_reason": seq.finish_reason} if chat else
+                      {"index": 0, "text": text, "finish_reason": seq.finish_reason})
+            _json(conn, 200, {"id": rid, "object": "chat.completion" if chat else "text_completion",
+                              "created": int(time.time()), "model": p["model"], "choices": [choice],
+                              "usage": usage(len(seq.prompt), seq.emitted)})
+
+    @staticmethod
+    def _whole_sink(state: dict, done: asyncio.Future):
+        words: list[str] = []
+        state["words"] = words
+
+        def sink(em: Emission) -> None:
+            words.extend(em.words)
+            if em.finished and not done.done():
+                done.set_result(None)
+        return sink
+
+    @staticmethod
+    def _stream_sink(conn: HttpConnection, chat: bool, rid: str, p: dict, state: dict,
+                     done: asyncio.Future):
+        include_usage = bool(p["opts"].get("include_usage"))
+        continuous = include_usage and bool(p["opts"].get("continuous_usage_stats"))
+        renderer: list[StreamRenderer] = []
+
+        def sink(em: Emission) -> None:
+            seq = em.seq
+            if not renderer:  # first output: vLLM sends the role first (chat), then content
+                renderer.append(StreamRenderer(chat=chat, request_id=rid, model=p["model"],
+                                               created=int(time.time()), prompt_tokens=len(seq.prompt),
+                                               continuous_usage=continuous))
+                if chat:
+                    conn.write_chunk(renderer[0].role())
+            r = renderer[0]
+            text = "".join(" " + w for w in em.words)
+            out = r.chunk(text, seq.emitted, seq.finish_reason if em.finished else None)
+            if em.finished:
+                out += (r.final_usage(seq.emitted) if include_usage else b"") + DONE
+            conn.write_chunk(out)
+            if em.finished:
+                conn.end_stream()
+                if not done.done():
+                    done.set_result(None)
+        return sink

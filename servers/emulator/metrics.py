@@ -1,0 +1,109 @@
+"""`/metrics` as vLLM serves it: the names, labels (`model_name`, `engine`) and histogram
+buckets of ../shared/reference/vllm.md, rendered by prometheus-client from the engine's exact
+statistics. Counters carry `_created` samples, as vLLM's do. Always the plain-text exposition
+format, so colons survive whatever a scraper asks for (the OpenMetrics escaping trap)."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from servers.emulator.stats import EngineStats, Histogram
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+FINISHED_REASONS = ("stop", "length", "abort")
+
+# histogram attribute of EngineStats -> (metric name, help)
+_HISTOGRAMS = {
+    "ttft": ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+    "itl": ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."),
+    "tpot": ("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request."),
+    "e2e": ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds."),
+    "queue": ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request."),
+    "prefill": ("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request."),
+    "decode": ("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request."),
+    "request_prompt_tokens": ("vllm:request_prompt_tokens", "Number of prefill tokens processed."),
+    "request_generation_tokens": ("vllm:request_generation_tokens", "Number of generation tokens processed."),
+    "iteration_tokens": ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step."),
+}
+
+
+def _histogram(name: str, doc: str, labels: dict, h: Histogram) -> HistogramMetricFamily:
+    fam = HistogramMetricFamily(name, doc, labels=list(labels))
+    cumulative, buckets = 0, []
+    for le, n in zip(h.buckets, h.counts):
+        cumulative += n
+        buckets.append((repr(float(le)), cumulative))
+    buckets.append(("+Inf", h.count))
+    fam.add_metric(list(labels.values()), buckets, sum_value=h.total)
+    return fam
+
+
+class VllmCollector:
+    def __init__(self, stats: Callable[[], EngineStats], model_name: str, spec_k: int | None,
+                 vllm_metrics: bool = True) -> None:
+        self._stats = stats
+        self._labels = {"model_name": model_name, "engine": "0"}
+        self._spec_k = spec_k
+        self._vllm = vllm_metrics
+        self._created = time.time()
+
+    def _counter(self, name: str, doc: str, value: float, extra: dict | None = None):
+        labels = {**self._labels, **(extra or {})}
+        fam = CounterMetricFamily(name, doc, labels=list(labels))
+        fam.add_metric(list(labels.values()), value, created=self._created)
+        return fam
+
+    def collect(self):
+        s = self._stats()
+        lv = list(self._labels.values())
+        yield _histogram("emulator:step_lag_seconds",
+                         "How long after its modeled end each step's chunks were written.",
+                         self._labels, s.lag)
+        g = GaugeMetricFamily("emulator:slowdown", "Actual over modeled time of recent steps (1 = real time).",
+                              labels=list(self._labels))
+        g.add_metric(lv, s.slowdown)
+        yield g
+        yield self._counter("emulator:steps", "Engine steps run.", s.steps)
+        if not self._vllm:
+            return
+        for name, doc, value in (("vllm:num_requests_running", "Number of requests in model execution batches.", s.running),
+                                 ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting),
+                                 ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage)):
+            g = GaugeMetricFamily(name, doc, labels=list(self._labels))
+            g.add_metric(lv, value)
+            yield g
+        yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens)
+        yield self._counter("vllm:generation_tokens", "Number of generation tokens processed.", s.generation_tokens)
+        yield self._counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", s.preemptions)
+        yield self._counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", 0)
+        yield self._counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", 0)
+        success = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
+                                      labels=[*self._labels, "finished_reason"])
+        for reason in FINISHED_REASONS:
+            success.add_metric([*lv, reason], s.request_success.get(reason, 0), created=self._created)
+        yield success
+        if self._spec_k:
+            yield self._counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", s.spec_drafts)
+            yield self._counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", s.spec_draft_tokens)
+            yield self._counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", s.spec_accepted_tokens)
+            per_pos = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                          "Accepted tokens per draft position.",
+                                          labels=[*self._labels, "position"])
+            for pos, n in enumerate(s.spec_accepted_per_pos):
+                per_pos.add_metric([*lv, str(pos)], n, created=self._created)
+            yield per_pos
+        for attr, (name, doc) in _HISTOGRAMS.items():
+            yield _histogram(name, doc, self._labels, getattr(s, attr))
+
+
+def registry(collector: VllmCollector) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    return reg
+
+
+def render(reg: CollectorRegistry) -> bytes:
+    return generate_latest(reg)

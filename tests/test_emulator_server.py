@@ -1,0 +1,75 @@
+"""The emulated engine behind vLLM's API, driven by `loadgen run`: its /metrics agree exactly
+with what the clients received, for every speculative-decoding variant."""
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pandas as pd
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from servers.embedded import emulator_server
+from tests.conftest import run_cli
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+VARIANTS = {
+    "baseline": (LLAMA, None),
+    "ngram": (LLAMA, {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2,
+                      "prompt_lookup_max": 5}),
+    "eagle": (LLAMA, {"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+                      "num_speculative_tokens": 3}),
+    "eagle3": (LLAMA, {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 4}),
+    "draft_model": (LLAMA, {"method": "draft_model", "model": "meta-llama/Llama-3.2-1B-Instruct",
+                            "num_speculative_tokens": 3}),
+    "mtp": ("zai-org/GLM-4.5-Air", {"method": "mtp", "num_speculative_tokens": 2}),
+}
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Sample name (+ sorted labels other than engine/model_name) -> value, summed over engine;
+    `_created` samples are left out."""
+    text = urllib.request.urlopen(url + "/metrics").read().decode()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name.endswith("_created"):
+                continue
+            extra = tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("engine", "model_name")))
+            key = s.name + (str(dict(extra)) if extra else "")
+            out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
+    model, spec = VARIANTS[variant]
+    args = ["--speculative-config", json.dumps(spec)] if spec else []
+    with emulator_server(model, *args, "--time-scale", "0.25") as srv:
+        res = run_cli("run", "--base-url", srv.url, "--concurrency", "8", "--num-requests", "24",
+                      "--output-len", "48", "--input-len", "64", "--quiet", "--output", str(tmp_path))
+        assert res.returncode == 0, res.stderr
+        m = scrape(srv.url)
+    frame = pd.read_parquet(tmp_path / "requests.parquet")
+    assert frame["ok"].all() and len(frame) == 24
+    assert (frame["token_count_source"] == "continuous_usage").all()
+    assert m["vllm:generation_tokens_total"] == frame["completion_tokens"].sum() == 24 * 48
+    assert m["vllm:prompt_tokens_total"] == frame["prompt_tokens"].sum()
+    assert m["vllm:request_success_total{'finished_reason': 'length'}"] == 24
+    decode = [n for tokens in frame["chunk_tokens"] for n in list(tokens)[1:]]
+    if spec is None:
+        assert set(decode) == {1}
+        assert not any(k.startswith("vllm:spec_decode") for k in m)
+        return
+    accepted = m["vllm:spec_decode_num_accepted_tokens_total"]
+    assert accepted == sum(n - 1 for n in decode)
+    assert accepted > 0
+    k = spec["num_speculative_tokens"]
+    per_pos = [m[f"vllm:spec_decode_num_accepted_tokens_per_pos_total{{'position': '{j}'}}"] for j in range(k)]
+    assert sum(per_pos) == accepted
+    for j in range(k):  # position j was accepted in every decode step that accepted more than j
+        assert per_pos[j] == sum(1 for n in decode if n - 1 > j)
+    assert all(a >= b for a, b in zip(per_pos, per_pos[1:]))
+    assert m["vllm:spec_decode_num_draft_tokens_total"] >= accepted
+    assert m["vllm:spec_decode_num_drafts_total"] <= len(decode)
+    assert max(decode) <= k + 1
