@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from loadgen import store
-from tests.conftest import REPO, run_cli, scripted_pids
+from tests.conftest import REPO, run_cli, server_pids
 
 SUMMARY_KEYS = {"config", "completed", "failed", "errors", "duration_s", "output_throughput_tok_s",
                 "request_throughput_req_s", "ttft_ms", "tpot_ms", "itl_ms", "inter_chunk_ms",
@@ -68,7 +68,7 @@ def test_a_missing_key_is_one_clear_line(fast_server, tmp_path):
 
 
 def test_embedded_default_runs_and_leaves_no_process(tmp_path):
-    before = scripted_pids()
+    before = server_pids()
     res = run_cli("run", "--concurrency", "4", "--num-requests", "12", "--output-len", "8",
                   "--quiet", "--output", str(tmp_path))
     assert res.returncode == 0, res.stderr
@@ -76,7 +76,7 @@ def test_embedded_default_runs_and_leaves_no_process(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["config"]["embedded_server"] is True and summary["completed"] == 12
     assert summary["tokens_per_chunk_mean"] > 1.5  # multi-token chunks, as under SD
-    assert scripted_pids() <= before
+    assert server_pids() <= before
 
 
 def _closed_port() -> int:

@@ -1,0 +1,183 @@
+"""Options and steps `run` and `simulate` share: the load, the workload, the results."""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from loadgen import __version__, console, slo, store
+from loadgen.cli.app import EXIT_INTERRUPTED, EXIT_NOTHING_SUCCEEDED, Failure
+from loadgen.run import LoadShape
+from workloads import KINDS, kind_like, random_lengths
+
+WORKLOADS = ("synthetic", *KINDS)
+
+
+def load_options(f):
+    for opt in reversed([
+        click.option("--concurrency", type=int, help="Closed loop: N users, each sends when its last request ends."),
+        click.option("--rate", type=float, help="Open loop: R requests per second."),
+        click.option("--arrival", type=click.Choice(["poisson", "gamma", "constant"]), default=None,
+                     help="Open-loop gaps [default: poisson; gamma when --burstiness is given]."),
+        click.option("--burstiness", type=float, default=None,
+                     help="Gamma shape B: CV of gaps = 1/sqrt(B); 1 = Poisson, < 1 burstier."),
+        click.option("--max-concurrency", type=int, help="Open loop: cap on requests in flight."),
+        click.option("--num-requests", type=int, help="Requests to measure (after warm-up) [default: 200 "
+                     "unless --duration is given]."),
+        click.option("--duration", type=float, help="Stop sending after S seconds."),
+        click.option("--warmup", type=int, default=0, show_default=True,
+                     help="Requests sent first and left out of the statistics."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seeds arrivals and workload."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def workload_options(f):
+    for opt in reversed([
+        click.option("--workload", type=click.Choice(WORKLOADS), default="synthetic", show_default=True,
+                     help="synthetic: random prompts, fixed output with ignore_eos; chat, summarization, "
+                          "math, code_edit: prompts like those data sets, output ended by the model."),
+        click.option("--input-len", type=int, default=None,
+                     help="Prompt length in words (~tokens) [synthetic: 256; kinds: their data set's mean]."),
+        click.option("--output-len", type=int, default=None,
+                     help="max_tokens [synthetic: 128, with ignore_eos; kinds: 8192, the model stops]."),
+        click.option("--range-ratio", type=float, default=0.25, show_default=True,
+                     help="Synthetic: prompt lengths uniform within +-ratio of --input-len."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def result_options(f):
+    for opt in reversed([
+        click.option("--goodput", "goodput_specs", multiple=True,
+                     help="Per-request objectives, e.g. 'ttft<=500ms,tpot<=50ms'."),
+        click.option("--output", "output_dir", type=click.Path(), default=None,
+                     help="Results directory [default: results/<command>-YYYYmmdd-HHMMSS]."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def flagged(message: str) -> str:
+    """Name the flag: 'rate must be > 0' -> '--rate must be > 0'."""
+    for word in ("max_concurrency", "concurrency", "rate", "burstiness", "num_requests",
+                 "duration", "warmup", "request_timeout"):
+        if message.startswith(word + " "):
+            return "--" + word.replace("_", "-") + message[len(word):]
+    return message
+
+
+def load_shape(o: dict) -> tuple[LoadShape, int | None]:
+    """The load, and the number of measured requests (200 unless bounded by duration)."""
+    if (o["concurrency"] is None) == (o["rate"] is None):
+        raise click.UsageError("give exactly one of --concurrency N (closed loop) and --rate R (open loop)")
+    if o["concurrency"] is not None and (o["arrival"] or o["burstiness"] is not None or o["max_concurrency"]):
+        raise click.UsageError("--arrival, --burstiness and --max-concurrency apply to --rate only")
+    arrival = o["arrival"] or ("gamma" if o["burstiness"] is not None else "poisson")
+    if o["burstiness"] is not None and arrival != "gamma":
+        raise click.UsageError(f"--burstiness applies to gamma arrivals, not --arrival {arrival}")
+    num = o["num_requests"]
+    if num is None and o["duration"] is None:
+        num = 200
+    for key, lo in (("num_requests", 1), ("warmup", 0)):
+        if o[key] is not None and o[key] < lo:
+            raise click.UsageError(f"--{key.replace('_', '-')} must be >= {lo}, got {o[key]}")
+    if o["duration"] is not None and not o["duration"] > 0:
+        raise click.UsageError(f"--duration must be > 0, got {o['duration']}")
+    try:
+        load = LoadShape(concurrency=o["concurrency"], rate=o["rate"], arrival=arrival,
+                         burstiness=1.0 if o["burstiness"] is None else o["burstiness"],
+                         max_concurrency=o["max_concurrency"])
+    except ValueError as e:
+        raise click.UsageError(flagged(str(e))) from None
+    return load, num
+
+
+def workload(o: dict):
+    """The request iterator the options describe (endless; the run bounds it)."""
+    kind = o["workload"]
+    for key in ("input_len", "output_len"):
+        if o[key] is not None and o[key] < 1:
+            raise click.UsageError(f"--{key.replace('_', '-')} must be >= 1, got {o[key]}")
+    if not 0 <= o["range_ratio"] < 1:
+        raise click.UsageError(f"--range-ratio must be in [0, 1), got {o['range_ratio']}")
+    if kind == "synthetic":
+        return random_lengths(None, input_len=o["input_len"] or 256, output_len=o["output_len"] or 128,
+                              range_ratio=o["range_ratio"], seed=o["seed"])
+    return kind_like(kind, None, input_len=o["input_len"], output_len=o["output_len"], seed=o["seed"])
+
+
+def workload_config(o: dict) -> dict:
+    return {"name": o["workload"], "input_len": o["input_len"], "output_len": o["output_len"],
+            "range_ratio": o["range_ratio"]}
+
+
+def objectives(o: dict) -> dict | None:
+    try:
+        return slo.parse(list(o["goodput_specs"])) or None
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def prepare_output(o: dict, command: str) -> Path:
+    out_dir = o["output_dir"] or time.strftime(f"results/{command}-%Y%m%d-%H%M%S")
+    try:
+        return store.prepare(out_dir)
+    except store.OutputError as e:
+        raise Failure(str(e)) from None
+
+
+def load_config(load: LoadShape) -> dict:
+    return {"mode": "closed" if load.closed else "open", "concurrency": load.concurrency,
+            "rate": load.rate, "arrival": None if load.closed else load.arrival,
+            "burstiness": load.burstiness if load.arrival == "gamma" and not load.closed else None,
+            "max_concurrency": load.max_concurrency}
+
+
+def host_config() -> dict:
+    import aiohttp
+    return {"name": platform.node(), "python": platform.python_version(),
+            "aiohttp": aiohttp.__version__, "cpus": os.cpu_count(), "loadgen": __version__}
+
+
+def argv_without_secrets() -> list[str]:
+    out, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip:
+            out.append("***")
+            skip = False
+        elif arg == "--api-key":
+            out.append(arg)
+            skip = True
+        elif arg.startswith("--api-key="):
+            out.append("--api-key=***")
+        else:
+            out.append(arg)
+    return out
+
+
+def write_and_report(out: Path, frame, summarize_fn, *, interrupted: bool) -> dict:
+    """Write the request table first (whatever happens next, what was measured is kept), then
+    the summary; print it; exit non-zero when interrupted or nothing succeeded."""
+    try:
+        store.write_requests(out, frame)
+        summary = summarize_fn()
+        store.write_summary(out, summary)
+    except OSError as e:
+        raise Failure(f"cannot write results to {str(out)!r}: {e}", code=1) from None
+    click.echo(console.render(summary))
+    for line in console.warnings(summary):
+        click.echo(line, err=True)
+    click.echo(f"\nResults: {out / store.SUMMARY}, {out / store.REQUESTS}")
+    if interrupted:
+        sys.exit(EXIT_INTERRUPTED)
+    if summary["completed"] == 0:
+        click.echo("loadgen: error: no request succeeded; see the errors above", err=True)
+        sys.exit(EXIT_NOTHING_SUCCEEDED)
+    return summary

@@ -1,0 +1,87 @@
+"""`loadgen simulate`: the emulated engine under a load in virtual time, with the same records
+and summary as a real run, in seconds."""
+from __future__ import annotations
+
+import time
+
+import click
+
+from loadgen import __version__
+from loadgen.cli import options
+from loadgen.cli.app import Failure, main
+from loadgen.measure import request_frame
+from loadgen.simulate import SimSpec, simulate as run_simulation
+from loadgen.summary import summarize
+
+
+@main.command()
+@click.option("--profile", help="Emulator cost profile (default: the one whose models include --model).")
+@click.option("--model", default=None, help="Model name to record [default: the profile's first].")
+@click.option("--speculative-config", "spec_json", help="As for vllm serve, e.g. "
+              "'{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'. None: no speculative decoding.")
+@click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions",
+              show_default=True)
+@click.option("--max-num-seqs", type=int, default=256, show_default=True)
+@click.option("--max-num-batched-tokens", type=int, default=8192, show_default=True)
+@click.option("--kv-cache-tokens", type=int, default=None, help="KV cache size [default: the profile's].")
+@options.load_options
+@options.workload_options
+@options.result_options
+def simulate(**o) -> None:
+    """Run a load against the emulated engine in virtual time (no server, no waiting)."""
+    from servers.emulator import profile as profiles
+    from servers.emulator.engine import EngineConfig, EngineError
+    from servers.emulator.spec import SpecError, parse
+
+    load, num = options.load_shape(o)
+    requests = options.workload(o)
+    objectives = options.objectives(o)
+    name = o["profile"] or (profiles.for_model(o["model"]) if o["model"] else None)
+    if name is None:
+        raise click.UsageError("give --profile (one of " + ", ".join(profiles.available()) + ") or a --model it serves")
+    for key in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"):
+        if o[key] is not None and o[key] < 1:
+            raise click.UsageError(f"--{key.replace('_', '-')} must be >= 1, got {o[key]}")
+    try:
+        prof = profiles.load(name)
+        spec = parse(o["spec_json"])
+    except (profiles.ProfileError, SpecError) as e:
+        raise Failure(str(e)) from None
+    sim = SimSpec(name, spec, load, num_requests=num, duration_s=o["duration"], warmup=o["warmup"],
+                  seed=o["seed"], endpoint=o["endpoint"],
+                  engine=EngineConfig(max_num_seqs=o["max_num_seqs"],
+                                      max_num_batched_tokens=o["max_num_batched_tokens"],
+                                      kv_capacity_tokens=o["kv_cache_tokens"], seed=o["seed"]))
+    out = options.prepare_output(o, "simulate")
+    wall = time.monotonic()
+    try:
+        result = run_simulation(sim, requests)
+    except EngineError as e:
+        raise Failure(str(e)) from None
+    wall = time.monotonic() - wall
+    frame = request_frame(result.run.records)
+    config = {
+        "command": "simulate", "loadgen_version": __version__, "simulated": True,
+        "profile": name, "model": o["model"] or prof.models[0],
+        "base_url": f"simulated:{name}", "speculative_config": o["spec_json"],
+        "endpoint": o["endpoint"], "load": options.load_config(load), "num_requests": num,
+        "duration_s": o["duration"], "warmup": o["warmup"], "seed": o["seed"],
+        "workload": options.workload_config(o),
+        "engine": {"max_num_seqs": o["max_num_seqs"], "max_num_batched_tokens": o["max_num_batched_tokens"],
+                   "kv_cache_tokens": result.engine.kv_capacity},
+        "clock": {"t0_ns": result.run.t0_ns, "t0_unix": None, "clock": "virtual"},
+        "host": options.host_config(), "argv": options.argv_without_secrets(),
+    }
+
+    def summary() -> dict:
+        s = summarize(frame, ([], []), config=config, goodput=objectives, load_info=result.run.load_info)
+        stats = result.engine.stats
+        s["spec_decode"] = stats.spec_summary() if spec else None
+        s["server"] = {"preemptions": stats.preemptions, "steps": stats.steps,
+                       "generation_tokens": stats.generation_tokens, "prompt_tokens": stats.prompt_tokens}
+        s["simulation"] = {"virtual_s": result.makespan_s, "wall_s": wall}
+        return s
+
+    click.echo(f"Simulated {len(frame)} requests on {name} ({spec.label if spec else 'no speculative decoding'}): "
+               f"{result.makespan_s:.1f} s of serving in {wall:.1f} s", err=True)
+    options.write_and_report(out, frame, summary, interrupted=False)

@@ -1,0 +1,148 @@
+"""The simulator: the emulated engine (servers/emulator) under a load, in virtual time.
+
+No HTTP and no sleeping: the clock jumps from one engine step's end to the next, so thousands
+of requests take seconds. Requests arrive as in a real run (closed loop: N users, each sending
+its next request when its last one ends, joining 1 ms apart; open loop: the same seeded
+arrival schedule as `loadgen run`, optionally capped in flight), and each becomes the same
+`RequestRecord` a real run writes, chunk by chunk with exact usage. The client is ideal: it
+sends on time and reads each chunk the moment its step ends.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from loadgen import arrivals
+from loadgen.record import RequestRecord
+from loadgen.run import LoadShape, RunResult
+from servers.emulator import profile as profiles
+from servers.emulator.content import chat_prompt
+from servers.emulator.engine import Engine, EngineConfig, EngineError
+from servers.emulator.spec import SpecConfig
+from workloads import Request
+
+_T0_NS = 1_000_000_000  # virtual time 0, in ns (records need positive times)
+
+
+@dataclass
+class SimSpec:
+    profile: str
+    spec: SpecConfig | None
+    load: LoadShape
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    num_requests: int | None = 200
+    duration_s: float | None = None
+    warmup: int = 0
+    seed: int = 0
+    endpoint: str = "completions"
+    join_gap_s: float = 0.001
+
+
+@dataclass
+class SimResult:
+    run: RunResult
+    engine: Engine
+    makespan_s: float
+
+
+def _ns(t: float) -> int:
+    return _T0_NS + int(round(t * 1e9))
+
+
+def simulate(sim: SimSpec, requests: Iterator[Request]) -> SimResult:
+    engine = Engine(profiles.load(sim.profile), sim.spec, sim.engine)
+    load = sim.load
+    limit = None if sim.num_requests is None else sim.num_requests + sim.warmup
+    deadline = sim.duration_s
+    source = iter(requests)
+    records: list[RequestRecord] = []
+    order = itertools.count()
+    events: list[tuple[float, int, int | None]] = []  # (time, tie-break, user or None)
+    if load.closed:
+        for user in range(load.concurrency):
+            heapq.heappush(events, (user * sim.join_gap_s, next(order), user))
+    else:
+        offsets = arrivals.schedule(load.rate, num=limit, duration_s=deadline, process=load.arrival,
+                                    burstiness=load.burstiness, seed=sim.seed)
+        for t in offsets.tolist():
+            heapq.heappush(events, (t, next(order), None))
+    capped: deque[tuple[float, Request]] = deque()  # open loop waiting for a slot
+    in_flight = 0
+
+    def send(req: Request, t_sched: float, t_send: float, user: int | None) -> None:
+        nonlocal in_flight
+        rec = RequestRecord(index=len(records), request_id=req.id, warmup=len(records) < sim.warmup,
+                            t_scheduled_ns=_ns(t_sched), workload=req.workload,
+                            category=req.category, max_tokens=req.max_tokens,
+                            queue_delay_ns=_ns(t_send) - _ns(t_sched))
+        rec.t_call_ns = rec.t_send_ns = _ns(t_send)
+        records.append(rec)
+        text = chat_prompt(req.as_messages()) if sim.endpoint == "chat" else (
+            req.prompt if req.prompt is not None else chat_prompt(req.as_messages()))
+        try:
+            engine.submit(req.id, text, req.max_tokens, arrival=t_send, ignore_eos=req.ignore_eos,
+                          min_tokens=req.min_tokens, sink=(rec, user))
+        except EngineError as e:
+            rec.status, rec.error_type, rec.error_message = 400, "http_400", f"HTTP 400: {e}"
+            rec.t_end_ns = rec.t_send_ns
+            if user is not None:
+                heapq.heappush(events, (t_send, next(order), user))
+            return
+        rec.status = 200
+        in_flight += 1
+
+    def take() -> Request | None:
+        if limit is not None and len(records) + len(capped) >= limit:
+            return None
+        return next(source, None)
+
+    t = 0.0
+    while True:
+        while events and events[0][0] <= t:
+            t_event, _, user = heapq.heappop(events)
+            if deadline is not None and t_event >= deadline:
+                continue
+            req = take()
+            if req is None:
+                continue
+            if user is not None:  # closed loop: the user is free now
+                send(req, t_event, t_event, user)
+            elif load.max_concurrency and in_flight >= load.max_concurrency:
+                capped.append((t_event, req))
+            else:
+                send(req, t_event, t_event, None)
+        if not engine.has_work:
+            if not events:
+                break
+            t = events[0][0]
+            continue
+        step = engine.plan(t)
+        if step is None:
+            raise RuntimeError("engine has work but could not schedule any of it")
+        t_end = t + step.duration
+        for em in engine.commit(step, t_end):
+            rec, user = em.seq.sink
+            rec.chunk_t_ns.append(_ns(t_end))
+            rec.chunk_usage.append(em.seq.emitted)
+            rec.chunk_chars.append(-1)
+            rec.usage_completion_tokens = em.seq.emitted
+            if rec.prompt_tokens is None:
+                rec.prompt_tokens = len(em.seq.prompt)
+            if em.finished:
+                rec.done = True
+                rec.finish_reason = em.seq.finish_reason
+                rec.t_end_ns = _ns(t_end)
+                in_flight -= 1
+                if user is not None:
+                    heapq.heappush(events, (t_end, next(order), user))
+                elif capped:
+                    t_arr, req = capped.popleft()
+                    send(req, t_arr, t_end, None)
+        t = t_end
+    firsts = sorted(r.t_send_ns for r in records[:load.concurrency]) if load.closed else []
+    info = {"ramp_s": (firsts[-1] - firsts[0]) / 1e9 if len(firsts) > 1 else None} if load.closed else {}
+    run = RunResult(records, [], [], _T0_NS, 0.0, False, info)
+    return SimResult(run, engine, t)
