@@ -25,6 +25,7 @@ from servers.emulator.spec import SpecConfig
 from workloads import Request
 
 _T0_NS = 1_000_000_000  # virtual time 0, in ns (records need positive times)
+_REFUSAL_S = 0.001  # a refused request still costs its user a round trip
 
 
 @dataclass
@@ -87,9 +88,9 @@ def simulate(sim: SimSpec, requests: Iterator[Request]) -> SimResult:
                           min_tokens=req.min_tokens, sink=(rec, user))
         except EngineError as e:
             rec.status, rec.error_type, rec.error_message = 400, "http_400", f"HTTP 400: {e}"
-            rec.t_end_ns = rec.t_send_ns
+            rec.t_end_ns = _ns(t_send + _REFUSAL_S)
             if user is not None:
-                heapq.heappush(events, (t_send, next(order), user))
+                heapq.heappush(events, (t_send + _REFUSAL_S, next(order), user))
             return
         rec.status = 200
         in_flight += 1

@@ -181,3 +181,17 @@ async def serve(handler: Handler, host: str, port: int) -> asyncio.base_events.S
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: HttpConnection(handler), host, port,
                                     backlog=4096, reuse_address=True)
+
+
+async def announce_and_wait(listener: asyncio.base_events.Server, host: str) -> None:
+    """Print `listening on http://HOST:PORT` (what servers.embedded waits for), then serve
+    until SIGINT or SIGTERM, and close the listener."""
+    import signal
+    port = listener.sockets[0].getsockname()[1]
+    print(f"listening on http://{host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    listener.close()

@@ -69,6 +69,17 @@ def test_virtual_time_matches_the_real_time_emulator(tmp_path):
     assert real["tokens_per_chunk_mean"] == pytest.approx(sim["tokens_per_chunk_mean"], rel=0.05)
 
 
+def test_refused_requests_are_recorded_and_time_moves_on(tmp_path):
+    """Every request too long for the model: each is a recorded 400, and a duration-bounded
+    closed loop still ends."""
+    res = run_cli("simulate", "--profile", "h100-llama-3-70b-tp4", "--concurrency", "2",
+                  "--duration", "0.05", "--output-len", "9000", "--output", str(tmp_path))
+    assert res.returncode == 1  # nothing succeeded
+    f = pd.read_parquet(tmp_path / "requests.parquet")
+    assert len(f) > 10 and set(f["error_type"]) == {"http_400"}
+    assert "maximum context length" in f["error_message"].iloc[0]
+
+
 @pytest.mark.parametrize("args,expect", [
     (["--profile", "nope", "--concurrency", "1"], "unknown profile 'nope'"),
     (["--profile", "h100-llama-3.1-8b", "--concurrency", "1", "--speculative-config", "{x"], "not valid JSON"),

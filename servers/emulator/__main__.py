@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 
 from servers.emulator import profile as profiles
@@ -14,7 +13,7 @@ from servers.emulator.engine import Engine, EngineConfig, EngineError
 from servers.emulator.metrics import VllmCollector, registry
 from servers.emulator.realtime import RealtimeDriver
 from servers.emulator.spec import SpecError, parse
-from servers.http import serve
+from servers.http import announce_and_wait, serve
 
 log = logging.getLogger("loadgen.emulator")
 
@@ -77,18 +76,11 @@ async def _serve(args, engine: Engine, served: list[str]) -> None:
         listener = await serve(api.handle, args.host, args.port)
     except OSError as e:
         _fail(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
-    port = listener.sockets[0].getsockname()[1]
     log.info("serving %s as %s on profile %s, %s", args.model, ", ".join(served), engine.profile.name,
              engine.spec.label if engine.spec else "no speculative decoding")
-    print(f"listening on http://{args.host}:{port}", flush=True)
     runner = asyncio.get_running_loop().create_task(driver.run())
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await announce_and_wait(listener, args.host)
     runner.cancel()
-    listener.close()
     driver.close()
 
 

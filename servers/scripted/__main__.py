@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 
 from servers.scripted.app import ScriptedServer, ServerOptions
-from servers.http import serve
+from servers.http import announce_and_wait, serve
 from servers.scripted.script import FAULTS, ScriptConfig
 
 
@@ -43,14 +42,7 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _serve(server: ScriptedServer, host: str, port: int) -> None:
     listener = await serve(server.handle, host, port)
-    bound = listener.sockets[0].getsockname()[1]
-    print(f"listening on http://{host}:{bound}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    listener.close()
+    await announce_and_wait(listener, host)
     server.close()
 
 
