@@ -23,7 +23,7 @@ def _simulate(tmp_path, *args):
 
 def test_simulated_results_have_the_run_form_and_exact_acceptance(tmp_path):
     s, f = _simulate(tmp_path, "--speculative-config", EAGLE, "--concurrency", "64",
-                     "--num-requests", "1500", "--workload", "chat")
+                     "--num-requests", "1500", "--workload", "synthetic:chat")
     assert s["completed"] == 1500 and s["config"]["simulated"] is True
     for key in ("ttft_ms", "tpot_ms", "itl_ms", "inter_chunk_ms", "e2e_ms"):
         assert {"mean", "p50", "p90", "p99"} <= set(s[key])
@@ -46,7 +46,7 @@ def test_speculation_pays_at_low_load_and_less_at_high_load(tmp_path):
     """The study's central phenomenon, out of the cost model: speedup falls as load rises."""
     def throughput(spec: str | None, c: int) -> float:
         out = tmp_path / f"{bool(spec)}-{c}"
-        args = ["--concurrency", str(c), "--num-requests", str(4 * c), "--workload", "chat",
+        args = ["--concurrency", str(c), "--num-requests", str(4 * c), "--workload", "synthetic:chat",
                 "--output-len", "256"]
         s, _ = _simulate(out, *args, *(["--speculative-config", spec] if spec else []))
         return s["output_throughput_tok_s"]

@@ -1,6 +1,7 @@
 """Synthetic workloads that need no data set: offline, seeded, reproducible."""
 from __future__ import annotations
 
+import math
 from typing import Iterator
 
 import numpy as np
@@ -21,6 +22,27 @@ _WORDS = (
 ).split()
 
 
+DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal")
+
+
+def lengths(rng: np.random.Generator, mean: int, dist: str, *, range_ratio: float = 0.25,
+            sigma: float = 0.5) -> int:
+    """One length >= 1 around `mean`: fixed; uniform within +-range_ratio; normal or lognormal
+    with relative spread `sigma` (lognormal: mean preserved)."""
+    if dist == "fixed":
+        return mean
+    if dist == "uniform":
+        lo = max(1, int(round(mean * (1.0 - range_ratio))))
+        hi = max(lo, int(round(mean * (1.0 + range_ratio))))
+        return int(rng.integers(lo, hi + 1))
+    if dist == "normal":
+        return max(1, int(round(rng.normal(mean, sigma * mean))))
+    if dist == "lognormal":
+        s = math.sqrt(math.log(1.0 + sigma ** 2))
+        return max(1, int(round(rng.lognormal(math.log(mean) - s * s / 2, s))))
+    raise ValueError(f"unknown length distribution {dist!r}; valid: {', '.join(DISTRIBUTIONS)}")
+
+
 def random_lengths(
     num: int | None,
     *,
@@ -29,27 +51,28 @@ def random_lengths(
     range_ratio: float = 0.25,
     seed: int = 0,
     workload: str = "synthetic",
+    input_dist: str = "uniform",
+    output_dist: str = "fixed",
+    sigma: float = 0.5,
+    exact=None,
 ) -> Iterator[Request]:
-    """Random prompts of about `input_len` words (uniform within +-range_ratio), asking for
-    exactly `output_len` tokens (`ignore_eos`), greedy. `num=None` yields without end.
-
-    Prompts are distinct random word sequences, so a prefix cache cannot shorten them.
-    """
+    """Random prompts of about `input_len` words (~tokens), asking for `output_len` tokens with
+    `ignore_eos`, greedy; lengths drawn from `input_dist` / `output_dist`. `num=None` yields
+    without end. Prompts are distinct random word sequences, so a prefix cache cannot shorten
+    them. With `exact` (workloads.lengths.ExactLengths) prompt lengths are exact tokens."""
     if input_len < 1 or output_len < 1:
         raise ValueError("input_len and output_len must be >= 1")
     if not 0.0 <= range_ratio < 1.0:
         raise ValueError("range_ratio must be in [0, 1)")
     rng = np.random.default_rng(seed)
-    lo = max(1, int(round(input_len * (1.0 - range_ratio))))
-    hi = max(lo, int(round(input_len * (1.0 + range_ratio))))
     i = 0
     while num is None or i < num:
-        n = int(rng.integers(lo, hi + 1))
-        prompt = " ".join([_WORDS[w] for w in rng.integers(0, len(_WORDS), size=n).tolist()])
+        n = lengths(rng, input_len, input_dist, range_ratio=range_ratio, sigma=sigma)
+        out = lengths(rng, output_len, output_dist, range_ratio=range_ratio, sigma=sigma)
         yield Request(
             id=f"{workload}-{i}",
-            prompt=prompt,
-            max_tokens=output_len,
+            prompt=exact.prompt(rng, n) if exact is not None else _words(rng, n),
+            max_tokens=out,
             ignore_eos=True,
             sampling={"temperature": 0.0},
             workload=workload,
@@ -57,8 +80,11 @@ def random_lengths(
         i += 1
 
 
+_WORDS_TUPLE = tuple(_WORDS)
+
+
 def _words(rng: np.random.Generator, n: int) -> str:
-    return " ".join([_WORDS[w] for w in rng.integers(0, len(_WORDS), size=n).tolist()])
+    return " ".join([_WORDS[w] for w in rng.integers(0, len(_WORDS), size=max(n, 0)).tolist()])
 
 
 def _code(rng: np.random.Generator, n_words: int) -> str:
@@ -89,15 +115,19 @@ KINDS = {
     "code_edit": (lambda rng, n: ("Edit the following code as instructed.\n```python\n"
                                   + _code(rng, n - 26) + "\n```\nInstruction: add type hints "
                                   "and a docstring to every function."), 171, 262),
+    "reasoning": (lambda rng, n: ("Think carefully, step by step, before you answer. "
+                                  + " ".join(f"{_words(rng, 6)} {int(rng.integers(2, 500))}"
+                                             for _ in range(max(2, (n - 12) // 7)))
+                                  + " How many are there in total?"), 110, 12000),
 }
 
 
 def kind_like(kind: str, num: int | None, *, input_len: int | None = None,
               output_len: int | None = None, ignore_eos: bool = False,
               seed: int = 0) -> Iterator[Request]:
-    """Prompts of one kind (chat, summarization, math, code_edit) whose length and markers
-    resemble the data sets of that kind; `max_tokens` = `output_len` (default: 8192 with the
-    model stopping on its own, as in the study's offline runs)."""
+    """Prompts of one kind (chat, summarization, math, code_edit, reasoning) whose length and
+    markers resemble the data sets of that kind; `max_tokens` = `output_len` (default: the
+    study's cap, 8192, or 32768 for reasoning, with the model stopping on its own)."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; valid: {', '.join(KINDS)}")
     make, mean_in, _ = KINDS[kind]
@@ -106,7 +136,74 @@ def kind_like(kind: str, num: int | None, *, input_len: int | None = None,
     i = 0
     while num is None or i < num:
         prompt = make(rng, max(20, int(rng.integers(int(n_in * 0.8), int(n_in * 1.2) + 1))))
-        yield Request(id=f"{kind}-{i}", prompt=prompt, max_tokens=output_len or 8192,
+        cap = 32768 if kind == "reasoning" else 8192
+        yield Request(id=f"{kind}-{i}", prompt=prompt, max_tokens=output_len or cap,
                       ignore_eos=ignore_eos, sampling={"temperature": 0.0}, workload=kind,
                       category=kind)
         i += 1
+
+
+def shared_prefix(num: int | None, *, prefix_len: int = 1000, suffix_len: int = 100,
+                  prefixes: int = 4, output_len: int = 128, seed: int = 0) -> Iterator[Request]:
+    """Requests in `prefixes` groups; each group shares a `prefix_len`-word prefix (a system
+    prompt, a document), then a distinct `suffix_len`-word question; `output_len` tokens each
+    with ignore_eos. What a prefix cache can reuse."""
+    if min(prefix_len, suffix_len, prefixes, output_len) < 1:
+        raise ValueError("prefix_len, suffix_len, prefixes and output_len must be >= 1")
+    rng = np.random.default_rng(seed)
+    heads = [_words(rng, prefix_len) for _ in range(prefixes)]
+    i = 0
+    while num is None or i < num:
+        g = int(rng.integers(0, prefixes))
+        yield Request(id=f"shared_prefix-{i}", prompt=heads[g] + "\n" + _words(rng, suffix_len),
+                      max_tokens=output_len, ignore_eos=True, sampling={"temperature": 0.0},
+                      workload="shared_prefix", category=f"prefix-{g}")
+        i += 1
+
+
+# synthetic:KIND -> (generator, {option: converter}); every option is optional.
+def _int(v: str) -> int:
+    return int(v)
+
+
+def _float(v: str) -> float:
+    return float(v)
+
+
+def _bool(v: str) -> bool:
+    if v.lower() in ("1", "true", "yes"):
+        return True
+    if v.lower() in ("0", "false", "no"):
+        return False
+    raise ValueError(f"expected true or false, got {v!r}")
+
+
+KIND_OPTIONS = {"input_len": _int, "output_len": _int, "ignore_eos": _bool}
+SYNTHETIC = {
+    "random": (random_lengths, {"input_len": _int, "output_len": _int, "range_ratio": _float,
+                                "input_dist": str, "output_dist": str, "sigma": _float}),
+    "shared_prefix": (shared_prefix, {"prefix_len": _int, "suffix_len": _int, "prefixes": _int,
+                                      "output_len": _int}),
+    **{k: (lambda num, k=k, **kw: kind_like(k, num, **kw), KIND_OPTIONS) for k in KINDS},
+}
+
+
+def generator(kind: str, options: dict[str, str], seed: int, tokenizer=None):
+    """A seeded endless generator for `synthetic:KIND,options`; with a tokenizer, random
+    prompts have exact token lengths."""
+    if kind not in SYNTHETIC:
+        raise ValueError(f"unknown synthetic kind {kind!r}; valid: {', '.join(SYNTHETIC)}")
+    make, allowed = SYNTHETIC[kind]
+    kwargs = {}
+    for key, value in options.items():
+        if key not in allowed:
+            raise ValueError(f"synthetic:{kind} takes no option {key!r}; valid: {', '.join(allowed) or 'none'}")
+        try:
+            kwargs[key] = allowed[key](value)
+        except ValueError:
+            raise ValueError(f"synthetic:{kind}: {key}={value!r} is not a valid value") from None
+    if tokenizer is not None and kind == "random":
+        from workloads.lengths import for_tokenizer
+        kwargs["exact"] = for_tokenizer(tokenizer, _WORDS_TUPLE)
+    next(make(1, seed=seed, **kwargs))  # validate now, not at the first request
+    return lambda s: make(None, seed=s, **kwargs)

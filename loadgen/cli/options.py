@@ -12,9 +12,7 @@ import click
 from loadgen import __version__, console, slo, store
 from loadgen.cli.app import EXIT_INTERRUPTED, EXIT_NOTHING_SUCCEEDED, Failure
 from loadgen.run import LoadShape
-from workloads import KINDS, kind_like, random_lengths
-
-WORKLOADS = ("synthetic", *KINDS)
+from workloads import WorkloadError, open_workload
 
 
 def load_options(f):
@@ -39,15 +37,19 @@ def load_options(f):
 
 def workload_options(f):
     for opt in reversed([
-        click.option("--workload", type=click.Choice(WORKLOADS), default="synthetic", show_default=True,
-                     help="synthetic: random prompts, fixed output with ignore_eos; chat, summarization, "
-                          "math, code_edit: prompts like those data sets, output ended by the model."),
+        click.option("--workload", default="synthetic:random", show_default=True,
+                     help="A catalog name (loadgen workloads list), FORMAT:PATH[,key=value...], "
+                          "hf:DATASET_ID or synthetic:KIND[,key=value...]; docs/workloads.md."),
+        click.option("--category", help="Only records of this category (formats with categories)."),
+        click.option("--skip-bad", is_flag=True, help="Count and skip records that cannot be read."),
+        click.option("--data-dir", envvar="LOADGEN_DATA_DIR", show_envvar=True,
+                     help="Where catalog workloads find local data sets."),
         click.option("--input-len", type=int, default=None,
-                     help="Prompt length in words (~tokens) [synthetic: 256; kinds: their data set's mean]."),
+                     help="Synthetic shorthand: input_len (words ~ tokens) [random: 256; kinds: their data set's mean]."),
         click.option("--output-len", type=int, default=None,
-                     help="max_tokens [synthetic: 128, with ignore_eos; kinds: 8192, the model stops]."),
-        click.option("--range-ratio", type=float, default=0.25, show_default=True,
-                     help="Synthetic: prompt lengths uniform within +-ratio of --input-len."),
+                     help="Synthetic shorthand: output_len [random: 128, with ignore_eos; kinds: the model stops]."),
+        click.option("--range-ratio", type=float, default=None,
+                     help="Synthetic random shorthand: prompt lengths uniform within +-ratio [0.25]."),
     ]):
         f = opt(f)
     return f
@@ -99,23 +101,32 @@ def load_shape(o: dict) -> tuple[LoadShape, int | None]:
     return load, num
 
 
-def workload(o: dict):
-    """The request iterator the options describe (endless; the run bounds it)."""
-    kind = o["workload"]
+def workload(o: dict, tokenizer=None):
+    """The workload the options describe (with a tokenizer, synthetic prompt lengths are exact
+    tokens)."""
+    spec = o["workload"]
+    shorthand = {k: o[k] for k in ("input_len", "output_len", "range_ratio") if o[k] is not None}
     for key in ("input_len", "output_len"):
-        if o[key] is not None and o[key] < 1:
-            raise click.UsageError(f"--{key.replace('_', '-')} must be >= 1, got {o[key]}")
-    if not 0 <= o["range_ratio"] < 1:
-        raise click.UsageError(f"--range-ratio must be in [0, 1), got {o['range_ratio']}")
-    if kind == "synthetic":
-        return random_lengths(None, input_len=o["input_len"] or 256, output_len=o["output_len"] or 128,
-                              range_ratio=o["range_ratio"], seed=o["seed"])
-    return kind_like(kind, None, input_len=o["input_len"], output_len=o["output_len"], seed=o["seed"])
-
-
-def workload_config(o: dict) -> dict:
-    return {"name": o["workload"], "input_len": o["input_len"], "output_len": o["output_len"],
-            "range_ratio": o["range_ratio"]}
+        if key in shorthand and shorthand[key] < 1:
+            raise click.UsageError(f"--{key.replace('_', '-')} must be >= 1, got {shorthand[key]}")
+    if "range_ratio" in shorthand and not 0 <= shorthand["range_ratio"] < 1:
+        raise click.UsageError(f"--range-ratio must be in [0, 1), got {shorthand['range_ratio']}")
+    if shorthand:
+        if not (spec == "synthetic" or spec.startswith("synthetic:")):
+            raise click.UsageError("--input-len, --output-len and --range-ratio apply to synthetic workloads; "
+                                   "give other workloads' options in --workload")
+        base = "synthetic:random" if spec == "synthetic" else spec
+        spec = base + "".join(f",{k}={v}" for k, v in shorthand.items() if f"{k}=" not in base)
+    try:
+        w = open_workload(spec, data_dir=o["data_dir"], skip_bad=o["skip_bad"], category=o["category"],
+                          tokenizer=tokenizer)
+    except WorkloadError as e:
+        raise Failure(str(e)) from None
+    if w.notice:
+        click.echo(f"note: {w.notice}", err=True)
+    if w.skipped:
+        click.echo(f"note: skipped {w.skipped} bad records of {spec} (first: {w.bad[0]})", err=True)
+    return w
 
 
 def objectives(o: dict) -> dict | None:

@@ -45,8 +45,8 @@ def _public_url(url: str) -> str:
               help="Seconds before a request is recorded as timed out.")
 @click.option("--no-continuous-usage", is_flag=True,
               help="Do not ask for usage on every chunk (for servers that reject it).")
-@click.option("--tokenizer", help="tokenizer.json (or its directory) to count tokens per chunk "
-              "when the server sends no per-chunk usage.")
+@click.option("--tokenizer", help="tokenizer.json (or its directory): tokens per chunk when the server "
+              "sends no per-chunk usage, and exact synthetic prompt lengths.")
 @click.option("--extra-body", help="JSON object merged into every request body.")
 @click.option("--lateness-threshold-ms", type=float, default=5.0, show_default=True,
               help="Mark the run client_bound when send lateness or loop lag p99 exceeds this.")
@@ -55,7 +55,14 @@ def _public_url(url: str) -> str:
 def run(**o) -> None:
     """Send a workload to one server under one load and measure every request."""
     load, num = options.load_shape(o)
-    requests = options.workload(o)
+    tokenizer = None
+    if o["tokenizer"]:
+        try:
+            tokenizer = load_tokenizer(o["tokenizer"])
+        except TokenizerError as e:
+            raise Failure(str(e)) from None
+    wl = options.workload(o, tokenizer)
+    requests = wl.requests(None, o["seed"])
     objectives = options.objectives(o)
     headers = {"Authorization": f"Bearer {o['api_key']}"} if o["api_key"] else {}
     extra = None
@@ -74,12 +81,6 @@ def run(**o) -> None:
                        keep_text=o["tokenizer"] is not None, extra_body=extra, headers=headers)
     except ValueError as e:
         raise click.UsageError(options.flagged(str(e))) from None
-    tokenizer = None
-    if o["tokenizer"]:
-        try:
-            tokenizer = load_tokenizer(o["tokenizer"])
-        except TokenizerError as e:
-            raise Failure(str(e)) from None
     out = options.prepare_output(o, "run")
     with _server(o["base_url"]) as url:
         try:
@@ -91,7 +92,7 @@ def run(**o) -> None:
 
     def summary() -> dict:
         return summarize(frame, (result.loop_lag_at_ns, result.loop_lag_ns),
-                         config=_config(o, spec, result), interrupted=result.interrupted,
+                         config=_config(o, spec, result, wl), interrupted=result.interrupted,
                          goodput=objectives, lateness_threshold_ms=o["lateness_threshold_ms"],
                          load_info=result.load_info)
 
@@ -150,13 +151,13 @@ async def _run(spec: RunSpec, model: str | None, requests, quiet: bool) -> RunRe
         await session.close()
 
 
-def _config(o: dict, spec: RunSpec, result: RunResult) -> dict:
+def _config(o: dict, spec: RunSpec, result: RunResult, wl) -> dict:
     return {
         "command": "run", "loadgen_version": __version__,
         "base_url": _public_url(spec.api_base), "embedded_server": o["base_url"] is None,
         "model": spec.model, "endpoint": spec.endpoint, "load": options.load_config(spec.load),
         "num_requests": spec.num_requests, "duration_s": spec.duration_s, "warmup": spec.warmup,
-        "seed": spec.seed, "workload": options.workload_config(o),
+        "seed": spec.seed, "workload": wl.describe(),
         "request_timeout_s": spec.request_timeout_s,
         "continuous_usage_requested": spec.continuous_usage,
         "tokenizer": o["tokenizer"], "extra_body": spec.extra_body,

@@ -34,7 +34,8 @@ def simulate(**o) -> None:
     from servers.emulator.spec import SpecError, parse
 
     load, num = options.load_shape(o)
-    requests = options.workload(o)
+    wl = options.workload(o)
+    requests = wl.requests(None, o["seed"])
     objectives = options.objectives(o)
     name = o["profile"] or (profiles.for_model(o["model"]) if o["model"] else None)
     if name is None:
@@ -66,7 +67,7 @@ def simulate(**o) -> None:
         "base_url": f"simulated:{name}", "speculative_config": o["spec_json"],
         "endpoint": o["endpoint"], "load": options.load_config(load), "num_requests": num,
         "duration_s": o["duration"], "warmup": o["warmup"], "seed": o["seed"],
-        "workload": options.workload_config(o),
+        "workload": wl.describe(),
         "engine": {"max_num_seqs": o["max_num_seqs"], "max_num_batched_tokens": o["max_num_batched_tokens"],
                    "kv_cache_tokens": result.engine.kv_capacity},
         "clock": {"t0_ns": result.run.t0_ns, "t0_unix": None, "clock": "virtual"},

@@ -19,6 +19,9 @@ import numpy as np
 CLASSES = ("chat", "summarization", "math", "code_edit")
 
 _CODE = re.compile(r"```|^\s*(def|class|return|import|for|if|while)\b.*[:({]\s*$|;\s*$", re.M)
+_FENCED = re.compile(r"```.*?(```|$)", re.S)
+_EDIT = re.compile(r"\b(edit|modify|refactor|rewrite|change|add|fix|update|replace|rename|convert|"
+                   r"remove|improve|optimi[sz]e|restructure|simplify)\b", re.I)
 _NUMBER = re.compile(r"\b\d+(\.\d+)?\b")
 _MATH_WORDS = ("how many", "how much", "calculate", "solve", "total", "math", "percent", "sum of")
 _SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "be", "da", "fo", "gu", "ha",
@@ -27,8 +30,10 @@ _NOVEL_BASE = 1 << 31  # prompt words hash into [2^31, 2^32); new tokens below 2
 
 
 def classify(text: str) -> str:
-    """Which kind of request this reads as: code_edit, summarization, math or chat."""
-    if _CODE.search(text):
+    """Which kind of request this reads as: code_edit (code with an instruction to change it,
+    outside the code), summarization, math or chat. Code to complete (no edit instruction)
+    reads as chat: its answer does not repeat the prompt."""
+    if _CODE.search(text) and _EDIT.search(_FENCED.sub(" ", text) if "```" in text else ""):
         return "code_edit"
     low = text.lower()
     if "summar" in low or "tl;dr" in low:

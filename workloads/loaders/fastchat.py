@@ -1,0 +1,41 @@
+"""Spec-Bench and MT-Bench `question.jsonl` (FastChat's format): `question_id`, `category`,
+`turns` (the user's turns), optional `reference` (an answer per turn)."""
+from __future__ import annotations
+
+from workloads.errors import BadRecord
+from workloads.loaders.base import CAP, Format, record_id
+from workloads.request import Request
+
+
+def _convert(name: str):
+    def convert(where: str, row: dict, index: int, opts: dict) -> list[Request]:
+        turns = row.get("turns")
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t for t in turns):
+            raise BadRecord(where, "field 'turns' must be a non-empty list of text")
+        category = row.get("category")
+        if not isinstance(category, str) or not category:
+            raise BadRecord(where, "missing field 'category'")
+        refs = row.get("reference") if isinstance(row.get("reference"), list) else []
+        qid = record_id(row, ("question_id",), index)
+        which = range(len(turns)) if opts.get("turns", "first") == "all" else range(1)
+        out = []
+        for i in which:
+            messages = []
+            for j in range(i):  # earlier turns: the user's, then the reference answer if any
+                messages.append({"role": "user", "content": turns[j]})
+                answer = refs[j] if j < len(refs) and isinstance(refs[j], str) else f"[answer {j + 1}]"
+                messages.append({"role": "assistant", "content": answer})
+            messages.append({"role": "user", "content": turns[i]})
+            ref = refs[i] if i < len(refs) and isinstance(refs[i], str) else None
+            out.append(Request(id=f"{name}-{qid}" + (f"-t{i + 1}" if i else ""),
+                               prompt=turns[0] if i == 0 else None, messages=tuple(messages),
+                               max_tokens=CAP, workload=name, category=category, turn=i + 1,
+                               reference=ref))
+        return out
+    return convert
+
+
+SPEC_BENCH = Format("spec_bench", _convert("spec_bench"), frozenset({"turns"}), categories=True,
+                    hub={"hemingkx/Spec-Bench": (None, "test")}, file_kind="jsonl")
+MT_BENCH = Format("mt_bench", _convert("mt_bench"), frozenset({"turns"}), categories=True,
+                  hub={"philschmid/mt-bench": (None, "train")}, file_kind="jsonl")
