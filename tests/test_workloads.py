@@ -260,3 +260,30 @@ def test_workloads_cli(tmp_path):
     assert run.returncode == 0, run.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["completed"] == 20 and summary["config"]["workload"]["records"] == 160
+
+
+def test_formats_without_shared_samples_read_their_layouts(tmp_path):
+    """CNN/DailyMail, AIME and the generic formats, on small files in their layouts."""
+    import pandas as pd
+    cnn = tmp_path / "cnn.jsonl"
+    cnn.write_text("\n".join(json.dumps({"id": f"c{i}", "article": f"Article {i} text " * 20,
+                                         "highlights": "A short summary."}) for i in range(5)))
+    w = open_workload(f"cnn_dailymail:{cnn},output=reference")
+    r = next(w.requests(1, 0))
+    assert len(w.records) == 5 and r.prompt.startswith("Summarize") and r.max_tokens == 3
+    aime = tmp_path / "aime.parquet"
+    pd.DataFrame({"id": [1, 2], "problem": ["Find x if 2x = 4.", "Count the primes below 20."],
+                  "answer": ["2", "8"]}).to_parquet(aime)
+    a = open_workload(f"aime:{aime}")
+    assert len(a.records) == 2 and a.records[0].max_tokens == 32768 and "\\boxed" in a.records[0].prompt
+    csv_path = tmp_path / "mine.csv"
+    pd.DataFrame({"q": ["hello", "bye"], "kind": ["greet", "farewell"], "ans": ["hi", "ciao"]}).to_csv(csv_path, index=False)
+    g = open_workload(f"csv:{csv_path},prompt=q,reference=ans,category_field=kind", category="greet")
+    assert [r.prompt for r in g.records] == ["hello"] and g.records[0].reference == "hi"
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text(json.dumps({"id": "x", "conv": [{"role": "system", "content": "be brief"},
+                                                     {"role": "user", "content": "hi"}]}) + "\n")
+    m = open_workload(f"jsonl:{chat},messages=conv")
+    assert m.records[0].prompt is None and len(m.records[0].messages) == 2
+    with pytest.raises(WorkloadError, match="missing field 'text'"):
+        open_workload(f"jsonl:{chat},prompt=text")

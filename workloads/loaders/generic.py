@@ -1,6 +1,6 @@
 """Your own records (JSON lines, CSV or parquet) with a field mapping:
 `prompt=FIELD` (default `prompt`) or `messages=FIELD` (a list of {role, content}),
-`output=FIELD` (the expected answer), `id=FIELD`, `category_field=FIELD`."""
+`reference=FIELD` (the expected answer), `id=FIELD`, `category_field=FIELD`."""
 from __future__ import annotations
 
 import json
@@ -28,12 +28,12 @@ def convert(where: str, row: dict, index: int, opts: dict) -> list[Request]:
     else:
         prompt = text(row, opts.get("prompt", "prompt"), where)
     category = str(row.get(opts["category_field"], "")) if "category_field" in opts else ""
-    ref = optional_text(row, opts["output"]) if "output" in opts else None
+    ref = optional_text(row, opts["reference"]) if "reference" in opts else None
     return [Request(id=record_id(row, (opts.get("id", "id"),), index), prompt=prompt, messages=messages,
                     max_tokens=CAP, workload="custom", category=category, turn=1, reference=ref)]
 
 
-OPTIONS = frozenset({"prompt", "messages", "output", "id", "category_field"})
+OPTIONS = frozenset({"prompt", "messages", "reference", "id", "category_field"})
 JSONL = Format("jsonl", convert, OPTIONS, categories=True, file_kind="jsonl")
 CSV = Format("csv", convert, OPTIONS, categories=True)
 PARQUET = Format("parquet", convert, OPTIONS, categories=True)
