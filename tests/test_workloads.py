@@ -3,7 +3,6 @@ synthetic generators, the catalog, bad data, and sensitive text that never reach
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import json
 
 import numpy as np
