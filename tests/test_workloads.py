@@ -173,6 +173,11 @@ def test_catalog_uses_local_data_or_says_it_uses_the_stand_in(monkeypatch):
     assert len(chat.records) == 500 and chat.source.startswith("sharegpt:")
     summ = open_workload("summarization", data_dir=str(DATA))
     assert len(summ.records) == 80 and set(summ.categories()) == {"summarization"}
+    fixed = open_workload("code-edit,output=fixed:128", data_dir=str(DATA))
+    assert fixed.name == "code-edit" and {r.max_tokens for r in fixed.requests(20, 0)} == {128}
+    assert all(r.ignore_eos for r in fixed.requests(20, 0))
+    with pytest.raises(WorkloadError, match="option"):
+        open_workload("chat,bogus", data_dir=str(DATA))
 
 
 def test_synthetic_generators():

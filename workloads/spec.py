@@ -1,6 +1,6 @@
 """One workload syntax everywhere:
 
-    NAME                        a catalog entry (`loadgen workloads list`)
+    NAME[,key=value...]         a catalog entry (`loadgen workloads list`)
     FORMAT:PATH[,key=value...]  a file, e.g. spec_bench:question.jsonl,category=coding
     hf:DATASET_ID[,key=value]   the Hugging Face hub (optional `datasets` extra)
     synthetic:KIND[,key=value]  a generator, e.g. synthetic:random,input_len=512,output_len=128
@@ -43,9 +43,11 @@ def parse(text: str) -> WorkloadSpec:
         raise WorkloadError("empty workload; give a catalog name, FORMAT:PATH, hf:ID or synthetic:KIND")
     if text == "synthetic":  # the default before this syntax: random lengths
         return WorkloadSpec("synthetic", "random", text=text)
-    head, colon, rest = text.partition(":")
-    if not colon:
-        return WorkloadSpec("catalog", text, text=text)
+    first, _, options = text.partition(",")
+    if ":" not in first:  # NAME[,key=value...]: a catalog entry
+        opts = _options(options.split(","), text) if options else {}
+        return WorkloadSpec("catalog", first.strip(), options=opts, text=text)
+    head, _, rest = text.partition(":")
     parts = [p for p in rest.split(",")]
     target, opts = parts[0].strip(), _options(parts[1:], text)
     if not target:
