@@ -44,6 +44,19 @@ def render(summary: dict) -> str:
                      f"{summary['request_throughput_req_s']:.2f} req/s")
     lines.append(f"Tokens per decode chunk: {_f(summary['tokens_per_chunk_mean'])} mean; "
                  f"token counts from {summary['token_count_source']}")
+    sd, srv = summary.get("spec_decode"), summary.get("server")
+    if sd:
+        lines.append(f"Speculative decoding (server): acceptance rate {_f(sd['acceptance_rate'], '.3f')}, "
+                     f"mean acceptance length {_f(sd['mean_acceptance_length'], '.2f')}, per position "
+                     + ("/".join(f"{p:.2f}" for p in sd["per_position"]) or "-")
+                     + f"; {sd['drafts']:.0f} drafts, {sd['accepted_tokens']:.0f}/{sd['draft_tokens']:.0f} "
+                     "draft tokens accepted")
+    if srv:
+        lines.append(f"Server over {srv['window_s']:.1f} s: {_f(srv['generation_tok_s'], '.1f')} generated tok/s"
+                     + "".join(f", {label} {_f((srv[k] or {}).get('mean'), fmt)} mean"
+                               for label, k, fmt in (("running", "running", ".1f"), ("waiting", "waiting", ".1f"),
+                                                     ("KV usage", "kv_usage", ".1%")))
+                     + (", RESTARTED inside the window" if srv["restarted"] else ""))
     if summary.get("goodput"):
         g = summary["goodput"]
         lines.append(f"Goodput: {g['good']}/{g['judged']} requests met "

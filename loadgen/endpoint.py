@@ -26,6 +26,15 @@ def api_base(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
+def metrics_url(base: str, given: str | None = None) -> str | None:
+    """The server's Prometheus endpoint: `given`, None for 'none', else /metrics beside /v1."""
+    if given is not None:
+        return None if given.strip().lower() == "none" else given.strip()
+    parts = urlsplit(base)
+    root = parts.path[: -len("/v1")] if parts.path.endswith("/v1") else parts.path
+    return urlunsplit((parts.scheme, parts.netloc, root + "/metrics", "", ""))
+
+
 async def resolve_model(session: aiohttp.ClientSession, base: str, headers: dict[str, str],
                         model: str | None, timeout_s: float = 10.0) -> str:
     """The model to send: `model` if the server serves it, else the server's first model."""

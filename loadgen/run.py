@@ -19,6 +19,7 @@ from loadgen.client import StreamClient, make_session
 from loadgen.client.bodies import build_body, stream_options
 from loadgen.executors import Feed, Item, closed_loop, open_loop
 from loadgen.record import RequestRecord
+from loadgen.scrape import Recorder, Window
 from loadgen.selfcheck import LoopLagMonitor
 from workloads import Request
 
@@ -70,6 +71,8 @@ class RunSpec:
     keep_text: bool = False
     extra_body: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)  # secrets live here: never serialise
+    metrics_url: str | None = None  # the server's Prometheus /metrics, scraped around the run
+    scrape_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.num_requests is None and self.duration_s is None:
@@ -93,6 +96,7 @@ class RunResult:
     t0_unix: float
     interrupted: bool = False
     load_info: dict = field(default_factory=dict)  # what the executor reports (e.g. ramp_s)
+    server_window: Window | None = None  # the server's counters over the measurement
 
 
 def _prepare_fds(need: int) -> None:
@@ -171,11 +175,17 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
         offsets = arrivals.schedule(load.rate, num=total, duration_s=spec.duration_s,
                                     process=load.arrival, burstiness=load.burstiness,
                                     seed=spec.seed)
+    # The server window opens when the first measured request goes out (before the run when
+    # there is no warm-up) and closes when the last one is done.
+    recorder = Recorder(spec.metrics_url, spec.scrape_interval_s) if spec.metrics_url else None
+    if recorder is not None and spec.warmup == 0:
+        await recorder.begin()
     monitor = LoopLagMonitor()
     t0_unix = time.time()
     t0 = time.monotonic_ns()
     deadline = None if spec.duration_s is None else t0 + int(spec.duration_s * 1e9)
-    feed = Feed(requests, encode, num=spec.num_requests, warmup=spec.warmup, deadline_ns=deadline)
+    feed = Feed(requests, encode, num=spec.num_requests, warmup=spec.warmup, deadline_ns=deadline,
+                on_measure_start=recorder.begin_soon if recorder and spec.warmup else None)
     if load.closed:
         work = closed_loop.run(feed, send, users=load.concurrency, t0_ns=t0)
     else:
@@ -199,7 +209,8 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
             load_info = await task  # re-raises a fault of the executor itself
     finally:
         await monitor.stop()
+        window = await recorder.end() if recorder is not None else None
         if own_session:
             await session.close()
     return RunResult(records, list(monitor.at_ns), list(monitor.lag_ns), t0, t0_unix,
-                     interrupted, load_info)
+                     interrupted, load_info, window)

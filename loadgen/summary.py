@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from loadgen import slo
+from loadgen import scrape, slo
 from loadgen.measure import measured, token_gaps
 from loadgen.selfcheck import lag_at
 from loadgen.stats import describe
@@ -89,7 +89,8 @@ def sending(frame: pd.DataFrame, load_info: dict) -> dict:
 
 def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, config: dict,
               interrupted: bool = False, goodput: dict[str, float] | None = None,
-              lateness_threshold_ms: float = 5.0, load_info: dict | None = None) -> dict:
+              lateness_threshold_ms: float = 5.0, load_info: dict | None = None,
+              server_window: scrape.Window | None = None) -> dict:
     m = measured(frame)
     failed = frame[~frame["ok"] & ~frame["warmup"] & (frame["error_type"] != "cancelled")]
     cancelled = int((frame["error_type"] == "cancelled").sum())
@@ -132,7 +133,9 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
         token_count_source=source, token_count_sources=sources,
         goodput=_goodput(frame, goodput, window_ns) if goodput else None,
         sending=sending(frame, load_info or {}),
-        client_bound=check["client_bound"], self_check=check)
+        client_bound=check["client_bound"], self_check=check,
+        spec_decode=scrape.spec_decode(server_window) if server_window else None,
+        server=scrape.server(server_window) if server_window else None)
     return out
 
 

@@ -16,7 +16,8 @@ from tests.conftest import REPO, run_cli, server_pids
 
 SUMMARY_KEYS = {"config", "completed", "failed", "errors", "duration_s", "output_throughput_tok_s",
                 "request_throughput_req_s", "ttft_ms", "tpot_ms", "itl_ms", "inter_chunk_ms",
-                "e2e_ms", "tokens_per_chunk_mean", "token_count_source", "client_bound"}
+                "e2e_ms", "tokens_per_chunk_mean", "token_count_source", "client_bound",
+                "spec_decode", "server"}
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +40,7 @@ def test_outputs_have_the_fixed_interface(fast_server, tmp_path):
     assert summary["config"]["model"] == "scripted"  # found in /v1/models
     assert summary["token_count_source"] == "continuous_usage"
     assert summary["client_bound"] is False
+    assert summary["spec_decode"] is None and summary["server"] is None  # no /metrics there
     frame = store.read_requests(tmp_path)
     assert len(frame) == 20
     assert frame["chunk_t_ns"].map(len).equals(frame["chunk_tokens"].map(len))

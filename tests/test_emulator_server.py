@@ -1,5 +1,6 @@
 """The emulated engine behind vLLM's API, driven by `loadgen run`: its /metrics agree exactly
-with what the clients received, for every speculative-decoding variant."""
+with what the clients received, for every speculative-decoding variant, and so does what
+`loadgen run` scraped from them into summary.json."""
 from __future__ import annotations
 
 import json
@@ -57,10 +58,20 @@ def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
     assert m["vllm:prompt_tokens_total"] == frame["prompt_tokens"].sum()
     assert m["vllm:request_success_total{'finished_reason': 'length'}"] == 24
     decode = [n for tokens in frame["chunk_tokens"] for n in list(tokens)[1:]]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    server, sd = summary["server"], summary["spec_decode"]
+    assert server["generation_tokens"] == 24 * 48 and server["requests_finished"]["length"] == 24
+    assert server["histograms"]["e2e"]["count"] == 24 and not server["restarted"]
     if spec is None:
         assert set(decode) == {1}
         assert not any(k.startswith("vllm:spec_decode") for k in m)
+        assert sd is None
         return
+    assert sd["accepted_tokens"] == m["vllm:spec_decode_num_accepted_tokens_total"]
+    assert sd["drafts"] == m["vllm:spec_decode_num_drafts_total"]
+    assert sd["draft_tokens"] == m["vllm:spec_decode_num_draft_tokens_total"]
+    assert sd["acceptance_rate"] == pytest.approx(sd["accepted_tokens"] / sd["draft_tokens"])
+    assert sd["mean_acceptance_length"] == pytest.approx(1 + sd["accepted_tokens"] / sd["drafts"])
     accepted = m["vllm:spec_decode_num_accepted_tokens_total"]
     assert accepted == sum(n - 1 for n in decode)
     assert accepted > 0
@@ -69,6 +80,7 @@ def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
     assert sum(per_pos) == accepted
     for j in range(k):  # position j was accepted in every decode step that accepted more than j
         assert per_pos[j] == sum(1 for n in decode if n - 1 > j)
+        assert sd["per_position"][j] * sd["drafts"] == pytest.approx(per_pos[j])
     assert all(a >= b for a, b in zip(per_pos, per_pos[1:]))
     assert m["vllm:spec_decode_num_draft_tokens_total"] >= accepted
     assert m["vllm:spec_decode_num_drafts_total"] <= len(decode)

@@ -13,7 +13,7 @@ import click
 from loadgen import __version__
 from loadgen.cli import options
 from loadgen.cli.app import Failure, main
-from loadgen.endpoint import EndpointError, api_base, resolve_model
+from loadgen.endpoint import EndpointError, api_base, metrics_url, resolve_model
 from loadgen.measure import request_frame
 from loadgen.run import RunResult, RunSpec, execute, session_for
 from loadgen.summary import summarize
@@ -48,6 +48,8 @@ def _public_url(url: str) -> str:
 @click.option("--tokenizer", help="tokenizer.json (or its directory): tokens per chunk when the server "
               "sends no per-chunk usage, and exact synthetic prompt lengths.")
 @click.option("--extra-body", help="JSON object merged into every request body.")
+@click.option("--metrics-url", help="The server's Prometheus metrics, scraped before, during "
+              "(every second) and after the measurement [default: the server's /metrics; 'none': off].")
 @click.option("--lateness-threshold-ms", type=float, default=5.0, show_default=True,
               help="Mark the run client_bound when send lateness or loop lag p99 exceeds this.")
 @options.result_options
@@ -87,6 +89,7 @@ def run(**o) -> None:
             spec.api_base = api_base(url)
         except EndpointError as e:
             raise Failure(str(e)) from None
+        spec.metrics_url = metrics_url(spec.api_base, o["metrics_url"])
         result = asyncio.run(_run(spec, o["model"], requests, o["quiet"]))
     frame = request_frame(result.records, tokenizer)
 
@@ -94,7 +97,7 @@ def run(**o) -> None:
         return summarize(frame, (result.loop_lag_at_ns, result.loop_lag_ns),
                          config=_config(o, spec, result, wl), interrupted=result.interrupted,
                          goodput=objectives, lateness_threshold_ms=o["lateness_threshold_ms"],
-                         load_info=result.load_info)
+                         load_info=result.load_info, server_window=result.server_window)
 
     options.write_and_report(out, frame, summary, interrupted=result.interrupted)
 
@@ -161,6 +164,7 @@ def _config(o: dict, spec: RunSpec, result: RunResult, wl) -> dict:
         "request_timeout_s": spec.request_timeout_s,
         "continuous_usage_requested": spec.continuous_usage,
         "tokenizer": o["tokenizer"], "extra_body": spec.extra_body,
+        "metrics_url": spec.metrics_url and _public_url(spec.metrics_url),
         "api_key_provided": bool(spec.headers),
         "lateness_threshold_ms": o["lateness_threshold_ms"],
         "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},

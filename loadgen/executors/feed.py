@@ -25,10 +25,12 @@ Sender = Callable[[Item, "int | None", int], Awaitable[RequestRecord]]
 
 class Feed:
     """Hands out `warmup + num` items (or without end when `num` is None) until the deadline
-    (a `monotonic_ns` value, or None), or until `stop()`."""
+    (a `monotonic_ns` value, or None), or until `stop()`. `on_measure_start` is called when
+    the first item past warm-up is handed out."""
 
     def __init__(self, requests: Iterator[Request], encode: Callable[[Request], bytes], *,
-                 num: int | None, warmup: int = 0, deadline_ns: int | None = None) -> None:
+                 num: int | None, warmup: int = 0, deadline_ns: int | None = None,
+                 on_measure_start: Callable[[], None] | None = None) -> None:
         self._requests = iter(requests)
         self._encode = encode
         self._limit = None if num is None else warmup + num
@@ -36,6 +38,7 @@ class Feed:
         self._next = 0
         self.deadline_ns = deadline_ns
         self.stopped = False
+        self._on_measure_start = on_measure_start
 
     def stop(self) -> None:
         self.stopped = True
@@ -55,4 +58,6 @@ class Feed:
             return None
         i = self._next
         self._next += 1
+        if i == self._warmup and self._on_measure_start is not None:
+            self._on_measure_start()
         return Item(i, req, self._encode(req), i < self._warmup)

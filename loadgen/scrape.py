@@ -1,0 +1,209 @@
+"""Scraping a vLLM server's /metrics around a measurement window.
+
+A snapshot before and after the window (counters: deltas; histograms: bucket deltas) and
+periodic samples within it (gauges as time series). Samples are summed over the `engine`
+label (data-parallel engines); `_created` samples, which hold a Unix time, are never added in.
+A counter that went down means the server restarted inside the window: its delta is then its
+value after, and the window is flagged. Derived as vLLM derives them (vllm.md): acceptance rate
+= accepted / draft tokens, mean acceptance length = 1 + accepted / drafts, per-position
+acceptance = accepted at position i / drafts.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadgen.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS
+
+Key = tuple[str, tuple[tuple[str, str], ...]]  # sample name, labels other than engine
+
+
+@dataclass
+class Snapshot:
+    t: float  # time.monotonic() when taken
+    samples: dict[Key, float]
+
+
+def parse(text: str, t: float | None = None) -> Snapshot:
+    samples: dict[Key, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name.endswith("_created"):
+                continue
+            labels = tuple(sorted((k, v) for k, v in s.labels.items() if k != "engine"))
+            key = (s.name, labels)
+            samples[key] = samples.get(key, 0.0) + s.value
+    return Snapshot(time.monotonic() if t is None else t, samples)
+
+
+async def fetch(session: aiohttp.ClientSession, url: str, timeout_s: float = 5.0) -> tuple[float, str] | None:
+    """(time.monotonic(), text) of `url` (…/metrics), or None when the server has none or
+    cannot answer."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.get(url) as resp:
+                if resp.status != 200:
+                    return None
+                t = time.monotonic()
+                return t, await resp.text()
+    except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+        return None
+
+
+def parse_or_none(raw: tuple[float, str] | None) -> Snapshot | None:
+    if raw is None:
+        return None
+    try:
+        return parse(raw[1], raw[0])
+    except ValueError:
+        return None
+
+
+def _values(snap: Snapshot, names: tuple[str, ...], suffix: str = "") -> dict[tuple, float]:
+    """Samples of the first of `names` present: labels -> value."""
+    for name in names:
+        found = {labels: v for (n, labels), v in snap.samples.items() if n == name + suffix}
+        if found:
+            return found
+    return {}
+
+
+@dataclass
+class Window:
+    before: Snapshot
+    after: Snapshot
+    during: list[Snapshot] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return self.after.t - self.before.t
+
+    @property
+    def restarted(self) -> bool:
+        """A counter went down: the server restarted inside the window, and counts from before
+        the restart are missing."""
+        names = {n for aliases in COUNTERS.values() for n in aliases}
+        return any(v < self.before.samples.get(key, 0.0)
+                   for key, v in self.after.samples.items() if key[0] in names)
+
+    def delta(self, names: tuple[str, ...], suffix: str = "") -> dict[tuple, float]:
+        """After minus before, per label set; after alone where the counter went down."""
+        a, b = _values(self.after, names, suffix), _values(self.before, names, suffix)
+        return {labels: v - b.get(labels, 0.0) if v >= b.get(labels, 0.0) else v
+                for labels, v in a.items()}
+
+    def total(self, key: str) -> float:
+        return sum(self.delta(COUNTERS[key]).values())
+
+    def series(self, key: str) -> list[float]:
+        return [sum(_values(s, GAUGES[key]).values()) for s in (self.before, *self.during, self.after)
+                if _values(s, GAUGES[key])]
+
+    def histogram(self, key: str) -> dict | None:
+        names = HISTOGRAMS[key]
+        buckets = self.delta(names, "_bucket")
+        if not buckets:
+            return None
+        by_le = {}
+        for labels, v in buckets.items():
+            le = dict(labels).get("le")
+            by_le[le] = by_le.get(le, 0.0) + v
+        order = sorted(by_le, key=lambda le: float("inf") if le == "+Inf" else float(le))
+        return {"buckets": {le: by_le[le] for le in order},
+                "count": sum(self.delta(names, "_count").values()),
+                "sum": sum(self.delta(names, "_sum").values())}
+
+
+def spec_decode(w: Window) -> dict | None:
+    """vLLM's acceptance summaries over the window; None without speculative decoding."""
+    if not _values(w.after, COUNTERS["spec_drafts"]):
+        return None
+    drafts, draft_tokens, accepted = (w.total("spec_drafts"), w.total("spec_draft_tokens"),
+                                      w.total("spec_accepted_tokens"))
+    per_pos = w.delta(COUNTERS["spec_accepted_per_pos"])
+    positions = sorted(per_pos, key=lambda labels: int(dict(labels).get("position", 0)))
+    return {"acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+            "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+            "per_position": [per_pos[p] / drafts for p in positions] if drafts else [],
+            "drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
+            "drafts_per_s": drafts / w.seconds if w.seconds > 0 else None}
+
+
+def server(w: Window) -> dict:
+    """Everything else over the window: throughput, load and the server's own latency
+    histograms (bucket deltas)."""
+    def stats(values: list[float]) -> dict | None:
+        return {"mean": sum(values) / len(values), "max": max(values), "samples": len(values)} if values else None
+    gen = w.total("generation_tokens")
+    success = w.delta(COUNTERS["request_success"])
+    return {
+        "window_s": w.seconds, "samples": 2 + len(w.during),
+        "generation_tokens": gen, "generation_tok_s": gen / w.seconds if w.seconds > 0 else None,
+        "prompt_tokens": w.total("prompt_tokens"), "preemptions": w.total("preemptions"),
+        "prefix_cache_hit_rate": (w.total("prefix_cache_hits") / w.total("prefix_cache_queries")
+                                  if w.total("prefix_cache_queries") else None),
+        "requests_finished": {dict(labels).get("finished_reason", "?"): v for labels, v in success.items()},
+        "kv_usage": stats(w.series("kv_usage")), "running": stats(w.series("running")),
+        "waiting": stats(w.series("waiting")),
+        "histograms": {k: h for k in HISTOGRAMS if (h := w.histogram(k)) is not None},
+        "restarted": w.restarted,
+    }
+
+
+class Recorder:
+    """One window on a server's /metrics around a run: `begin()` when the measurement starts,
+    a sample every `interval_s` within it, `end()` when it is over. While the run goes on only
+    the text is fetched, on a connection of its own; parsing (milliseconds per scrape) waits
+    until `end()`, off the client's timing path."""
+
+    def __init__(self, url: str, interval_s: float = 1.0) -> None:
+        self.url, self.interval_s = url, interval_s
+        self._session: aiohttp.ClientSession | None = None
+        self._before: tuple[float, str] | None = None
+        self._during: list[tuple[float, str]] = []
+        self._begin: asyncio.Task | None = None
+        self._sampler: asyncio.Task | None = None
+
+    async def begin(self) -> bool:
+        """Take the snapshot before; False when the server has no /metrics."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1))
+        self._before = await fetch(self._session, self.url)
+        if self._before is not None and self.interval_s > 0:
+            self._sampler = asyncio.get_running_loop().create_task(self._sample())
+        return self._before is not None
+
+    def begin_soon(self) -> None:
+        """`begin()` from synchronous code (the feed handing out the first measured request)."""
+        self._begin = asyncio.get_running_loop().create_task(self.begin())
+
+    async def _sample(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            raw = await fetch(self._session, self.url)
+            if raw is not None:
+                self._during.append(raw)
+
+    async def end(self) -> Window | None:
+        """The snapshot after, and the window (None when there was no snapshot before)."""
+        try:
+            if self._begin is not None:
+                await self._begin  # a snapshot before still in flight comes first
+            if self._sampler is not None:
+                self._sampler.cancel()
+                await asyncio.gather(self._sampler, return_exceptions=True)
+            if self._before is None or self._session is None:
+                return None
+            after = parse_or_none(await fetch(self._session, self.url))
+        finally:
+            if self._session is not None:
+                await self._session.close()
+        before = parse_or_none(self._before)
+        if before is None or after is None:
+            return None
+        during = [s for s in map(parse_or_none, self._during) if s is not None]
+        return Window(before, after, during)
