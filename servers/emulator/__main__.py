@@ -27,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8000, help="0 lets the OS choose")
     s.add_argument("--speculative-config", "--speculative_config", dest="speculative_config")
     s.add_argument("--served-model-name", nargs="+")
+    s.add_argument("--tensor-parallel-size", "-tp", type=int, default=1,
+                   help="checked against the cost profile's (its GPUs are emulated, not used)")
     s.add_argument("--max-num-seqs", type=int, default=256)
     s.add_argument("--max-num-batched-tokens", type=int, default=8192)
     s.add_argument("--max-model-len", type=int)
@@ -37,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--kv-cache-tokens", type=int, help="KV cache size in tokens (default: the profile's)")
     s.add_argument("--time-scale", type=float, default=1.0,
                    help="run steps at this multiple of their modeled time (0.5: twice as fast)")
+    s.add_argument("--exit-after-requests", type=int, metavar="N",
+                   help="fault injection: crash (exit 70 at once, streams cut) when request N+1 arrives")
     return p
 
 
@@ -54,7 +58,8 @@ def build(args) -> tuple[Engine, list[str]]:
         spec = parse(args.speculative_config)
         if not args.time_scale > 0:
             raise ValueError(f"--time-scale must be > 0, got {args.time_scale}")
-        for key in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_tokens"):
+        for key in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_tokens",
+                    "tensor_parallel_size"):
             v = getattr(args, key)
             if v is not None and v < 1:
                 raise ValueError(f"--{key.replace('_', '-')} must be >= 1, got {v}")
@@ -64,6 +69,9 @@ def build(args) -> tuple[Engine, list[str]]:
                                                  kv_capacity_tokens=args.kv_cache_tokens, seed=args.seed))
     except (profiles.ProfileError, SpecError, EngineError, ValueError) as e:
         _fail(str(e))
+    if args.tensor_parallel_size != prof.tensor_parallel_size:
+        log.warning("--tensor-parallel-size %d, but profile %s models tensor parallel %d; its "
+                    "timings are for that", args.tensor_parallel_size, name, prof.tensor_parallel_size)
     return engine, args.served_model_name or [args.model]
 
 
@@ -71,7 +79,8 @@ async def _serve(args, engine: Engine, served: list[str]) -> None:
     driver = RealtimeDriver(engine, time_scale=args.time_scale)
     collector = VllmCollector(lambda: engine.stats, served[0], engine.spec.k if engine.spec else None,
                               vllm_metrics=not args.disable_log_stats)
-    api = EmulatorAPI(driver, served, args.model, registry(collector), api_key=args.api_key)
+    api = EmulatorAPI(driver, served, args.model, registry(collector), api_key=args.api_key,
+                      crash_after=args.exit_after_requests)
     try:
         listener = await serve(api.handle, args.host, args.port)
     except OSError as e:

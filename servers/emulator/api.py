@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
+import os
 import time
 import uuid
 
@@ -15,6 +17,8 @@ from servers.emulator.metrics import CONTENT_TYPE, render
 from servers.emulator.realtime import RealtimeDriver
 from servers.http import HttpConnection, HttpRequest
 from servers.openai_stream import DONE, StreamRenderer, error_body, usage
+
+log = logging.getLogger("loadgen.emulator")
 
 
 class BadRequest(ValueError):
@@ -49,14 +53,16 @@ def _int(body: dict, key: str, lo: int):
 
 class EmulatorAPI:
     def __init__(self, driver: RealtimeDriver, served: list[str], model: str, registry,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, crash_after: int | None = None) -> None:
         self.driver = driver
+        self.crash_after = crash_after  # fault injection: die on request crash_after + 1
         self.served = served
         self.model = model
         self.registry = registry
         self.api_key = api_key
         self.created = int(time.time())
         self._ids = itertools.count()
+        self._requests = itertools.count()
 
     async def handle(self, req: HttpRequest, conn: HttpConnection) -> None:
         path = req.path
@@ -73,6 +79,10 @@ class EmulatorAPI:
                  "root": self.model, "parent": None, "max_model_len": self.driver.engine.max_model_len}
                 for name in self.served]})
         if path in ("/v1/completions", "/v1/chat/completions") and req.method == "POST":
+            if self.crash_after is not None and next(self._requests) >= self.crash_after:
+                log.error("--exit-after-requests %d: crashing", self.crash_after)
+                logging.shutdown()
+                os._exit(70)
             try:
                 return await self._complete(req, conn, chat=path.endswith("chat/completions"))
             except BadRequest as e:

@@ -74,6 +74,7 @@ class Profile:
     kv_capacity_tokens: int
     max_model_len: int
     drafters: dict[str, Drafter]
+    tensor_parallel_size: int
     data: dict = field(repr=False)
 
     def content(self, cls: str) -> ContentParams:
@@ -116,7 +117,8 @@ def load(name: str) -> Profile:
     return Profile(name=name, description=raw["description"], models=tuple(raw["models"]),
                    forward=_forward(raw["forward"], name), step_overhead=raw["step"]["overhead"],
                    kv_capacity_tokens=int(raw["kv_capacity_tokens"]),
-                   max_model_len=int(raw["max_model_len"]), drafters=drafters, data=data)
+                   max_model_len=int(raw["max_model_len"]), drafters=drafters,
+                   tensor_parallel_size=int(raw.get("tensor_parallel_size", 1)), data=data)
 
 
 def for_model(model: str) -> str | None:

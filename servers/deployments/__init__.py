@@ -1,0 +1,6 @@
+"""Deployments: one TOML file per target model listing its speculative-decoding variants, and
+their rendering into the exact `vllm serve` command (or the emulator's, with the same flags)."""
+from servers.deployments.catalog import (ENGINES, Deployment, DeploymentError, Launch, Variant,
+                                         available, load, render)
+
+__all__ = ["ENGINES", "Deployment", "DeploymentError", "Launch", "Variant", "available", "load", "render"]

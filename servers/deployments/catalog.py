@@ -1,0 +1,218 @@
+"""The deployment catalog (`servers/deployments/*.toml`, or any file of that shape).
+
+    description = "..."
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    served_model_name = "..."        # default: model
+    tensor_parallel_size = 1         # GPUs per server (CUDA_VISIBLE_DEVICES)
+    max_num_seqs = 256               # optional
+    engine = "vllm"                  # vllm | emulator | external
+    executable = "vllm"              # the vllm command, if not on PATH as `vllm`
+    url = "http://host:8000"         # engine external: the running server (or per variant)
+    args = ["--no-enable-prefix-caching"]   # more flags for every variant
+    emulator_args = ["--time-scale", "1"]   # flags only the emulator takes
+    startup_timeout_s = 900
+
+    [variants.eagle]
+    speculative_config = { method = "eagle", model = "...", num_speculative_tokens = 3 }
+    args = []                        # more flags for this variant
+    url = "..."                      # engine external
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ENGINES = ("vllm", "emulator", "external")
+METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator", "suffix",
+           "ngram_gpu")  # vllm.md
+_TOP = {"description", "model", "served_model_name", "tensor_parallel_size", "max_num_seqs",
+        "engine", "executable", "url", "args", "emulator_args", "startup_timeout_s", "variants"}
+_VARIANT = {"speculative_config", "args", "url"}
+
+
+class DeploymentError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    speculative_config: dict | None = None
+    args: tuple[str, ...] = ()
+    url: str | None = None
+
+    @property
+    def method(self) -> str | None:
+        return None if self.speculative_config is None else self.speculative_config.get("method")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    name: str
+    source: str
+    description: str
+    model: str
+    served_model_name: str
+    tensor_parallel_size: int
+    max_num_seqs: int | None
+    engine: str
+    executable: str
+    url: str | None
+    args: tuple[str, ...]
+    emulator_args: tuple[str, ...]
+    startup_timeout_s: float
+    variants: dict[str, Variant] = field(default_factory=dict)
+
+    def with_engine(self, engine: str | None) -> "Deployment":
+        if engine is None or engine == self.engine:
+            return self
+        if engine not in ENGINES:
+            raise DeploymentError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
+        return replace(self, engine=engine)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One server to start (or, engine external, to use): rendered, nothing left to decide."""
+    deployment: str
+    variant: str
+    engine: str
+    argv: tuple[str, ...]      # empty for external
+    env: dict[str, str]        # added to the environment
+    url: str                   # where it will serve
+    served_model_name: str
+    startup_timeout_s: float
+
+    def shell(self) -> str:
+        """The command as one shell line, environment first."""
+        if not self.argv:
+            return f"(external server at {self.url})"
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (env + " " if env else "") + shlex.join(self.argv)
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in HERE.glob("*.toml"))
+
+
+def load(name_or_path: str) -> Deployment:
+    """A catalog name (`llama-3.1-8b`) or the path of a TOML file."""
+    path = Path(name_or_path)
+    if not (path.suffix == ".toml" or path.exists()):
+        path = HERE / f"{name_or_path}.toml"
+        if not path.is_file():
+            raise DeploymentError(f"unknown deployment {name_or_path!r}; give one of "
+                                  f"{', '.join(available())} or the path of a TOML file")
+    if not path.is_file():
+        raise DeploymentError(f"deployment file {str(path)!r} does not exist")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise DeploymentError(f"cannot read deployment file {str(path)!r}: {e}") from None
+    return _build(path.stem, str(path), raw)
+
+
+def _fail(where: str, what: str) -> None:
+    raise DeploymentError(f"deployment {where}: {what}")
+
+
+def _strings(where: str, key: str, v) -> tuple[str, ...]:
+    if not isinstance(v, list) or not all(isinstance(a, str) for a in v):
+        _fail(where, f"{key} must be a list of strings, like [\"--enforce-eager\"]")
+    return tuple(v)
+
+
+def _spec(where: str, cfg) -> dict | None:
+    if cfg is None:
+        return None
+    if not isinstance(cfg, dict):
+        _fail(where, "speculative_config must be a table, like { method = \"ngram\", num_speculative_tokens = 3 }")
+    method = cfg.get("method")
+    if method is not None and method not in METHODS:
+        _fail(where, f"speculative_config method {method!r} is not one of {', '.join(METHODS)}")
+    if method is None and "model" not in cfg:
+        _fail(where, "speculative_config needs a method (or a draft model)")
+    k = cfg.get("num_speculative_tokens")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        _fail(where, "speculative_config needs num_speculative_tokens, an integer >= 1")
+    return dict(cfg)
+
+
+def _build(name: str, source: str, raw: dict) -> Deployment:
+    where = repr(source)
+    unknown = set(raw) - _TOP
+    if unknown:
+        _fail(where, f"unknown keys {', '.join(sorted(unknown))} (known: {', '.join(sorted(_TOP))})")
+    model = raw.get("model")
+    if not isinstance(model, str) or not model:
+        _fail(where, "needs model = \"org/name\"")
+    tp = raw.get("tensor_parallel_size", 1)
+    if not isinstance(tp, int) or tp < 1:
+        _fail(where, "tensor_parallel_size must be an integer >= 1")
+    seqs = raw.get("max_num_seqs")
+    if seqs is not None and (not isinstance(seqs, int) or seqs < 1):
+        _fail(where, "max_num_seqs must be an integer >= 1")
+    engine = raw.get("engine", "vllm")
+    if engine not in ENGINES:
+        _fail(where, f"engine {engine!r}: use one of {', '.join(ENGINES)}")
+    variants_raw = raw.get("variants")
+    if not isinstance(variants_raw, dict) or not variants_raw:
+        _fail(where, "needs at least one [variants.NAME] table")
+    variants = {}
+    for vname, v in variants_raw.items():
+        vwhere = f"{where} variant {vname!r}"
+        if not isinstance(v, dict) or set(v) - _VARIANT:
+            _fail(vwhere, f"a variant takes only {', '.join(sorted(_VARIANT))}")
+        if not vname.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            _fail(vwhere, "variant names are letters, digits, '-', '_' and '.'")
+        variants[vname] = Variant(vname, _spec(vwhere, v.get("speculative_config")),
+                                  _strings(vwhere, "args", v.get("args", [])), v.get("url"))
+    dep = Deployment(name=name, source=source, description=str(raw.get("description", "")),
+                     model=model, served_model_name=raw.get("served_model_name", model),
+                     tensor_parallel_size=tp, max_num_seqs=seqs, engine=engine,
+                     executable=raw.get("executable", "vllm"), url=raw.get("url"),
+                     args=_strings(where, "args", raw.get("args", [])),
+                     emulator_args=_strings(where, "emulator_args", raw.get("emulator_args", [])),
+                     startup_timeout_s=float(raw.get("startup_timeout_s", 900)), variants=variants)
+    if engine == "external":
+        missing = [v.name for v in variants.values() if not (v.url or dep.url)]
+        if missing:
+            _fail(where, f"engine external needs url (for the deployment or each variant); missing for {', '.join(missing)}")
+    return dep
+
+
+def render(dep: Deployment, variant: str, *, port: int = 8000, gpus: tuple[int, ...] | None = None,
+           host: str = "127.0.0.1") -> Launch:
+    """The server for `variant`: `vllm serve` with vLLM's flags, or the emulator with the same
+    flags, on `port` and `gpus` (default: the first tensor_parallel_size devices)."""
+    if variant not in dep.variants:
+        raise DeploymentError(f"deployment {dep.name!r} has no variant {variant!r}; it has "
+                              f"{', '.join(dep.variants)}")
+    v = dep.variants[variant]
+    if dep.engine == "external":
+        return Launch(dep.name, variant, "external", (), {}, (v.url or dep.url).rstrip("/"),
+                      dep.served_model_name, dep.startup_timeout_s)
+    gpus = tuple(range(dep.tensor_parallel_size)) if gpus is None else tuple(gpus)
+    if len(gpus) != dep.tensor_parallel_size:
+        raise DeploymentError(f"deployment {dep.name!r} needs {dep.tensor_parallel_size} GPUs per "
+                              f"server, given {len(gpus)}")
+    flags = [dep.model, "--host", host, "--port", str(port),
+             "--tensor-parallel-size", str(dep.tensor_parallel_size),
+             "--served-model-name", dep.served_model_name]
+    if dep.max_num_seqs is not None:
+        flags += ["--max-num-seqs", str(dep.max_num_seqs)]
+    flags += [*dep.args, *v.args]
+    if v.speculative_config is not None:
+        flags += ["--speculative-config", json.dumps(v.speculative_config, separators=(",", ":"))]
+    if dep.engine == "vllm":
+        argv = (dep.executable, "serve", *flags)
+    else:
+        argv = (sys.executable, "-m", "servers.emulator", "serve", *flags, *dep.emulator_args)
+    return Launch(dep.name, variant, dep.engine, argv,
+                  {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}, f"http://{host}:{port}",
+                  dep.served_model_name, dep.startup_timeout_s if dep.engine == "vllm" else 60.0)

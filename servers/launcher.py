@@ -1,0 +1,195 @@
+"""Start a rendered server (`servers.deployments.Launch`), wait until it serves the model, and
+always tear its whole process group down.
+
+The server runs in its own process group, so stopping it reaches every process it started
+(vLLM's tensor-parallel workers). It is also asked (PR_SET_PDEATHSIG) to get SIGTERM if the
+process that started it dies, even by SIGKILL, so no server outlives its sweep. Its output goes
+to a log file whose last lines explain any failure to start.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from servers.deployments import Launch
+
+_PR_SET_PDEATHSIG = 1
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def spawn(argv, *, stdout, stderr, env: dict[str, str] | None = None, cwd=None) -> subprocess.Popen:
+    """Start `argv` in a process group of its own, to get SIGTERM when this process dies."""
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                            env={**os.environ, **(env or {})}, cwd=cwd, process_group=0,
+                            preexec_fn=_die_with_parent)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM to the process group `proc` leads, SIGKILL to what is left after `grace_s`;
+    waits for `proc`."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    try:  # whatever is left of the group (workers that ignored SIGTERM)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Something listens on host:port (a socket in TIME_WAIT does not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+    return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, b""
+    except (OSError, ValueError):
+        return 0, b""
+
+
+def serves(url: str, model: str) -> bool:
+    """/health answers 200 and /v1/models lists `model`."""
+    if _get(url + "/health")[0] != 200:
+        return False
+    status, body = _get(url + "/v1/models")
+    if status != 200:
+        return False
+    try:
+        return model in {m.get("id") for m in json.loads(body).get("data", [])}
+    except (ValueError, AttributeError):
+        return False
+
+
+class Server:
+    """One server. `start()` launches it (or, for an external one, checks it) and waits until
+    ready; `stop()` ends its process group. Use as a context manager for teardown on every
+    exit path."""
+
+    def __init__(self, launch: Launch, log_path: Path) -> None:
+        self.launch = launch
+        self.log_path = Path(log_path)
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        if self.launch.engine == "external":
+            return serves(self.launch.url, self.launch.served_model_name)
+        return self.proc is not None and self.proc.poll() is None
+
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def log_tail(self, n: int = 5) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(line.strip() for line in lines[-n:])
+
+    def start(self) -> "Server":
+        la = self.launch
+        self.starts += 1
+        if la.engine == "external":
+            deadline = time.monotonic() + min(la.startup_timeout_s, 30.0)
+            while not serves(la.url, la.served_model_name):
+                if time.monotonic() > deadline:
+                    raise LaunchError(f"external server {la.url} does not serve {la.served_model_name!r} "
+                                      "(GET /health and /v1/models); start it or fix url")
+                time.sleep(0.5)
+            return self
+        parts = urlsplit(la.url)
+        if port_in_use(parts.hostname, parts.port):
+            raise LaunchError(f"port {parts.port} is already in use on {parts.hostname}; stop what "
+                              "listens there or choose another --port")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start {self.starts}: {la.shell()}\n".encode())
+            log.flush()
+            try:
+                self.proc = spawn(la.argv, stdout=log, stderr=log, env=la.env)
+            except OSError as e:
+                raise LaunchError(f"cannot start {la.variant} server ({la.argv[0]}): {e.strerror or e}") from None
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        la = self.launch
+        deadline = time.monotonic() + la.startup_timeout_s
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise LaunchError(f"{la.variant} server exited with code {code} before serving; "
+                                  f"log {self.log_path}: {self.log_tail()}")
+            if serves(la.url, la.served_model_name):
+                return
+            if time.monotonic() > deadline:
+                self.stop()
+                raise LaunchError(f"{la.variant} server not ready within {la.startup_timeout_s:.0f} s "
+                                  f"(no /health and model {la.served_model_name!r} at {la.url}); "
+                                  f"log {self.log_path}: {self.log_tail()}")
+            time.sleep(0.2)
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        """SIGTERM to the whole group, SIGKILL after `grace_s`; waits for the leader."""
+        if self.proc is not None:
+            stop_group(self.proc, grace_s)
+
+    def restart(self) -> "Server":
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> "Server":
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
