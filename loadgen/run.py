@@ -55,6 +55,12 @@ class LoadShape:
     def max_in_flight(self) -> int | None:
         return self.concurrency if self.closed else self.max_concurrency
 
+    def describe(self) -> dict:
+        return {"mode": "closed" if self.closed else "open", "concurrency": self.concurrency,
+                "rate": self.rate, "arrival": None if self.closed else self.arrival,
+                "burstiness": self.burstiness if self.arrival == "gamma" and not self.closed else None,
+                "max_concurrency": self.max_concurrency}
+
 
 @dataclass(slots=True)
 class RunSpec:

@@ -99,9 +99,9 @@ class Window:
     def total(self, key: str) -> float:
         return sum(self.delta(COUNTERS[key]).values())
 
-    def series(self, key: str) -> list[float]:
-        return [sum(_values(s, GAUGES[key]).values()) for s in (self.before, *self.during, self.after)
-                if _values(s, GAUGES[key])]
+    def series(self, key: str, *, before: bool = True) -> list[float]:
+        snaps = (self.before, *self.during, self.after) if before else (*self.during, self.after)
+        return [sum(_values(s, GAUGES[key]).values()) for s in snaps if _values(s, GAUGES[key])]
 
     def histogram(self, key: str) -> dict | None:
         names = HISTOGRAMS[key]
@@ -151,7 +151,31 @@ def server(w: Window) -> dict:
         "waiting": stats(w.series("waiting")),
         "histograms": {k: h for k in HISTOGRAMS if (h := w.histogram(k)) is not None},
         "restarted": w.restarted,
+        "emulator": _emulator(w),
     }
+
+
+def quantile_bound(hist: dict, q: float) -> float | None:
+    """The upper edge of the bucket holding quantile q of a histogram's window (inf when it
+    is beyond the last edge); None when the window has no samples."""
+    if not hist or not hist["count"]:
+        return None
+    for le, cumulative in hist["buckets"].items():
+        if cumulative >= q * hist["count"]:
+            return float("inf") if le == "+Inf" else float(le)
+    return float("inf")
+
+
+def _emulator(w: Window) -> dict | None:
+    """The emulated engine's check on itself: did it keep real time in this window?"""
+    lag = w.histogram("emulator_step_lag")
+    slow = w.series("emulator_slowdown", before=False)  # each covers its last 200 steps
+    if lag is None and not slow:
+        return None
+    p99 = quantile_bound(lag, 0.99)
+    max_slow = max(slow) if slow else None
+    return {"step_lag_p99_s_at_most": p99, "slowdown_max": max_slow,
+            "behind": bool((p99 is not None and p99 > 0.005) or (max_slow is not None and max_slow > 1.1))}
 
 
 class Recorder:

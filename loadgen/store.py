@@ -42,7 +42,8 @@ def _clean(obj):
     return obj
 
 
-def _atomic(path: Path, write) -> None:
+def atomic(path: Path, write) -> None:
+    """`write(tmp_path)`, then rename it to `path`."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
     try:
@@ -54,21 +55,23 @@ def _atomic(path: Path, write) -> None:
         raise
 
 
-def write_summary(directory: Path, summary: dict) -> Path:
-    path = directory / SUMMARY
-
+def write_json(path: Path, obj) -> Path:
     def write(tmp: str) -> None:
         with open(tmp, "w") as f:
-            json.dump(_clean(summary), f, indent=2, allow_nan=False)
+            json.dump(_clean(obj), f, indent=2, allow_nan=False)
             f.write("\n")
 
-    _atomic(path, write)
+    atomic(path, write)
     return path
+
+
+def write_summary(directory: Path, summary: dict) -> Path:
+    return write_json(directory / SUMMARY, summary)
 
 
 def write_requests(directory: Path, frame: pd.DataFrame) -> Path:
     path = directory / REQUESTS
-    _atomic(path, lambda tmp: frame.to_parquet(tmp, index=False, engine="pyarrow"))
+    atomic(path, lambda tmp: frame.to_parquet(tmp, index=False, engine="pyarrow"))
     return path
 
 

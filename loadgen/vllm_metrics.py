@@ -19,6 +19,7 @@ GAUGES = {
     "running": ("vllm:num_requests_running",),
     "waiting": ("vllm:num_requests_waiting",),
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),  # renamed in 0.9-0.11
+    "emulator_slowdown": ("emulator:slowdown",),  # the emulated engine only: actual / modeled step time
 }
 HISTOGRAMS = {
     "ttft": ("vllm:time_to_first_token_seconds",),
@@ -29,4 +30,5 @@ HISTOGRAMS = {
     "prefill": ("vllm:request_prefill_time_seconds",),
     "decode": ("vllm:request_decode_time_seconds",),
     "iteration_tokens": ("vllm:iteration_tokens_total",),  # a histogram whose name ends in _total
+    "emulator_step_lag": ("emulator:step_lag_seconds",),  # the emulated engine only: chunks late
 }

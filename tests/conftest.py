@@ -56,3 +56,38 @@ def server():
     yield start
     for cm in reversed(stack):
         cm.__exit__(None, None, None)
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time) of a live process, None when it is gone or a zombie."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[1]), int(fields[19])
+
+
+def process_tree(root: int) -> set[tuple[int, int]]:
+    """Every live descendant of `root`, as (pid, start time) so a reused PID is not mistaken
+    for a process that is still running."""
+    parents: dict[int, list[int]] = {}
+    starts: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            st = _stat(int(entry.name))
+            if st is not None:
+                parents.setdefault(st[0], []).append(int(entry.name))
+                starts[int(entry.name)] = st[1]
+    out, todo = set(), [root]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.add((child, starts[child]))
+            todo.append(child)
+    return out
+
+
+def still_running(procs: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    return {(pid, start) for pid, start in procs if (st := _stat(pid)) is not None and st[1] == start}

@@ -144,13 +144,6 @@ def prepare_output(o: dict, command: str) -> Path:
         raise Failure(str(e)) from None
 
 
-def load_config(load: LoadShape) -> dict:
-    return {"mode": "closed" if load.closed else "open", "concurrency": load.concurrency,
-            "rate": load.rate, "arrival": None if load.closed else load.arrival,
-            "burstiness": load.burstiness if load.arrival == "gamma" and not load.closed else None,
-            "max_concurrency": load.max_concurrency}
-
-
 def host_config() -> dict:
     import aiohttp
     return {"name": platform.node(), "python": platform.python_version(),

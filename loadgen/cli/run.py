@@ -158,7 +158,7 @@ def _config(o: dict, spec: RunSpec, result: RunResult, wl) -> dict:
     return {
         "command": "run", "loadgen_version": __version__,
         "base_url": _public_url(spec.api_base), "embedded_server": o["base_url"] is None,
-        "model": spec.model, "endpoint": spec.endpoint, "load": options.load_config(spec.load),
+        "model": spec.model, "endpoint": spec.endpoint, "load": spec.load.describe(),
         "num_requests": spec.num_requests, "duration_s": spec.duration_s, "warmup": spec.warmup,
         "seed": spec.seed, "workload": wl.describe(),
         "request_timeout_s": spec.request_timeout_s,

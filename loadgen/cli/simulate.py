@@ -65,7 +65,7 @@ def simulate(**o) -> None:
         "command": "simulate", "loadgen_version": __version__, "simulated": True,
         "profile": name, "model": o["model"] or prof.models[0],
         "base_url": f"simulated:{name}", "speculative_config": o["spec_json"],
-        "endpoint": o["endpoint"], "load": options.load_config(load), "num_requests": num,
+        "endpoint": o["endpoint"], "load": load.describe(), "num_requests": num,
         "duration_s": o["duration"], "warmup": o["warmup"], "seed": o["seed"],
         "workload": wl.describe(),
         "engine": {"max_num_seqs": o["max_num_seqs"], "max_num_batched_tokens": o["max_num_batched_tokens"],

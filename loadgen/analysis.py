@@ -1,0 +1,62 @@
+"""From a sweep's cell table to its answer: each variant's speedup over the baseline, per
+workload and load level."""
+from __future__ import annotations
+
+import pandas as pd
+
+
+def speedup(table: pd.DataFrame, baseline: str = "baseline") -> pd.DataFrame:
+    """One row per (workload, level, variant) with both measured: output throughput (tok/s)
+    of the variant over the baseline's at the same workload and level (docs/metrics.md)."""
+    cols = ["workload", "mode", "level", "variant", "output_throughput_tok_s", "baseline_tok_s", "speedup"]
+    if table.empty or "status" not in table:
+        return pd.DataFrame(columns=cols)
+    ok = table[(table["status"] == "ok") & (table["output_throughput_tok_s"] > 0)]
+    base = ok[ok["variant"] == baseline].set_index(["workload", "mode", "level"])["output_throughput_tok_s"]
+    rows = ok[ok["variant"] != baseline].join(base.rename("baseline_tok_s"), on=["workload", "mode", "level"],
+                                              how="inner")
+    rows = rows.assign(speedup=rows["output_throughput_tok_s"] / rows["baseline_tok_s"])
+    return rows[cols].reset_index(drop=True)
+
+
+def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
+    """Per workload: levels down, variants across, speedup over the baseline (its tok/s in the
+    first column); '-' where a cell is missing or failed."""
+    if table.empty:
+        return "No cells finished."
+    s = speedup(table, baseline)
+    variants = [v for v in dict.fromkeys(table["variant"]) if v != baseline]
+    blocks = []
+    def flagged(col: str) -> set:
+        return set(table.loc[table[col].fillna(False).astype(bool), "path"]) if col in table else set()
+
+    client, behind = flagged("client_bound"), flagged("server_behind")
+    bound = client | behind
+    for workload in dict.fromkeys(table["workload"]):
+        t = table[table["workload"] == workload]
+        mode = t["mode"].iloc[0]
+        head = "concurrency" if mode == "closed" else "rate (req/s)"
+        lines = [f"Speedup over {baseline} (output tok/s ratio), workload {workload}:",
+                 f"{head:>12} {baseline + ' tok/s':>16}" + "".join(f"{v:>12}" for v in variants)]
+        for level in sorted(t["level"].unique()):
+            b = t[(t["variant"] == baseline) & (t["level"] == level) & (t["status"] == "ok")]
+            row = f"{level:>12g} " + (f"{b['output_throughput_tok_s'].iloc[0]:>16.1f}" if len(b) else f"{'-':>16}")
+            for v in variants:
+                hit = s[(s["workload"] == workload) & (s["level"] == level) & (s["variant"] == v)]
+                cells = t[(t["level"] == level) & t["variant"].isin([v, baseline])]["path"]
+                mark = "!" if bound & set(cells) else "x"
+                row += f"{hit['speedup'].iloc[0]:>11.2f}{mark}" if len(hit) else f"{'-':>12}"
+            lines.append(row)
+        blocks.append("\n".join(lines))
+    if bound:
+        why = []
+        if client:
+            why.append(f"the client was the bottleneck in {len(client)} cell(s) (client_bound)")
+        if behind:
+            why.append(f"the emulator fell behind real time in {len(behind)} cell(s) (server_behind)")
+        blocks.append("!: " + "; ".join(why) + ". Those figures understate the server; give the "
+                      "client and the emulator more cores, or lower the load.")
+    failed = table[table["status"] != "ok"]
+    if len(failed):
+        blocks.append(f"{len(failed)} cell(s) failed: " + ", ".join(failed["path"]))
+    return "\n\n".join(blocks)

@@ -1,0 +1,258 @@
+"""`loadgen sweep`: every SD variant x workload x load level, servers started and stopped for
+them, results that survive an interruption, ending with the speedup table."""
+from __future__ import annotations
+
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+import click
+from click.core import ParameterSource
+
+from loadgen import analysis
+from loadgen.cli import options
+from loadgen.cli.app import EXIT_INTERRUPTED, Failure, main
+from loadgen.sweep import manifest, results
+from loadgen.sweep.parallel import run_parallel, worker_slot
+from loadgen.sweep.plan import Plan, PlanError, labels, levels, split_workloads
+from loadgen.sweep.progress import BarReporter
+from loadgen.sweep.runner import Interrupted, pending, run_slot, slots
+from servers.deployments import ENGINES, DeploymentError, load
+from workloads import WorkloadError, open_workload
+
+# `loadgen sweep` without --servers: the emulated engine with the study's Llama-3.1-8B on H100
+# cost model, four variants, two workloads of fixed 128-token answers, concurrency 1..64;
+# sized to finish within 5 minutes on a 2-core laptop (docs/sweep.md).
+EMBEDDED = {"servers": "llama-3.1-8b", "engine": "emulator", "variants": "baseline,ngram,eagle,eagle3",
+            "workloads": ("chat,output=fixed:128", "code-edit,output=fixed:128"), "concurrency": "1..64",
+            "min_requests": 8, "per_user": 2, "warmup": 1}
+DEFAULT = {"workloads": ("chat", "code-edit"), "concurrency": "1..256", "min_requests": 50,
+           "per_user": 4, "warmup": 4}
+PLAN_OPTIONS = ("servers", "engine", "variants", "workloads", "concurrency", "rates", "arrival",
+                "burstiness", "num_requests", "duration", "warmup", "seed", "endpoint",
+                "request_timeout", "data_dir", "gpus", "parallel", "port", "baseline")
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.UsageError(f"{flag} {text!r}: give numbers separated by commas, like 0,1,2,3") from None
+    if not out or min(out) < 0:
+        raise click.UsageError(f"{flag} {text!r}: give numbers >= 0 separated by commas, like 0,1,2,3")
+    return out
+
+
+def _plan(o: dict) -> tuple[Plan, object]:
+    embedded = o["servers"] is None
+    preset = EMBEDDED if embedded else DEFAULT
+    try:
+        dep = load(o["servers"] or EMBEDDED["servers"]).with_engine(o["engine"] or (EMBEDDED["engine"] if embedded else None))
+    except DeploymentError as e:
+        raise Failure(str(e)) from None
+    variants = [v.strip() for v in (o["variants"] or (EMBEDDED["variants"] if embedded else ",".join(dep.variants))).split(",") if v.strip()]
+    unknown = [v for v in variants if v not in dep.variants]
+    if unknown:
+        raise click.UsageError(f"--variants: {', '.join(unknown)} not in deployment {dep.name!r} "
+                               f"(it has {', '.join(dep.variants)})")
+    if len(set(variants)) != len(variants):
+        raise click.UsageError("--variants lists a variant twice")
+    if o["concurrency"] and o["rates"]:
+        raise click.UsageError("give one of --concurrency (closed loop) and --rates (open loop)")
+    if o["concurrency"] and (o["arrival"] or o["burstiness"] is not None):
+        raise click.UsageError("--arrival and --burstiness apply to --rates only")
+    try:
+        if o["rates"]:
+            mode, lv = "open", levels(o["rates"], integer=False, flag="--rates")
+        else:
+            mode, lv = "closed", levels(o["concurrency"] or preset["concurrency"], integer=True, flag="--concurrency")
+        specs = split_workloads(list(o["workloads"]) or list(preset["workloads"]))
+    except PlanError as e:
+        raise click.UsageError(str(e)) from None
+    for key, lo in (("num_requests", 1), ("warmup", 0)):
+        if o[key] is not None and o[key] < lo:
+            raise click.UsageError(f"--{key.replace('_', '-')} must be >= {lo}, got {o[key]}")
+    if o["duration"] is not None and not o["duration"] > 0:
+        raise click.UsageError(f"--duration must be > 0, got {o['duration']}")
+    gpus = _ints(o["gpus"], "--gpus") if o["gpus"] else list(range(dep.tensor_parallel_size))
+    if len(gpus) < dep.tensor_parallel_size:
+        raise click.UsageError(f"--gpus {o['gpus']}: deployment {dep.name!r} needs "
+                               f"{dep.tensor_parallel_size} GPUs per server")
+    names = [_open(spec, o["data_dir"]).name for spec in specs]
+    arrival = o["arrival"] or ("gamma" if o["burstiness"] is not None else "poisson")
+    plan = Plan(deployment=o["servers"] or EMBEDDED["servers"], engine=dep.engine, variants=variants,
+                workloads=specs, workload_labels=labels(specs, names), mode=mode, levels=lv,
+                num_requests=o["num_requests"], duration_s=o["duration"],
+                warmup=preset["warmup"] if o["warmup"] is None else o["warmup"], seed=o["seed"],
+                endpoint=o["endpoint"], arrival=arrival,
+                burstiness=1.0 if o["burstiness"] is None else o["burstiness"],
+                request_timeout_s=o["request_timeout"], data_dir=o["data_dir"], gpus=gpus,
+                parallel=o["parallel"], port=o["port"], baseline=o["baseline"], min_requests=preset["min_requests"],
+                per_user=preset["per_user"])
+    return plan, dep
+
+
+def _check_engine(dep) -> None:
+    if dep.engine == "vllm" and shutil.which(dep.executable) is None:
+        raise Failure(f"deployment {dep.name!r} runs {dep.executable!r}, which is not installed here; install "
+                      "vLLM (or set executable in the deployment file), or try it on --engine emulator")
+
+
+def _open(spec: str, data_dir: str | None):
+    try:
+        return open_workload(spec, data_dir=data_dir)
+    except WorkloadError as e:
+        raise Failure(f"--workloads: {e}") from None
+
+
+@main.command()
+@click.option("--servers", help="Deployment: a catalog name (llama-3.1-8b, llama-3-70b, qwen3-8b, "
+              "glm-4.5-air) or a TOML file. Without it: the embedded emulator (docs/sweep.md).")
+@click.option("--engine", type=click.Choice(ENGINES), help="Override the deployment's engine: vllm, "
+              "emulator (same flags, no GPU) or external (its url).")
+@click.option("--variants", help="Comma-separated variants of the deployment [default: all; embedded: "
+              "baseline,ngram,eagle,eagle3].")
+@click.option("--workloads", multiple=True, help="Comma-separated workloads; a key=value piece is an "
+              "option of the one before (chat,code-edit,output=fixed:128) [default: chat,code-edit].")
+@click.option("--concurrency", help="Closed-loop levels: 1..256 (powers of two), lists 1,4,16, or both "
+              "[default: 1..256; embedded: 1..64].")
+@click.option("--rates", help="Open-loop levels in requests/s instead, e.g. 0.5,1,2 or 1..16.")
+@click.option("--arrival", type=click.Choice(["poisson", "gamma", "constant"]), help="Open-loop gaps [poisson].")
+@click.option("--burstiness", type=float, help="Gamma shape for --rates (1 = Poisson).")
+@click.option("--num-requests", type=int, help="Measured requests per cell [default: max(50, 4 x "
+              "concurrency), open loop 50; embedded: max(8, 2 x concurrency)].")
+@click.option("--duration", type=float, help="Seconds per cell instead (sending stops, the rest drain).")
+@click.option("--warmup", type=int, help="Requests per cell sent and finished before the measurement "
+              "[default: 4; embedded: 1].")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
+@click.option("--request-timeout", type=float, default=600.0, show_default=True)
+@click.option("--data-dir", envvar="LOADGEN_DATA_DIR", show_envvar=True,
+              help="Where catalog workloads find local data sets.")
+@click.option("--gpus", help="GPU indices to use, e.g. 0,1,2,3 [default: the first tensor-parallel-size].")
+@click.option("--parallel", is_flag=True, help="Run variants side by side, one server per group of "
+              "tensor-parallel-size GPUs from --gpus, each on its own port.")
+@click.option("--port", type=int, help="Server port (side by side: the first of consecutive ports) "
+              "[default: 8000 for vLLM, a free port for the emulator].")
+@click.option("--baseline", default="baseline", show_default=True, help="The variant speedups are relative to.")
+@click.option("--output", "output_dir", type=click.Path(), help="Results directory [default: results/sweep-YYYYmmdd-HHMMSS].")
+@click.option("--resume", is_flag=True, help="Continue the sweep in --output: its finished cells are kept.")
+@click.option("--retry-failed", is_flag=True, help="With --resume: run failed cells again too.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (cells, server commands) and exit.")
+@click.option("--worker", hidden=True, help="Internal: run one slot of a --parallel sweep.")
+def sweep(**o) -> None:
+    """Sweep every SD variant x workload x load level; end with the speedup table."""
+    ctx = click.get_current_context()
+    if o["resume"] or o["worker"]:
+        given = [k for k in PLAN_OPTIONS if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE]
+        if given:
+            raise click.UsageError(f"--resume continues the sweep as it was planned (DIR/manifest.json); "
+                                   f"drop --{given[0].replace('_', '-')}, or start a new --output")
+        if not o["output_dir"]:
+            raise click.UsageError("--resume needs --output DIR, the sweep to continue")
+    elif o["retry_failed"]:
+        raise click.UsageError("--retry-failed goes with --resume")
+    if o["dry_run"]:
+        if o["resume"] or o["worker"]:
+            raise click.UsageError("--dry-run shows a new sweep's plan; drop --resume")
+        plan, dep = _plan(o)
+        click.echo(_describe(plan, dep))
+        return
+    out = options.prepare_output(o, "sweep")
+    stored = manifest.read(out)
+    if stored is not None and not (o["resume"] or o["worker"]):
+        n = len(results.finished(out))
+        raise Failure(f"{out} already holds a sweep ({n} cells done); add --resume to continue it, "
+                      "or choose a new --output")
+    if stored is None and (o["resume"] or o["worker"]):
+        raise Failure(f"nothing to resume in {out}: no {results.MANIFEST}; run the sweep without --resume")
+    if stored is None:
+        plan, dep = _plan(o)
+        _check_engine(dep)
+        stored = manifest.write(out, plan, dep, options.argv_without_secrets(), options.host_config())
+    else:
+        try:
+            plan = Plan.from_dict(stored["plan"])
+            dep = load(plan.deployment).with_engine(plan.engine)
+        except (TypeError, KeyError, DeploymentError) as e:
+            raise Failure(f"cannot continue the sweep in {out}: {e}") from None
+        if not o["worker"]:
+            manifest.note_resume(out, stored, options.argv_without_secrets())
+    results.clean_partial(out)
+    workloads = {label: _open(spec, plan.data_dir) for spec, label in zip(plan.workloads, plan.workload_labels)}
+    for w in workloads.values():
+        if w.notice and not o["worker"]:
+            click.echo(f"note: {w.notice}", err=True)
+    order = [c.key for c in plan.cells()]
+    if o["worker"]:
+        _worker(out, plan, dep, o["worker"], workloads, order)
+        return
+    todo = pending(out, plan, o["retry_failed"])
+    done_before = len(plan.cells()) - len(todo)
+    click.echo(f"Sweep: {len(plan.variants)} variants x {len(plan.workloads)} workloads x "
+               f"{len(plan.levels)} levels = {len(order)} cells"
+               + (f" ({done_before} already done)" if done_before else "")
+               + f"; servers: {dep.name} on {dep.engine}; results in {out}", err=True)
+    interrupted = _run(out, plan, dep, todo, workloads, order, o)
+    table = results.rebuild_table(out, order)
+    click.echo(analysis.render(table, plan.baseline))
+    click.echo(f"\nResults: {out / results.TABLE} (one row per cell), {out / results.CELLS}/..., "
+               f"{out / results.MANIFEST}")
+    if interrupted:
+        click.echo(f"loadgen: interrupted; continue with: loadgen sweep --resume --output {out}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    if len(table) < len(order) or (table["status"] != "ok").any():
+        sys.exit(1)
+
+
+def _describe(plan: Plan, dep) -> str:
+    cells = plan.cells()
+    lines = [f"{len(plan.variants)} variants x {len(plan.workloads)} workloads x {len(plan.levels)} levels "
+             f"= {len(cells)} cells ({'closed loop, concurrency' if plan.mode == 'closed' else 'open loop, req/s'} "
+             f"{', '.join(f'{lv:g}' for lv in plan.levels)}), {plan.warmup} warm-up request(s) per cell",
+             f"deployment {dep.name} ({dep.description}) on engine {dep.engine}"]
+    for v, srv in manifest.servers(dep, plan).items():
+        lines.append(f"  {v}: {srv['command']}")
+    for spec, label in zip(plan.workloads, plan.workload_labels):
+        lines.append(f"  workload {label}: {spec}")
+    per = {f"{c.level:g}": plan.requests_for(c) for c in cells}
+    lines.append("measured requests per cell: " + (f"{plan.duration_s:g} s of sending" if plan.duration_s and plan.num_requests is None
+                                                   else ", ".join(f"{k}: {v}" for k, v in per.items())))
+    return "\n".join(lines)
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _run(out: Path, plan: Plan, dep, todo, workloads, order, o) -> bool:
+    """Run the pending cells; True when interrupted. SIGTERM is handled like Ctrl-C, so the
+    servers are stopped on every way out."""
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    reporter = BarReporter(len(todo), quiet=o["quiet"])
+    try:
+        the_slots = slots(plan, dep)
+        if len(the_slots) > 1:
+            return run_parallel(out, the_slots, reporter, o["retry_failed"])
+        run_slot(out, plan, dep, the_slots[0], todo, workloads, reporter, order)
+        return False
+    except (Interrupted, KeyboardInterrupt):
+        return True
+    finally:
+        reporter.close()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _worker(out: Path, plan: Plan, dep, spec: str, workloads, order) -> None:
+    """One slot of a --parallel sweep, started by the parent (loadgen.sweep.parallel)."""
+    slot, retry_failed = worker_slot(spec)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    todo = [c for c in pending(out, plan, retry_failed) if c.variant in slot.variants]
+    try:
+        run_slot(out, plan, dep, slot, todo, workloads, BarReporter(0, quiet=True), order)
+    except (Interrupted, KeyboardInterrupt):
+        sys.exit(EXIT_INTERRUPTED)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

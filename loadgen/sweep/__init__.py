@@ -1,0 +1,1 @@
+"""`loadgen sweep`: plan, cells, servers, results."""

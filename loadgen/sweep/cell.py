@@ -1,0 +1,83 @@
+"""One cell of a sweep: warm-up, then the measured run with the server's counters scraped
+around it, summarised as `loadgen run` summarises a run, plus what the cell was and how it
+ended."""
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import pandas as pd
+
+from loadgen import __version__
+from loadgen.measure import request_frame
+from loadgen.run import LoadShape, RunSpec, execute, session_for
+from loadgen.summary import summarize
+from loadgen.sweep.plan import Cell, Plan
+
+
+@dataclass
+class CellResult:
+    frame: pd.DataFrame
+    summary: dict
+    interrupted: bool
+
+
+def load_shape(plan: Plan, cell: Cell) -> LoadShape:
+    if cell.mode == "closed":
+        return LoadShape(concurrency=int(cell.level))
+    return LoadShape(rate=cell.level, arrival=plan.arrival, burstiness=plan.burstiness)
+
+
+async def _measure(plan: Plan, cell: Cell, workload, url: str, model: str,
+                   on_record: Callable | None) -> tuple:
+    load = load_shape(plan, cell)
+    common = dict(api_base=url + "/v1", model=model, load=load, endpoint=plan.endpoint,
+                  request_timeout_s=plan.request_timeout_s)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    session = session_for(load)
+    try:
+        if plan.warmup:  # before the window opens: its requests are not in the server's counters
+            warm = RunSpec(num_requests=plan.warmup, seed=plan.seed + 1, **common)
+            await execute(warm, workload.requests(None, plan.seed + 1), session=session, stop=stop)
+        spec = RunSpec(num_requests=plan.requests_for(cell), duration_s=plan.duration_s,
+                       seed=plan.seed, metrics_url=url + "/metrics", **common)
+        if stop.is_set():
+            return spec, None
+        # the same measured requests in every cell, so variants and levels see the same work
+        result = await execute(spec, workload.requests(None, plan.seed), session=session, stop=stop,
+                               on_record=on_record)
+        return spec, result
+    finally:
+        await session.close()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
+             on_record: Callable | None = None) -> CellResult | None:
+    """Run the cell; None when it was interrupted before its measurement began."""
+    t_start = time.time()
+    spec, result = asyncio.run(_measure(plan, cell, workload, url, model, on_record))
+    if result is None:
+        return None
+    frame = request_frame(result.records)
+    config = {
+        "command": "sweep", "loadgen_version": __version__, "base_url": spec.api_base,
+        "model": model, "endpoint": spec.endpoint,
+        "load": spec.load.describe(),
+        "num_requests": spec.num_requests, "duration_s": spec.duration_s, "warmup": plan.warmup,
+        "warmup_separate": True, "seed": plan.seed, "workload": workload.describe(),
+        "request_timeout_s": spec.request_timeout_s, "continuous_usage_requested": True,
+        "metrics_url": spec.metrics_url, "started_unix": t_start,
+        "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},
+    }
+    summary = summarize(frame, (result.loop_lag_at_ns, result.loop_lag_ns), config=config,
+                        interrupted=result.interrupted, load_info=result.load_info,
+                        server_window=result.server_window)
+    return CellResult(frame, summary, result.interrupted)

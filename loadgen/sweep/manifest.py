@@ -1,0 +1,84 @@
+"""The sweep's manifest: what was run, with what, where; written before the first cell and
+rewritten (atomically) when the sweep is resumed."""
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from loadgen import __version__, store
+from loadgen.sweep.plan import Plan
+from loadgen.sweep.results import MANIFEST
+from servers.deployments import Deployment, render
+
+_PACKAGES = ("aiohttp", "numpy", "pandas", "pyarrow", "prometheus-client", "click", "vllm")
+
+
+def _versions() -> dict:
+    out = {"python": platform.python_version(), "loadgen": __version__}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_revision() -> str | None:
+    """The commit of the loadgen source that runs, if it is a git checkout."""
+    repo = Path(__file__).resolve().parents[2]
+    if not (repo / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def servers(dep: Deployment, plan: Plan) -> dict:
+    """Each variant's server command as planned (the emulator's port is chosen at start; each
+    cell's summary has the exact command it ran against)."""
+    out = {}
+    port = plan.port if plan.port is not None else (8000 if dep.engine == "vllm" else 0)  # 0: chosen at start
+    for v in plan.variants:
+        la = render(dep, v, port=port, gpus=tuple(plan.gpus[:dep.tensor_parallel_size]))
+        out[v] = {"engine": la.engine, "command": la.shell(), "argv": list(la.argv), "env": la.env,
+                  "served_model_name": la.served_model_name}
+    return out
+
+
+def write(root: Path, plan: Plan, dep: Deployment, argv: list[str], host: dict) -> dict:
+    m = {"loadgen_version": __version__, "created_unix": time.time(),
+         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": argv,
+         "python_executable": sys.executable, "git_revision": git_revision(),
+         "versions": _versions(), "host": host, "plan": plan.to_dict(),
+         "deployment": {"name": dep.name, "source": dep.source, "description": dep.description,
+                        "model": dep.model, "engine": dep.engine,
+                        "tensor_parallel_size": dep.tensor_parallel_size},
+         "servers": servers(dep, plan), "resumed": []}
+    store.write_json(root / MANIFEST, m)
+    return m
+
+
+def read(root: Path) -> dict | None:
+    try:
+        with open(root / MANIFEST) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def note_resume(root: Path, m: dict, argv: list[str]) -> None:
+    m.setdefault("resumed", []).append({"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": argv,
+                                        "git_revision": git_revision()})
+    store.write_json(root / MANIFEST, m)

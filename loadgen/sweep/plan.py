@@ -1,0 +1,137 @@
+"""What a sweep runs: every variant x workload x load level, as cells, from the options.
+
+Plain data: a Plan can be written into the manifest and read back, so `--resume` continues
+exactly the sweep that was started."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+
+
+class PlanError(ValueError):
+    pass
+
+
+def levels(text: str, *, integer: bool, flag: str) -> list[float]:
+    """`1..256` (doubling from the low end: 1, 2, 4, ... 256), lists `1,4,16`, or both
+    (`1..8,12`); sorted, without repeats."""
+    out: set[float] = set()
+    for part in (p.strip() for p in text.split(",")):
+        lo, dots, hi = part.partition("..")
+        try:
+            a = float(lo)
+            b = float(hi) if dots else a
+        except ValueError:
+            raise PlanError(f"{flag} {text!r}: {part!r} is not a number or a range like 1..256") from None
+        if not (0 < a <= b < math.inf) or (integer and (a != int(a) or b != int(b))):
+            kind = "whole numbers >= 1" if integer else "numbers > 0"
+            raise PlanError(f"{flag} {text!r}: levels are {kind}, low..high with low <= high")
+        x = a
+        while x < b:
+            out.add(x)
+            x *= 2
+        out.add(b)
+    if integer:
+        return sorted(int(x) for x in out)
+    return sorted(out)
+
+
+def split_workloads(texts: list[str]) -> list[str]:
+    """`chat,code-edit,output=fixed:128` -> ['chat', 'code-edit,output=fixed:128']: a piece with
+    '=' is an option of the workload before it (a workload itself never starts with key=)."""
+    out: list[str] = []
+    for text in texts:
+        for piece in (p.strip() for p in text.split(",")):
+            if not piece:
+                continue
+            if "=" in piece.split(":")[0]:
+                if not out:
+                    raise PlanError(f"--workloads {text!r}: option {piece!r} comes before any workload")
+                out[-1] += "," + piece
+            else:
+                out.append(piece)
+    if len(set(out)) != len(out):
+        raise PlanError(f"--workloads lists a workload twice: {', '.join(out)}")
+    return out
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "workload"
+
+
+def labels(specs: list[str], names: list[str]) -> list[str]:
+    """Short, file-safe labels: the workload's name where that is unique, else its spec."""
+    out = []
+    for spec, name in zip(specs, names):
+        unique = sum(n == name for n in names) == 1
+        out.append(_slug(name if unique else spec))
+    if len(set(out)) != len(out):
+        out = [f"{i}-{label}" for i, label in enumerate(out)]
+    return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    variant: str
+    workload: str  # label
+    level: float   # concurrency (closed loop) or rate in req/s (open loop)
+    mode: str      # closed | open
+
+    @property
+    def level_label(self) -> str:
+        return f"c{int(self.level)}" if self.mode == "closed" else f"r{self.level:g}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant}/{self.workload}/{self.level_label}"
+
+
+@dataclass
+class Plan:
+    deployment: str                 # catalog name or TOML path
+    engine: str | None              # override of the deployment's engine
+    variants: list[str]
+    workloads: list[str]            # specs
+    workload_labels: list[str]
+    mode: str                       # closed | open
+    levels: list[float]
+    num_requests: int | None        # per cell; None: by level (requests_for)
+    duration_s: float | None
+    warmup: int
+    seed: int = 0
+    endpoint: str = "completions"
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    request_timeout_s: float = 600.0
+    data_dir: str | None = None
+    gpus: list[int] = field(default_factory=lambda: [0])
+    parallel: bool = False
+    port: int | None = None         # None: 8000 for vLLM, a free port for the emulator
+    baseline: str = "baseline"
+    min_requests: int = 50          # with num_requests None: max(min_requests, per_user * C)
+    per_user: int = 4
+
+    def cells(self) -> list[Cell]:
+        """Variant by variant (one server each), then workload, then level (low to high)."""
+        return [Cell(v, w, lv, self.mode) for v in self.variants for w in self.workload_labels
+                for lv in self.levels]
+
+    def workload_spec(self, label: str) -> str:
+        return self.workloads[self.workload_labels.index(label)]
+
+    def requests_for(self, cell: Cell) -> int | None:
+        """Measured requests in a cell: --num-requests; else, when no --duration bounds it,
+        enough for every user to send several (closed loop) or min_requests (open loop)."""
+        if self.num_requests is not None or self.duration_s is not None:
+            return self.num_requests
+        if cell.mode == "closed":
+            return max(self.min_requests, self.per_user * int(cell.level))
+        return self.min_requests
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Plan":
+        return cls(**d)

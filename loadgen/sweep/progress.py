@@ -1,0 +1,53 @@
+"""The sweep's progress bar: cells done of all, the cell running, its live output throughput,
+and the ETA; notes (servers starting, failures) printed above it."""
+from __future__ import annotations
+
+import sys
+import time
+
+from loadgen.sweep.plan import Cell
+from loadgen.sweep.runner import Reporter
+
+
+class BarReporter(Reporter):
+    def __init__(self, total: int, quiet: bool) -> None:
+        from tqdm import tqdm
+        tqdm.monitor_interval = 0  # no monitor thread in a process that measures latency
+        self._tqdm = tqdm
+        self.bar = tqdm(total=total, unit="cell", disable=quiet or None, file=sys.stderr,
+                        dynamic_ncols=True, mininterval=0.5,
+                        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} cells [{elapsed}<{remaining}{postfix}]")
+        self.quiet = quiet
+        self.failed = 0
+        self._tokens = 0
+        self._t0 = time.monotonic()
+        self._shown = 0.0
+
+    def note(self, message: str) -> None:
+        self._tqdm.write(message, file=sys.stderr)
+
+    def cell_started(self, cell: Cell) -> None:
+        self._tokens, self._t0 = 0, time.monotonic()
+        self.bar.set_description_str(cell.key, refresh=False)
+        self.bar.refresh()
+
+    def record(self, rec) -> None:
+        if rec.ok:
+            self._tokens += rec.usage_completion_tokens or 0
+        now = time.monotonic()
+        if now - self._shown >= 0.5 and not self.quiet:
+            self._shown = now
+            rate = self._tokens / (now - self._t0) if now > self._t0 else 0.0
+            self.bar.set_postfix_str(f"{rate:,.0f} tok/s" + (f", {self.failed} failed" if self.failed else ""))
+
+    def cell_done(self, cell: Cell, status: str) -> None:
+        self.failed += status == "failed"
+        self.bar.update(1)
+
+    def advance_to(self, n: int) -> None:
+        """Parallel sweeps: cells finished by the workers."""
+        if n > self.bar.n:
+            self.bar.update(n - self.bar.n)
+
+    def close(self) -> None:
+        self.bar.close()

@@ -1,0 +1,170 @@
+"""Running a sweep's cells: one server per variant, started, checked between cells,
+restarted when it dies, and always stopped; each cell written as soon as it ends."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadgen.measure import request_frame
+from loadgen.sweep import results
+from loadgen.sweep.cell import run_cell
+from loadgen.sweep.plan import Cell, Plan
+from servers.deployments import Deployment, render
+from servers.launcher import LaunchError, Server, free_port
+
+_CONNECTION_ERRORS = {"reset", "disconnected", "connection_refused", "connection_error"}
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM during a cell: the sweep stops, keeping every finished cell."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What one runner serves with: its variants, in order, on these GPUs and this port (None:
+    8000 for vLLM, a free port for the emulator)."""
+    variants: tuple[str, ...]
+    gpus: tuple[int, ...]
+    port: int | None = None
+
+
+class Reporter:
+    """What the runner tells the user; the CLI gives it a progress bar."""
+
+    def note(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    def cell_started(self, cell: Cell) -> None:
+        pass
+
+    def record(self, rec) -> None:
+        pass
+
+    def cell_done(self, cell: Cell, status: str) -> None:
+        pass
+
+
+def _port(dep: Deployment, slot: Slot) -> int:
+    if slot.port is not None:
+        return slot.port
+    return 8000 if dep.engine == "vllm" else free_port()
+
+
+def _cell_info(cell: Cell, plan: Plan, status: str, error: str | None, server: Server | None) -> dict:
+    la = server.launch if server else None
+    return {"key": cell.key, "variant": cell.variant, "workload": cell.workload,
+            "workload_spec": plan.workload_spec(cell.workload), "mode": cell.mode, "level": cell.level,
+            "status": status, "error": error, "finished_unix": time.time(),
+            "server": None if la is None else {
+                "engine": la.engine, "command": la.shell(), "url": la.url, "pid": server.pid,
+                "starts": server.starts}}
+
+
+def _write_failed(root: Path, plan: Plan, cell: Cell, error: str, server: Server | None,
+                  order: list[str]) -> None:
+    summary = {"cell": _cell_info(cell, plan, "failed", error, server), "completed": 0, "failed": 0}
+    results.write_cell(root, cell, request_frame([]), summary)
+    results.rebuild_table(root, order)
+
+
+def _died(server: Server, frame) -> int | None:
+    """The server's exit code if it died (waiting briefly when the cell saw broken
+    connections, which can arrive a moment before the exit is visible), else None."""
+    if server.launch.engine == "external":
+        return None if server.alive() else -1
+    broke = len(frame) and frame["error_type"].isin(_CONNECTION_ERRORS).any()
+    if broke and server.proc is not None:
+        try:
+            server.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            pass
+    return server.exit_code()
+
+
+def run_slot(root: Path, plan: Plan, dep: Deployment, slot: Slot, todo: list[Cell],
+             workloads: dict, reporter: Reporter, order: list[str]) -> None:
+    """Every cell of `todo` whose variant is in the slot, variant by variant. Raises
+    Interrupted when a cell was interrupted (after writing what it measured)."""
+    for variant in slot.variants:
+        cells = [c for c in todo if c.variant == variant]
+        if not cells:
+            continue
+        launch = render(dep, variant, port=_port(dep, slot), gpus=slot.gpus)
+        server = Server(launch, root / "servers" / f"{variant}.log")
+        try:
+            _run_variant(root, plan, server, cells, workloads, reporter, order)
+        finally:
+            server.stop()
+
+
+def _run_variant(root: Path, plan: Plan, server: Server, cells: list[Cell], workloads: dict,
+                 reporter: Reporter, order: list[str]) -> None:
+    la = server.launch
+    reporter.note(f"starting {la.variant}: {la.shell()}")
+    try:
+        server.start()
+    except LaunchError as e:
+        reporter.note(f"{la.variant}: {e}; its {len(cells)} cell(s) are recorded as failed")
+        for cell in cells:
+            _write_failed(root, plan, cell, str(e), server, order)
+            reporter.cell_done(cell, "failed")
+        return
+    for i, cell in enumerate(cells):
+        if not server.alive():
+            reporter.note(f"{la.variant} server is gone (exit code {server.exit_code()}); restarting it")
+            try:
+                server.restart()
+            except LaunchError as e:
+                for rest in cells[i:]:
+                    _write_failed(root, plan, rest, f"restart failed: {e}", server, order)
+                    reporter.cell_done(rest, "failed")
+                return
+        reporter.cell_started(cell)
+        res = run_cell(plan, cell, workloads[cell.workload], la.url, la.served_model_name,
+                       on_record=reporter.record)
+        if res is None:
+            raise Interrupted
+        status, error = "ok", None
+        code = _died(server, res.frame)
+        if code is not None:
+            status = "failed"
+            error = (f"server exited with code {code} during the cell; log {server.log_path}: "
+                     f"{server.log_tail()}")
+            reporter.note(f"{cell.key}: {error}")
+        elif res.interrupted:
+            status = "interrupted"
+        elif res.summary["completed"] == 0:
+            status = "failed"
+            error = "no request succeeded: " + ", ".join(f"{k} {v}" for k, v in res.summary["errors"].items())
+        res.summary["cell"] = _cell_info(cell, plan, status, error, server)
+        results.write_cell(root, cell, res.frame, res.summary)
+        results.rebuild_table(root, order)
+        reporter.cell_done(cell, status)
+        if res.interrupted:
+            raise Interrupted
+
+
+def pending(root: Path, plan: Plan, retry_failed: bool) -> list[Cell]:
+    """The plan's cells not yet done (failed ones too with `retry_failed`)."""
+    done = results.finished(root)
+    keep = ("ok",) if retry_failed else results.DONE
+    return [c for c in plan.cells() if done.get(c.key, {}).get("status") not in keep]
+
+
+def slots(plan: Plan, dep: Deployment) -> list[Slot]:
+    """One slot (sequential) or, with `parallel`, as many as the GPUs hold servers, variants
+    dealt round-robin, ports counting up from the plan's."""
+    port = plan.port
+    tp = dep.tensor_parallel_size
+    gpus = list(plan.gpus)
+    n = max(1, len(gpus) // tp) if plan.parallel else 1
+    n = min(n, len(plan.variants))
+    groups: list[list[str]] = [[] for _ in range(n)]
+    for i, v in enumerate(plan.variants):
+        groups[i % n].append(v)
+    return [Slot(tuple(g), tuple(gpus[i * tp:(i + 1) * tp]), None if port is None else port + i)
+            for i, g in enumerate(groups)]
+

@@ -1,0 +1,256 @@
+"""`loadgen sweep` end to end against the emulated engine: stored results and scraped
+acceptance, interruption (SIGKILL, SIGTERM) and --resume, servers that die or never come up,
+variants side by side; and after every exit path, no process it started is left."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from loadgen.sweep import results
+from loadgen.sweep.plan import PlanError, levels, split_workloads
+from tests.conftest import REPO, process_tree, run_cli, server_pids, still_running
+
+DATA = REPO.parent / "shared" / "datasets"
+SMALL = ["--num-requests", "6", "--warmup", "1", "--quiet"]
+
+
+def deployment(tmp_path: Path, variants: str, *, extra: str = "") -> str:
+    """A deployment file on the emulator, twice as fast as real time."""
+    path = tmp_path / "dep.toml"
+    path.write_text('model = "meta-llama/Llama-3.1-8B-Instruct"\nengine = "emulator"\n'
+                    'emulator_args = ["--time-scale", "0.5"]\n' + extra + variants)
+    return str(path)
+
+
+BASE_EAGLE = ('[variants.baseline]\n[variants.eagle]\nspeculative_config = { method = "eagle", '
+              'model = "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", num_speculative_tokens = 3 }\n')
+
+
+def cells(out: Path) -> pd.DataFrame:
+    return pd.read_parquet(out / results.TABLE)
+
+
+def summary(out: Path, key: str) -> dict:
+    return json.loads((out / results.CELLS / key / "summary.json").read_text())
+
+
+def test_a_sweep_stores_every_cell_with_the_servers_acceptance(tmp_path):
+    before = server_pids()
+    out = tmp_path / "out"
+    res = run_cli("sweep", "--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline,eagle",
+                  "--workloads", "synthetic:random,input_len=64,output_len=16,code-edit,output=fixed:16",
+                  "--data-dir", str(DATA), "--concurrency", "1..4", *SMALL, "--output", str(out))
+    assert res.returncode == 0, res.stderr
+    table = cells(out)
+    keys = [f"{v}/{w}/c{c}" for v in ("baseline", "eagle") for w in ("synthetic-random", "code-edit")
+            for c in (1, 2, 4)]
+    assert list(table["path"]) == keys and (table["status"] == "ok").all()
+    assert (table["completed"] == 6).all() and (table["output_throughput_tok_s"] > 0).all()
+    for key in keys:
+        s = summary(out, key)
+        frame = pd.read_parquet(out / results.CELLS / key / "requests.parquet")
+        assert len(frame) == 6 and frame["ok"].all() and not frame["warmup"].any()
+        assert s["cell"]["key"] == key and s["cell"]["status"] == "ok"
+        # the warm-up ran before the window: the server's counters cover exactly these requests
+        assert s["server"]["generation_tokens"] == frame["completion_tokens"].sum() == 6 * 16
+        decode = [n for tokens in frame["chunk_tokens"] for n in list(tokens)[1:]]
+        if key.startswith("baseline"):
+            assert s["spec_decode"] is None and set(decode) == {1}
+            continue
+        sd = s["spec_decode"]
+        assert sd["accepted_tokens"] == sum(n - 1 for n in decode) > 0
+        assert sd["mean_acceptance_length"] == pytest.approx(1 + sd["accepted_tokens"] / sd["drafts"])
+        row = table[table["path"] == key].iloc[0]
+        assert row["acceptance_rate"] == pytest.approx(sd["acceptance_rate"])
+    manifest = json.loads((out / results.MANIFEST).read_text())
+    assert manifest["plan"]["levels"] == [1, 2, 4] and manifest["argv"][0] == "sweep"
+    assert {"loadgen", "aiohttp", "python"} <= set(manifest["versions"]) and "git_revision" in manifest
+    assert "--speculative-config" in manifest["servers"]["eagle"]["command"]
+    assert "Speedup over baseline" in res.stdout and "eagle" in res.stdout
+    assert (out / "servers" / "eagle.log").read_text().count("listening on") == 1
+    assert server_pids() <= before
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "loadgen", "sweep", *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_mid_way_then_resumed_gives_every_cell_once(tmp_path, sig):
+    out = tmp_path / "out"
+    args = ["--servers", deployment(tmp_path, BASE_EAGLE), "--workloads", "synthetic:random,input_len=32,output_len=24",
+            "--concurrency", "1..4", *SMALL, "--output", str(out)]
+    proc = _start(args)
+    tree: set = set()
+    try:
+        def two_done() -> bool:
+            tree.update(process_tree(proc.pid))
+            return len(results.finished(out)) >= 2
+        _wait_for(two_done, 60, "two finished cells")
+        tree.update(process_tree(proc.pid))
+        done = {k: (out / results.CELLS / k / "summary.json").stat().st_mtime_ns for k in results.finished(out)}
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert tree, "the sweep started no server"
+    try:
+        _wait_for(lambda: not still_running(tree), 15, "the sweep's servers to exit")
+    finally:  # whatever the outcome, this test leaves nothing it started running
+        for pid, _ in still_running(tree):
+            os.kill(pid, signal.SIGKILL)
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 130
+        assert "--resume" in proc.stderr.read()
+    res = run_cli("sweep", "--resume", "--output", str(out), "--quiet")
+    assert res.returncode == 0, res.stderr
+    table = cells(out)
+    expect = [f"{v}/synthetic-random/c{c}" for v in ("baseline", "eagle") for c in (1, 2, 4)]
+    assert list(table["path"]) == expect and (table["status"] == "ok").all()
+    for key, mtime in done.items():  # finished before the kill: kept, not run again
+        assert (out / results.CELLS / key / "summary.json").stat().st_mtime_ns == mtime
+    assert not list((out / results.CELLS).glob("*/*/.*"))
+    resumed = json.loads((out / results.MANIFEST).read_text())["resumed"]
+    assert len(resumed) == 1 and resumed[0]["argv"][:2] == ["sweep", "--resume"]
+    proc.stdout.close()
+    proc.stderr.close()
+
+
+def test_a_server_that_dies_mid_cell_fails_that_cell_and_the_sweep_goes_on(tmp_path):
+    # the server crashes on its 11th request: c1 takes 7 (1 warm-up + 6); c2 its warm-up, two
+    # measured requests side by side, and the crash comes with the next (cutting the one still
+    # streaming, unless both ended in the same step)
+    dep = deployment(tmp_path, "[variants.baseline]\n", extra="")
+    text = Path(dep).read_text().replace('["--time-scale", "0.5"]', '["--time-scale", "0.5", "--exit-after-requests", "10"]')
+    Path(dep).write_text(text)
+    before = server_pids()
+    out = tmp_path / "out"
+    res = run_cli("sweep", "--servers", dep, "--workloads", "synthetic:random,input_len=32,output_len=24",
+                  "--concurrency", "1,2,4", *SMALL, "--output", str(out))
+    assert res.returncode == 1, res.stderr
+    table = cells(out).set_index("path")
+    assert list(table["status"]) == ["ok", "failed", "ok"]
+    err = table.loc["baseline/synthetic-random/c2", "error"]
+    assert "exited with code 70 during the cell" in err and "--exit-after-requests 10: crashing" in err
+    frame = pd.read_parquet(out / results.CELLS / "baseline/synthetic-random/c2/requests.parquet")
+    assert 1 <= frame["ok"].sum() <= 2 and len(frame) == 6  # what it measured is kept
+    assert summary(out, "baseline/synthetic-random/c4")["cell"]["server"]["starts"] == 2
+    assert "restarting" in res.stderr
+    assert server_pids() <= before
+
+
+def test_a_server_that_never_becomes_healthy_fails_fast_with_its_log(tmp_path):
+    hang = tmp_path / "fake-vllm"
+    pidfile = tmp_path / "hang.pid"
+    hang.write_text(f"#!/bin/sh\necho loading weights...\necho $$ > {pidfile}\nexec sleep 60\n")
+    hang.chmod(0o755)
+    broken = deployment(tmp_path, '[variants.baseline]\n[variants.medusa]\nspeculative_config = '
+                        '{ method = "medusa", model = "x/medusa", num_speculative_tokens = 3 }\n')
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    res = run_cli("sweep", "--servers", broken, "--workloads", "synthetic:random,input_len=32,output_len=8",
+                  "--concurrency", "1", *SMALL, "--output", str(out))
+    assert time.monotonic() - t0 < 30
+    assert res.returncode == 1
+    table = cells(out).set_index("path")
+    assert table.loc["baseline/synthetic-random/c1", "status"] == "ok"
+    err = table.loc["medusa/synthetic-random/c1", "error"]
+    assert "exited with code 2 before serving" in err and "loadgen-emulator: error" in err
+    # a server that runs but never answers: stopped (its whole group) at the timeout
+    hung = tmp_path / "hung.toml"
+    hung.write_text(f'model = "m"\nexecutable = "{hang}"\nstartup_timeout_s = 2\n[variants.baseline]\n')
+    t0 = time.monotonic()
+    res = run_cli("sweep", "--servers", str(hung), "--workloads", "synthetic:random", "--concurrency", "1",
+                  *SMALL, "--output", str(tmp_path / "out2"))
+    assert time.monotonic() - t0 < 30 and res.returncode == 1
+    err = cells(tmp_path / "out2").iloc[0]["error"]
+    assert "not ready within 2 s" in err and "loading weights..." in err
+    pid = int(pidfile.read_text())
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_variants_side_by_side_on_their_own_gpus_and_ports(tmp_path):
+    before = server_pids()
+    out = tmp_path / "out"
+    res = run_cli("sweep", "--servers", deployment(tmp_path, BASE_EAGLE), "--parallel", "--gpus", "0,1",
+                  "--workloads", "synthetic:random,input_len=32,output_len=16", "--concurrency", "1,2",
+                  *SMALL, "--output", str(out))
+    assert res.returncode == 0, res.stderr
+    table = cells(out)
+    assert len(table) == 4 and (table["status"] == "ok").all()
+    cmds = {v: summary(out, f"{v}/synthetic-random/c1")["cell"]["server"]["command"] for v in ("baseline", "eagle")}
+    assert cmds["baseline"].startswith("CUDA_VISIBLE_DEVICES=0 ") and cmds["eagle"].startswith("CUDA_VISIBLE_DEVICES=1 ")
+    urls = {summary(out, f"{v}/synthetic-random/c1")["cell"]["server"]["url"] for v in ("baseline", "eagle")}
+    assert len(urls) == 2
+    assert "Speedup over baseline" in res.stdout
+    assert server_pids() <= before
+
+
+def test_the_embedded_default_plan():
+    res = run_cli("sweep", "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert "4 variants x 2 workloads x 7 levels = 56 cells" in res.stdout
+    assert "concurrency 1, 2, 4, 8, 16, 32, 64" in res.stdout and "on engine emulator" in res.stdout
+    for v in ("baseline", "ngram", "eagle", "eagle3"):
+        assert f"  {v}: CUDA_VISIBLE_DEVICES=0 " in res.stdout
+    assert "workload chat: chat,output=fixed:128" in res.stdout
+
+
+def test_levels_and_workload_lists():
+    assert levels("1..256", integer=True, flag="--concurrency") == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert levels("1..8,12,3", integer=True, flag="--concurrency") == [1, 2, 3, 4, 8, 12]
+    assert levels("3..20", integer=True, flag="--concurrency") == [3, 6, 12, 20]
+    assert levels("0.5,1..4", integer=False, flag="--rates") == [0.5, 1, 2, 4]
+    for bad in ("0..4", "4..1", "1.5", "x", "1..y"):
+        with pytest.raises(PlanError, match="--concurrency"):
+            levels(bad, integer=True, flag="--concurrency")
+    assert split_workloads(["chat,code-edit,output=fixed:128"]) == ["chat", "code-edit,output=fixed:128"]
+    assert split_workloads(["synthetic:random,input_len=8", "gsm8k:/d/x.jsonl"]) == \
+        ["synthetic:random,input_len=8", "gsm8k:/d/x.jsonl"]
+    with pytest.raises(PlanError):
+        split_workloads(["output=fixed:1,chat"])
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["--variants", "baseline,nope"], "nope not in deployment"),
+    (["--servers", "nope"], "unknown deployment 'nope'"),
+    (["--concurrency", "0..4"], "--concurrency"),
+    (["--concurrency", "1", "--rates", "1"], "one of --concurrency"),
+    (["--workloads", "nope:x"], "--workloads: unknown workload format"),
+    (["--gpus", "a"], "--gpus"),
+    (["--retry-failed"], "--retry-failed goes with --resume"),
+    (["--servers", "qwen3-8b", "--engine", "vllm", "--concurrency", "1"], "not installed here"),
+])
+def test_bad_input_is_one_clear_line(tmp_path, args, expect):
+    res = run_cli("sweep", *args, "--output", str(tmp_path / "out"))
+    assert res.returncode == 2 and expect in res.stderr and res.stderr.strip().count("\n") == 0, res.stderr
+
+
+def test_resume_rules(tmp_path):
+    res = run_cli("sweep", "--resume", "--output", str(tmp_path))
+    assert res.returncode == 2 and "nothing to resume" in res.stderr
+    (tmp_path / results.MANIFEST).write_text(json.dumps({"plan": {}}))
+    res = run_cli("sweep", "--output", str(tmp_path))
+    assert res.returncode == 2 and "already holds a sweep" in res.stderr
+    res = run_cli("sweep", "--resume", "--concurrency", "4", "--output", str(tmp_path))
+    assert res.returncode == 2 and "drop --concurrency" in res.stderr
+    assert os.listdir(tmp_path) == [results.MANIFEST]
