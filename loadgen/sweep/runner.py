@@ -131,8 +131,9 @@ def _run_variant(root: Path, plan: Plan, server: Server, cells: list[Cell], work
         code = _died(server, res.frame)
         if code is not None:
             status = "failed"
-            error = (f"server exited with code {code} during the cell; log {server.log_path}: "
-                     f"{server.log_tail()}")
+            error = (f"external server {la.url} stopped serving during the cell" if la.engine == "external"
+                     else f"server exited with code {code} during the cell; log {server.log_path}: "
+                          f"{server.log_tail()}")
             reporter.note(f"{cell.key}: {error}")
         elif res.interrupted:
             status = "interrupted"
