@@ -51,12 +51,12 @@ def render(summary: dict) -> str:
                      + ("/".join(f"{p:.2f}" for p in sd["per_position"]) or "-")
                      + f"; {sd['drafts']:.0f} drafts, {sd['accepted_tokens']:.0f}/{sd['draft_tokens']:.0f} "
                      "draft tokens accepted")
-    if srv:
-        lines.append(f"Server over {srv['window_s']:.1f} s: {_f(srv['generation_tok_s'], '.1f')} generated tok/s"
-                     + "".join(f", {label} {_f((srv[k] or {}).get('mean'), fmt)} mean"
+    if srv and srv.get("window_s") is not None:
+        lines.append(f"Server over {srv['window_s']:.1f} s: {_f(srv.get('generation_tok_s'), '.1f')} generated tok/s"
+                     + "".join(f", {label} {_f(srv[k]['mean'], fmt)} mean"
                                for label, k, fmt in (("running", "running", ".1f"), ("waiting", "waiting", ".1f"),
-                                                     ("KV usage", "kv_usage", ".1%")))
-                     + (", RESTARTED inside the window" if srv["restarted"] else ""))
+                                                     ("KV usage", "kv_usage", ".1%")) if srv.get(k))
+                     + (", RESTARTED inside the window" if srv.get("restarted") else ""))
     if summary.get("goodput"):
         g = summary["goodput"]
         lines.append(f"Goodput: {g['good']}/{g['judged']} requests met "

@@ -78,8 +78,11 @@ def simulate(**o) -> None:
         s = summarize(frame, ([], []), config=config, goodput=objectives, load_info=result.run.load_info)
         stats = result.engine.stats
         s["spec_decode"] = stats.spec_summary() if spec else None
-        s["server"] = {"preemptions": stats.preemptions, "steps": stats.steps,
-                       "generation_tokens": stats.generation_tokens, "prompt_tokens": stats.prompt_tokens}
+        span = result.makespan_s
+        s["server"] = {"window_s": span, "preemptions": stats.preemptions, "steps": stats.steps,
+                       "generation_tokens": stats.generation_tokens, "prompt_tokens": stats.prompt_tokens,
+                       "generation_tok_s": stats.generation_tokens / span if span > 0 else None,
+                       "restarted": False}
         s["simulation"] = {"virtual_s": result.makespan_s, "wall_s": wall}
         return s
 
