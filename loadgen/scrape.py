@@ -99,6 +99,11 @@ class Window:
     def total(self, key: str) -> float:
         return sum(self.delta(COUNTERS[key]).values())
 
+    def timeline(self, key: str) -> list[list[float]]:
+        """[seconds since the window opened, value] for every snapshot that has the gauge."""
+        return [[s.t - self.before.t, sum(_values(s, GAUGES[key]).values())]
+                for s in (self.before, *self.during, self.after) if _values(s, GAUGES[key])]
+
     def series(self, key: str, *, before: bool = True) -> list[float]:
         snaps = (self.before, *self.during, self.after) if before else (*self.during, self.after)
         return [sum(_values(s, GAUGES[key]).values()) for s in snaps if _values(s, GAUGES[key])]
@@ -149,6 +154,7 @@ def server(w: Window) -> dict:
         "requests_finished": {dict(labels).get("finished_reason", "?"): v for labels, v in success.items()},
         "kv_usage": stats(w.series("kv_usage")), "running": stats(w.series("running")),
         "waiting": stats(w.series("waiting")),
+        "gauges": {k: w.timeline(k) for k in ("running", "waiting", "kv_usage")},
         "histograms": {k: h for k in HISTOGRAMS if (h := w.histogram(k)) is not None},
         "restarted": w.restarted,
         "emulator": _emulator(w),

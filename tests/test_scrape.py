@@ -74,3 +74,4 @@ def test_renamed_gauge_and_no_speculative_decoding():
     assert spec_decode(w) is None
     assert server(w)["kv_usage"] == {"mean": pytest.approx(5 / 12), "max": 0.75, "samples": 3}
     assert server(w)["generation_tokens"] == 0
+    assert server(w)["gauges"]["kv_usage"] == [[0.0, 0.25], [0.5, 0.75], [1.0, 0.25]]
