@@ -1,10 +1,9 @@
 """Start a server from `servers/` as a child process, wait until it serves, and always tear it
-down (its whole process group) on exit."""
+down (its whole process group) on exit; it also ends if this process is killed
+(servers.launcher.spawn)."""
 from __future__ import annotations
 
-import os
 import select
-import signal
 import subprocess
 import sys
 import tempfile
@@ -13,6 +12,8 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
+
+from servers.launcher import spawn, stop_group
 
 
 class ServerStartError(RuntimeError):
@@ -54,12 +55,12 @@ def server_process(module_args: list[str], *, host: str, timeout_s: float,
     if cpu is not None:
         cmd = ["taskset", "-c", str(cpu), *cmd]
     with tempfile.NamedTemporaryFile(mode="w+", prefix="loadgen-server-", suffix=".log") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
-                                start_new_session=True)
+        proc = spawn(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
         try:
             yield RunningServer(_wait_ready(proc, log, timeout_s), proc.pid, log.name)
         finally:
-            _stop(proc)
+            stop_group(proc, grace_s=10.0)
+            proc.stdout.close()
 
 
 def _log_tail(log, n: int = 3) -> str:
@@ -84,17 +85,3 @@ def _wait_ready(proc: subprocess.Popen, log, timeout_s: float) -> str:
         except OSError:
             time.sleep(0.05)
     raise ServerStartError(f"server at {url} not healthy within {timeout_s:.0f} s")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        except ProcessLookupError:
-            pass
-    if proc.stdout:
-        proc.stdout.close()

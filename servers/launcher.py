@@ -37,11 +37,12 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
-def spawn(argv, *, stdout, stderr, env: dict[str, str] | None = None, cwd=None) -> subprocess.Popen:
+def spawn(argv, *, stdout, stderr, env: dict[str, str] | None = None, cwd=None,
+          text: bool = False) -> subprocess.Popen:
     """Start `argv` in a process group of its own, to get SIGTERM when this process dies."""
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                             env={**os.environ, **(env or {})}, cwd=cwd, process_group=0,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=_die_with_parent, text=text)
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
