@@ -80,9 +80,10 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
+def _get(url: str, timeout: float = 2.0, api_key: str | None = None) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, b""
@@ -90,11 +91,11 @@ def _get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
         return 0, b""
 
 
-def serves(url: str, model: str) -> bool:
+def serves(url: str, model: str, api_key: str | None = None) -> bool:
     """/health answers 200 and /v1/models lists `model`."""
     if _get(url + "/health")[0] != 200:
         return False
-    status, body = _get(url + "/v1/models")
+    status, body = _get(url + "/v1/models", api_key=api_key)
     if status != 200:
         return False
     try:
@@ -108,8 +109,9 @@ class Server:
     ready; `stop()` ends its process group. Use as a context manager for teardown on every
     exit path."""
 
-    def __init__(self, launch: Launch, log_path: Path) -> None:
+    def __init__(self, launch: Launch, log_path: Path, api_key: str | None = None) -> None:
         self.launch = launch
+        self.api_key = api_key  # for /v1/models of a server that wants one
         self.log_path = Path(log_path)
         self.proc: subprocess.Popen | None = None
         self.starts = 0
@@ -120,7 +122,7 @@ class Server:
 
     def alive(self) -> bool:
         if self.launch.engine == "external":
-            return serves(self.launch.url, self.launch.served_model_name)
+            return serves(self.launch.url, self.launch.served_model_name, self.api_key)
         return self.proc is not None and self.proc.poll() is None
 
     def exit_code(self) -> int | None:
@@ -138,7 +140,7 @@ class Server:
         self.starts += 1
         if la.engine == "external":
             deadline = time.monotonic() + min(la.startup_timeout_s, 30.0)
-            while not serves(la.url, la.served_model_name):
+            while not serves(la.url, la.served_model_name, self.api_key):
                 if time.monotonic() > deadline:
                     raise LaunchError(f"external server {la.url} does not serve {la.served_model_name!r} "
                                       "(GET /health and /v1/models); start it or fix url")
@@ -167,7 +169,7 @@ class Server:
             if code is not None:
                 raise LaunchError(f"{la.variant} server exited with code {code} before serving; "
                                   f"log {self.log_path}: {self.log_tail()}")
-            if serves(la.url, la.served_model_name):
+            if serves(la.url, la.served_model_name, self.api_key):
                 return
             if time.monotonic() > deadline:
                 self.stop()

@@ -205,6 +205,24 @@ def test_variants_side_by_side_on_their_own_gpus_and_ports(tmp_path):
     assert server_pids() <= before
 
 
+def test_an_external_server_with_an_api_key(tmp_path):
+    from servers.embedded import emulator_server
+    key = "s3cr3t-sweep-KEY"
+    with emulator_server("meta-llama/Llama-3.1-8B-Instruct", "--api-key", key, "--time-scale", "0.5") as srv:
+        dep = tmp_path / "ext.toml"
+        dep.write_text(f'model = "meta-llama/Llama-3.1-8B-Instruct"\nengine = "external"\nurl = "{srv.url}"\n'
+                       "[variants.baseline]\n")
+        out = tmp_path / "out"
+        res = run_cli("sweep", "--servers", str(dep), "--workloads", "synthetic:random,input_len=32,output_len=8",
+                      "--concurrency", "1,2", *SMALL, "--output", str(out), env={"LOADGEN_API_KEY": key})
+        assert res.returncode == 0, res.stderr
+        assert (cells(out)["status"] == "ok").all()
+        assert summary(out, "baseline/synthetic-random/c1")["cell"]["server"]["command"] == f"(external server at {srv.url})"
+        for path in out.rglob("*"):
+            assert path.is_dir() or key.encode() not in path.read_bytes(), path
+        assert srv.pid in {pid for pid in server_pids()}  # not ours to stop
+
+
 def test_the_embedded_default_plan():
     res = run_cli("sweep", "--dry-run")
     assert res.returncode == 0, res.stderr
@@ -213,6 +231,21 @@ def test_the_embedded_default_plan():
     for v in ("baseline", "ngram", "eagle", "eagle3"):
         assert f"  {v}: CUDA_VISIBLE_DEVICES=0 " in res.stdout
     assert "workload chat: chat,output=fixed:128" in res.stdout
+
+
+def test_side_by_side_slots_get_their_own_gpus_and_ports():
+    from loadgen.sweep.plan import Plan
+    from loadgen.sweep.runner import slots
+    from servers.deployments import load
+    plan = Plan(deployment="llama-3-70b", engine="vllm", variants=["baseline", "ngram", "eagle"],
+                workloads=["chat"], workload_labels=["chat"], mode="closed", levels=[1], num_requests=1,
+                duration_s=None, warmup=0, gpus=list(range(8)), parallel=True)
+    got = slots(plan, load("llama-3-70b"))
+    assert [(s.variants, s.gpus, s.port) for s in got] == [
+        (("baseline", "eagle"), (0, 1, 2, 3), 8000), (("ngram",), (4, 5, 6, 7), 8001)]
+    plan.parallel = False
+    assert [(s.variants, s.gpus, s.port) for s in slots(plan, load("llama-3-70b"))] == [
+        (("baseline", "ngram", "eagle"), (0, 1, 2, 3), 8000)]
 
 
 def test_levels_and_workload_lists():

@@ -81,13 +81,17 @@ def _plan(o: dict) -> tuple[Plan, object]:
                                f"{dep.tensor_parallel_size} GPUs per server")
     names = [_open(spec, o["data_dir"]).name for spec in specs]
     arrival = o["arrival"] or ("gamma" if o["burstiness"] is not None else "poisson")
-    plan = Plan(deployment=o["servers"] or EMBEDDED["servers"], engine=dep.engine, variants=variants,
+    where = o["servers"] or EMBEDDED["servers"]
+    if Path(where).exists():  # a file: found again by --resume from any directory
+        where = str(Path(where).resolve())
+    plan = Plan(deployment=where, engine=dep.engine, variants=variants,
                 workloads=specs, workload_labels=labels(specs, names), mode=mode, levels=lv,
                 num_requests=o["num_requests"], duration_s=o["duration"],
                 warmup=preset["warmup"] if o["warmup"] is None else o["warmup"], seed=o["seed"],
                 endpoint=o["endpoint"], arrival=arrival,
                 burstiness=1.0 if o["burstiness"] is None else o["burstiness"],
-                request_timeout_s=o["request_timeout"], data_dir=o["data_dir"], gpus=gpus,
+                request_timeout_s=o["request_timeout"],
+                data_dir=str(Path(o["data_dir"]).resolve()) if o["data_dir"] else None, gpus=gpus,
                 parallel=o["parallel"], port=o["port"], baseline=o["baseline"], min_requests=preset["min_requests"],
                 per_user=preset["per_user"])
     return plan, dep
@@ -135,6 +139,8 @@ def _open(spec: str, data_dir: str | None):
               "tensor-parallel-size GPUs from --gpus, each on its own port.")
 @click.option("--port", type=int, help="Server port (side by side: the first of consecutive ports) "
               "[default: 8000 for vLLM, a free port for the emulator].")
+@click.option("--api-key", envvar=["LOADGEN_API_KEY", "OPENAI_API_KEY"], show_envvar=True,
+              help="Bearer token for servers that want one (external); never written to any output.")
 @click.option("--baseline", default="baseline", show_default=True, help="The variant speedups are relative to.")
 @click.option("--output", "output_dir", type=click.Path(), help="Results directory [default: results/sweep-YYYYmmdd-HHMMSS].")
 @click.option("--resume", is_flag=True, help="Continue the sweep in --output: its finished cells are kept.")
@@ -180,14 +186,15 @@ def sweep(**o) -> None:
             raise Failure(f"cannot continue the sweep in {out}: {e}") from None
         if not o["worker"]:
             manifest.note_resume(out, stored, options.argv_without_secrets())
-    results.clean_partial(out)
+    if not o["worker"]:  # a worker's siblings may be writing cells already
+        results.clean_partial(out)
     workloads = {label: _open(spec, plan.data_dir) for spec, label in zip(plan.workloads, plan.workload_labels)}
     for w in workloads.values():
         if w.notice and not o["worker"]:
             click.echo(f"note: {w.notice}", err=True)
     order = [c.key for c in plan.cells()]
     if o["worker"]:
-        _worker(out, plan, dep, o["worker"], workloads, order)
+        _worker(out, plan, dep, o["worker"], workloads, order, o)
         return
     todo = pending(out, plan, o["retry_failed"])
     done_before = len(plan.cells()) - len(todo)
@@ -235,8 +242,8 @@ def _run(out: Path, plan: Plan, dep, todo, workloads, order, o) -> bool:
     try:
         the_slots = slots(plan, dep)
         if len(the_slots) > 1:
-            return run_parallel(out, the_slots, reporter, o["retry_failed"])
-        run_slot(out, plan, dep, the_slots[0], todo, workloads, reporter, order)
+            return run_parallel(out, the_slots, reporter, o["retry_failed"], o["api_key"])
+        run_slot(out, plan, dep, the_slots[0], todo, workloads, reporter, order, o["api_key"])
         return False
     except (Interrupted, KeyboardInterrupt):
         return True
@@ -245,13 +252,13 @@ def _run(out: Path, plan: Plan, dep, todo, workloads, order, o) -> bool:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _worker(out: Path, plan: Plan, dep, spec: str, workloads, order) -> None:
+def _worker(out: Path, plan: Plan, dep, spec: str, workloads, order, o: dict) -> None:
     """One slot of a --parallel sweep, started by the parent (loadgen.sweep.parallel)."""
     slot, retry_failed = worker_slot(spec)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     todo = [c for c in pending(out, plan, retry_failed) if c.variant in slot.variants]
     try:
-        run_slot(out, plan, dep, slot, todo, workloads, BarReporter(0, quiet=True), order)
+        run_slot(out, plan, dep, slot, todo, workloads, BarReporter(0, quiet=True), order, o["api_key"])
     except (Interrupted, KeyboardInterrupt):
         sys.exit(EXIT_INTERRUPTED)
     finally:

@@ -32,10 +32,11 @@ def load_shape(plan: Plan, cell: Cell) -> LoadShape:
 
 
 async def _measure(plan: Plan, cell: Cell, workload, url: str, model: str,
-                   on_record: Callable | None) -> tuple:
+                   on_record: Callable | None, api_key: str | None) -> tuple:
     load = load_shape(plan, cell)
     common = dict(api_base=url + "/v1", model=model, load=load, endpoint=plan.endpoint,
-                  request_timeout_s=plan.request_timeout_s)
+                  request_timeout_s=plan.request_timeout_s,
+                  headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -60,10 +61,10 @@ async def _measure(plan: Plan, cell: Cell, workload, url: str, model: str,
 
 
 def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
-             on_record: Callable | None = None) -> CellResult | None:
+             on_record: Callable | None = None, api_key: str | None = None) -> CellResult | None:
     """Run the cell; None when it was interrupted before its measurement began."""
     t_start = time.time()
-    spec, result = asyncio.run(_measure(plan, cell, workload, url, model, on_record))
+    spec, result = asyncio.run(_measure(plan, cell, workload, url, model, on_record, api_key))
     if result is None:
         return None
     frame = request_frame(result.records)
@@ -74,7 +75,7 @@ def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
         "num_requests": spec.num_requests, "duration_s": spec.duration_s, "warmup": plan.warmup,
         "warmup_separate": True, "seed": plan.seed, "workload": workload.describe(),
         "request_timeout_s": spec.request_timeout_s, "continuous_usage_requested": True,
-        "metrics_url": spec.metrics_url, "started_unix": t_start,
+        "metrics_url": spec.metrics_url, "api_key_provided": bool(api_key), "started_unix": t_start,
         "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},
     }
     summary = summarize(frame, (result.loop_lag_at_ns, result.loop_lag_ns), config=config,

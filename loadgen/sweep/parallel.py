@@ -23,7 +23,8 @@ def worker_slot(spec: str) -> tuple[Slot, bool]:
     return Slot(tuple(d["variants"]), tuple(d["gpus"]), d["port"]), bool(d["retry_failed"])
 
 
-def run_parallel(root: Path, the_slots: list[Slot], reporter, retry_failed: bool) -> bool:
+def run_parallel(root: Path, the_slots: list[Slot], reporter, retry_failed: bool,
+                 api_key: str | None = None) -> bool:
     """Run the slots' workers to the end; True when interrupted (KeyboardInterrupt here, or a
     worker that exited interrupted)."""
     procs = []
@@ -34,7 +35,8 @@ def run_parallel(root: Path, the_slots: list[Slot], reporter, retry_failed: bool
             log = open(logs / f"worker-{i}.log", "ab")
             argv = [sys.executable, "-m", "loadgen", "sweep", "--output", str(root), "--quiet",
                     "--worker", worker_spec(slot, retry_failed)]
-            procs.append((slot, spawn(argv, stdout=log, stderr=log), log))
+            env = {"LOADGEN_API_KEY": api_key} if api_key else None  # not in argv: ps shows argv
+            procs.append((slot, spawn(argv, stdout=log, stderr=log, env=env), log))
             reporter.note(f"worker {i}: variants {', '.join(slot.variants)} on GPUs "
                           f"{','.join(map(str, slot.gpus))} (log {logs / f'worker-{i}.log'})")
         start = len(results.finished(root))

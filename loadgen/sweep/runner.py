@@ -47,10 +47,8 @@ class Reporter:
         pass
 
 
-def _port(dep: Deployment, slot: Slot) -> int:
-    if slot.port is not None:
-        return slot.port
-    return 8000 if dep.engine == "vllm" else free_port()
+def _port(slot: Slot) -> int:
+    return slot.port if slot.port is not None else free_port()
 
 
 def _cell_info(cell: Cell, plan: Plan, status: str, error: str | None, server: Server | None) -> dict:
@@ -85,15 +83,15 @@ def _died(server: Server, frame) -> int | None:
 
 
 def run_slot(root: Path, plan: Plan, dep: Deployment, slot: Slot, todo: list[Cell],
-             workloads: dict, reporter: Reporter, order: list[str]) -> None:
+             workloads: dict, reporter: Reporter, order: list[str], api_key: str | None = None) -> None:
     """Every cell of `todo` whose variant is in the slot, variant by variant. Raises
     Interrupted when a cell was interrupted (after writing what it measured)."""
     for variant in slot.variants:
         cells = [c for c in todo if c.variant == variant]
         if not cells:
             continue
-        launch = render(dep, variant, port=_port(dep, slot), gpus=slot.gpus)
-        server = Server(launch, root / "servers" / f"{variant}.log")
+        launch = render(dep, variant, port=_port(slot), gpus=slot.gpus)
+        server = Server(launch, root / "servers" / f"{variant}.log", api_key)
         try:
             _run_variant(root, plan, server, cells, workloads, reporter, order)
         finally:
@@ -124,7 +122,7 @@ def _run_variant(root: Path, plan: Plan, server: Server, cells: list[Cell], work
                 return
         reporter.cell_started(cell)
         res = run_cell(plan, cell, workloads[cell.workload], la.url, la.served_model_name,
-                       on_record=reporter.record)
+                       on_record=reporter.record, api_key=server.api_key)
         if res is None:
             raise Interrupted
         status, error = "ok", None
@@ -157,8 +155,9 @@ def pending(root: Path, plan: Plan, retry_failed: bool) -> list[Cell]:
 
 def slots(plan: Plan, dep: Deployment) -> list[Slot]:
     """One slot (sequential) or, with `parallel`, as many as the GPUs hold servers, variants
-    dealt round-robin, ports counting up from the plan's."""
-    port = plan.port
+    dealt round-robin, ports counting up from the plan's (vLLM's default: 8000; the emulator's:
+    a free port each)."""
+    port = plan.port if plan.port is not None else (8000 if dep.engine == "vllm" else None)
     tp = dep.tensor_parallel_size
     gpus = list(plan.gpus)
     n = max(1, len(gpus) // tp) if plan.parallel else 1
