@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from loadgen.record import RequestRecord
+from loadgen.steps import request_steps
 from loadgen.tokens import resolve
 
 _NS_PER_MS = 1e6
@@ -14,6 +15,7 @@ _NS_PER_MS = 1e6
 def _row(rec: RequestRecord, tokenizer) -> dict:
     t, n, source = resolve(rec, tokenizer)
     tokens = int(n.sum())
+    steps, steps_source = request_steps(t, n)
     row = {
         "index": rec.index, "request_id": rec.request_id, "workload": rec.workload,
         "category": rec.category, "warmup": rec.warmup, "ok": rec.ok, "status": rec.status,
@@ -32,6 +34,9 @@ def _row(rec: RequestRecord, tokenizer) -> dict:
         "lateness_ms": rec.lateness_ns / _NS_PER_MS,
         "n_chunks": len(t),
         "chunk_t_ns": t.tolist(), "chunk_tokens": n.tolist(),
+        "step_tokens": steps, "steps_source": steps_source,
+        "server_draft_tokens": rec.server_draft_tokens,
+        "server_accepted_tokens": rec.server_accepted_tokens,
     }
     nan = float("nan")
     if len(t):
@@ -56,7 +61,8 @@ def request_frame(records: list[RequestRecord], tokenizer=None) -> pd.DataFrame:
     """One row per request (in send order), chunk times and tokens as list columns."""
     rows = [_row(r, tokenizer) for r in sorted(records, key=lambda r: r.index)]
     frame = pd.DataFrame(rows, columns=COLUMNS)
-    for col in ("prompt_tokens", "status", "t_first_token_ns", "t_last_token_ns"):
+    for col in ("prompt_tokens", "status", "t_first_token_ns", "t_last_token_ns",
+                "server_draft_tokens", "server_accepted_tokens"):
         frame[col] = frame[col].astype("Int64")
     return frame
 

@@ -35,6 +35,10 @@ class RequestRecord:
     prompt_tokens: int | None = None
     usage_completion_tokens: int | None = None
     done: bool = False
+    # what the server reported of this request's speculative decoding, when it does (llama.cpp's
+    # timings.draft_n / draft_n_accepted; vLLM's metrics.speculative_decoding)
+    server_draft_tokens: int | None = None
+    server_accepted_tokens: int | None = None
     chunk_t_ns: array = field(default_factory=lambda: array("q"))
     chunk_usage: array = field(default_factory=lambda: array("q"))
     chunk_chars: array = field(default_factory=lambda: array("q"))

@@ -87,6 +87,24 @@ def sending(frame: pd.DataFrame, load_info: dict) -> dict:
             "ramp_s": load_info.get("ramp_s")}
 
 
+def acceptance_client(m: pd.DataFrame) -> dict:
+    """The client's view of speculative decoding over the measured requests: engine steps
+    (from chunks, or reconstructed from bursts; loadgen.steps) and, where the server reports
+    them per request, its draft and accepted counts."""
+    decode = [n for steps in m["step_tokens"] for n in list(steps)[1:]]
+    sources = dict(Counter(m.loc[m["steps_source"] != "none", "steps_source"]))
+    out = {"steps_source": (next(iter(sources)) if len(sources) == 1 else "mixed") if sources else "none",
+           "steps_sources": sources, "decode_steps": len(decode),
+           "tokens_per_step_mean": float(np.mean(decode)) if decode else None,
+           "accepted_tokens": int(sum(decode) - len(decode)), "server_reported": None}
+    rep = m.dropna(subset=["server_draft_tokens", "server_accepted_tokens"])
+    if len(rep):
+        drafted, accepted = int(rep["server_draft_tokens"].sum()), int(rep["server_accepted_tokens"].sum())
+        out["server_reported"] = {"requests": int(len(rep)), "draft_tokens": drafted, "accepted_tokens": accepted,
+                                  "acceptance_rate": accepted / drafted if drafted else None}
+    return out
+
+
 def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, config: dict,
               interrupted: bool = False, goodput: dict[str, float] | None = None,
               lateness_threshold_ms: float = 5.0, load_info: dict | None = None,
@@ -128,6 +146,7 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
         queue_delay_ms=describe(frame.loc[~frame["warmup"], "queue_delay_ms"]),
         tokens_per_chunk_mean=float(decode.mean()) if decode.size else None,
         tokens_per_chunk=describe(decode),
+        acceptance_client=acceptance_client(m),
         prompt_tokens_total=int(m["prompt_tokens"].fillna(0).sum()),
         completion_tokens_total=int(m["completion_tokens"].sum()),
         token_count_source=source, token_count_sources=sources,

@@ -51,11 +51,18 @@ def load_tokenizer(spec: str):
 
 def apportion(weights, total: int) -> np.ndarray:
     """Split `total` tokens over chunks in proportion to `weights`; every chunk gets at least
-    one token when there are enough; integer counts that sum to `total` exactly."""
+    one token when there are enough; integer counts that sum to `total` exactly. With fewer
+    tokens than chunks (a server sending one token per chunk, a token's text split over two)
+    each chunk but the lightest carries one: spreading by weight would invent multi-token
+    chunks, and with them steps and acceptance that never happened."""
     w = np.asarray(weights, dtype=float)
     n = len(w)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
+    if total < n:
+        counts = np.zeros(n, dtype=np.int64)
+        counts[np.sort(np.argsort(-w, kind="stable")[:max(total, 0)])] = 1
+        return counts
     base = np.ones(n) if total >= n else np.zeros(n)
     rest = total - int(base.sum())
     share = np.maximum(w * total / w.sum() - base, 0.0) if w.sum() > 0 else np.ones(n)

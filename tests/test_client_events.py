@@ -60,3 +60,22 @@ def test_broken_and_error_events_are_faults(payload, kind):
 def test_events_after_done_are_ignored():
     rec = _feed([b"[DONE]", json.dumps({"choices": [{"text": "late"}]}).encode()])
     assert rec.done and len(rec.chunk_t_ns) == 0
+
+
+LLAMACPP = [  # llama.cpp's completions stream: one token per chunk, usage and timings on the last
+    b'{"choices":[{"text":"def","index":0,"logprobs":null,"finish_reason":null}],"object":"text_completion"}',
+    b'{"choices":[{"text":" f","index":0,"logprobs":null,"finish_reason":null}],"object":"text_completion"}',
+    b'{"choices":[{"text":"():","index":0,"logprobs":null,"finish_reason":null}],"object":"text_completion"}',
+    b'{"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"length"}],"object":"text_completion",'
+    b'"usage":{"completion_tokens":3,"prompt_tokens":9,"total_tokens":12},'
+    b'"timings":{"prompt_n":9,"predicted_n":3,"draft_n":4,"draft_n_accepted":1}}',
+    b"[DONE]",
+]
+
+
+@pytest.mark.parametrize("keep_text", [False, True])
+def test_a_final_usage_after_chunks_without_is_a_total_not_a_chunk(keep_text):
+    rec = _feed(LLAMACPP, keep_text)
+    assert len(rec.chunk_t_ns) == 3 and list(rec.chunk_chars) == [3, 2, 3]  # the text-less last is no token
+    assert rec.usage_completion_tokens == 3 and rec.prompt_tokens == 9 and rec.finish_reason == "length"
+    assert (rec.server_draft_tokens, rec.server_accepted_tokens) == (4, 1)

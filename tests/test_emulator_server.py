@@ -68,6 +68,8 @@ def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
         assert sd is None
         return
     assert sd["accepted_tokens"] == m["vllm:spec_decode_num_accepted_tokens_total"]
+    client = summary["acceptance_client"]  # the client's step trace: one chunk per step here
+    assert client["steps_source"] == "chunks" and client["accepted_tokens"] == sd["accepted_tokens"]
     assert sd["drafts"] == m["vllm:spec_decode_num_drafts_total"]
     assert sd["draft_tokens"] == m["vllm:spec_decode_num_draft_tokens_total"]
     assert sd["acceptance_rate"] == pytest.approx(sd["accepted_tokens"] / sd["draft_tokens"])

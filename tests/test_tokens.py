@@ -24,6 +24,11 @@ def test_apportion_sums_exactly_and_gives_each_chunk_a_token_when_it_can(weights
         assert out.min() >= 1
 
 
+def test_fewer_tokens_than_chunks_leaves_one_token_per_chunk_but_the_lightest():
+    assert apportion([4, 1, 5, 2, 7], 4).tolist() == [1, 0, 1, 1, 1]
+    assert apportion([3, 3], 0).tolist() == [0, 0]
+
+
 def test_continuous_usage_is_exact_and_drops_zero_token_chunks():
     t, n, src = resolve(_rec([10, 20, 30, 40], [1, 4, 4, 6], [3, 9, 1, 5], total=6))
     assert src == "continuous_usage"

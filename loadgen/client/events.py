@@ -19,6 +19,9 @@ _COMPLETION_TOKENS = re.compile(rb'"completion_tokens":\s*(\d+)')
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens":\s*(\d+)')
 _FINISH = re.compile(rb'"finish_reason":\s*"([^"]*)"')
 _NO_CHOICES = re.compile(rb'"choices":\s*\[\s*\]')
+# per-request speculative-decoding counts: llama.cpp's `timings`, vLLM's `speculative_decoding`
+_DRAFTED = re.compile(rb'"(?:draft_n|num_draft_tokens)":\s*(\d+)')
+_ACCEPTED = re.compile(rb'"(?:draft_n_accepted|num_accepted_draft_tokens)":\s*(\d+)')
 
 
 def on_event(rec: RequestRecord, payload: bytes, t: int) -> None:
@@ -36,18 +39,37 @@ def on_event(rec: RequestRecord, payload: bytes, t: int) -> None:
             _on_usage_chunk(rec, payload, int(m.group(1)), t)
             return
     _on_parsed(rec, _parse(payload), t)
+    if b"draft" in payload:
+        _spec_counts(rec, payload)
+
+
+def _spec_counts(rec: RequestRecord, payload: bytes) -> None:
+    if (d := _DRAFTED.search(payload)) and (a := _ACCEPTED.search(payload)):
+        rec.server_draft_tokens, rec.server_accepted_tokens = int(d.group(1)), int(a.group(1))
+
+
+def _counts(usages, cum: int) -> bool:
+    """Whether a chunk's cumulative usage `cum` says it carried tokens: only while every chunk
+    so far had usage. After chunks without, a usage is the final total (llama.cpp puts it on
+    its last, text-less chunk), not this chunk's tokens."""
+    return cum > (usages[-1] if usages else 0) and (not usages or usages[-1] >= 0)
 
 
 def _on_usage_chunk(rec: RequestRecord, payload: bytes, cum: int, t: int) -> None:
+    usages = rec.chunk_usage
+    if usages and usages[-1] < 0:  # the final usage after chunks without: read the chunk whole
+        _on_parsed(rec, _parse(payload), t)
+        _spec_counts(rec, payload)
+        return
     rec.usage_completion_tokens = cum
+    _spec_counts(rec, payload)
     if rec.prompt_tokens is None and (m := _PROMPT_TOKENS.search(payload)):
         rec.prompt_tokens = int(m.group(1))
     if m := _FINISH.search(payload):
         rec.finish_reason = m.group(1).decode()
     if _NO_CHOICES.search(payload):
         return  # a usage-only chunk (the final one): no tokens of its own
-    usages = rec.chunk_usage
-    if cum > (usages[-1] if usages else 0):
+    if _counts(usages, cum):
         rec.chunk_t_ns.append(t)
         usages.append(cum)
         rec.chunk_chars.append(-1)  # not read: the usage makes the count exact
@@ -87,7 +109,7 @@ def _on_parsed(rec: RequestRecord, obj: dict, t: int) -> None:
         text = _delta_text(choice.get("delta"))
     chars = len(text) if text else 0
     usages = rec.chunk_usage
-    if chars or cum > (usages[-1] if usages else 0):
+    if chars or _counts(usages, cum):
         rec.chunk_t_ns.append(t)
         usages.append(cum)
         rec.chunk_chars.append(chars)
