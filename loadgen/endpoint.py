@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -11,6 +12,24 @@ import aiohttp
 
 class EndpointError(ValueError):
     pass
+
+
+# Servers that close the connection after every streamed response although they announce
+# keep-alive (llama.cpp's llama-server, `owned_by: llamacpp`). A client reusing the connection
+# races the close and sees "server disconnected" before any response, so loadgen asks these
+# for a new connection per request (`Connection: close`), which is what they give anyway.
+CLOSE_AFTER_STREAM = frozenset({"llamacpp"})
+
+
+@dataclass(frozen=True)
+class Served:
+    model: str
+    owned_by: str | None = None  # /v1/models' owned_by of that model ("vllm", "llamacpp", ...)
+
+    @property
+    def keep_alive(self) -> bool:
+        """Whether to reuse connections with this server (see CLOSE_AFTER_STREAM)."""
+        return self.owned_by not in CLOSE_AFTER_STREAM
 
 
 def api_base(url: str) -> str:
@@ -38,6 +57,12 @@ def metrics_url(base: str, given: str | None = None) -> str | None:
 async def resolve_model(session: aiohttp.ClientSession, base: str, headers: dict[str, str],
                         model: str | None, timeout_s: float = 10.0) -> str:
     """The model to send: `model` if the server serves it, else the server's first model."""
+    return (await probe(session, base, headers, model, timeout_s)).model
+
+
+async def probe(session: aiohttp.ClientSession, base: str, headers: dict[str, str],
+                model: str | None, timeout_s: float = 10.0) -> Served:
+    """The model to send (as resolve_model) and who serves it."""
     url = f"{base}/models"
     try:
         async with asyncio.timeout(timeout_s):
@@ -59,14 +84,16 @@ async def resolve_model(session: aiohttp.ClientSession, base: str, headers: dict
                             "LOADGEN_API_KEY")
     if status != 200:
         if model:  # some servers have no model list; trust the user
-            return model
+            return Served(model)
         raise EndpointError(f"{url} answered HTTP {status}; pass --model NAME")
-    served = [m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict)]
+    data = [m for m in (body or {}).get("data", []) if isinstance(m, dict)]
+    served = [m.get("id") for m in data]
     if model is None:
         if not served:
             raise EndpointError(f"{url} lists no models; pass --model NAME")
-        return served[0]
-    if model not in served:
+        model = served[0]
+    elif model not in served:
         raise EndpointError(f"model {model!r} is not served at {base} (served: "
                             f"{', '.join(map(str, served)) or 'none'}); fix --model")
-    return model
+    owner = next(m.get("owned_by") for m in data if m.get("id") == model)
+    return Served(model, owner if isinstance(owner, str) else None)

@@ -77,6 +77,7 @@ class RunSpec:
     keep_text: bool = False
     extra_body: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)  # secrets live here: never serialise
+    keep_alive: bool = True  # reuse connections; False: `Connection: close`, one per request
     metrics_url: str | None = None  # the server's Prometheus /metrics, scraped around the run
     scrape_interval_s: float = 1.0
 
@@ -149,7 +150,8 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     if own_session:
         session = session_for(spec.load)
     opts = stream_options(spec.continuous_usage)
-    client = StreamClient(session, spec.api_base, spec.endpoint, spec.headers,
+    headers = spec.headers if spec.keep_alive else {**spec.headers, "Connection": "close"}
+    client = StreamClient(session, spec.api_base, spec.endpoint, headers,
                           spec.request_timeout_s, keep_text=spec.keep_text)
 
     def encode(req: Request) -> bytes:

@@ -13,7 +13,7 @@ import click
 from loadgen import __version__
 from loadgen.cli import options
 from loadgen.cli.app import Failure, main
-from loadgen.endpoint import EndpointError, api_base, metrics_url, resolve_model
+from loadgen.endpoint import EndpointError, api_base, metrics_url, probe
 from loadgen.measure import request_frame
 from loadgen.run import RunResult, RunSpec, execute, session_for
 from loadgen.summary import summarize
@@ -48,6 +48,9 @@ def _public_url(url: str) -> str:
 @click.option("--tokenizer", help="tokenizer.json (or its directory): tokens per chunk when the server "
               "sends no per-chunk usage, and exact synthetic prompt lengths.")
 @click.option("--extra-body", help="JSON object merged into every request body.")
+@click.option("--keep-alive/--no-keep-alive", default=None,
+              help="Reuse connections between requests, or open one per request (Connection: close) "
+              "[default: reuse, except with servers that close after every stream: llama.cpp].")
 @click.option("--metrics-url", help="The server's Prometheus metrics, scraped before, during "
               "(every second) and after the measurement [default: the server's /metrics; 'none': off].")
 @click.option("--lateness-threshold-ms", type=float, default=5.0, show_default=True,
@@ -90,7 +93,7 @@ def run(**o) -> None:
         except EndpointError as e:
             raise Failure(str(e)) from None
         spec.metrics_url = metrics_url(spec.api_base, o["metrics_url"])
-        result = asyncio.run(_run(spec, o["model"], requests, o["quiet"]))
+        result = asyncio.run(_run(spec, o["model"], requests, o["quiet"], o["keep_alive"]))
     frame = request_frame(result.records, tokenizer)
 
     def summary() -> dict:
@@ -117,9 +120,10 @@ def _server(base_url: str | None):
         raise Failure(str(e), code=1) from None
 
 
-async def _run(spec: RunSpec, model: str | None, requests, quiet: bool) -> RunResult:
-    """Check the server and model (setting `spec.model`), then run the load with a progress
-    bar; SIGINT and SIGTERM stop it early and keep what finished."""
+async def _run(spec: RunSpec, model: str | None, requests, quiet: bool, keep_alive: bool | None) -> RunResult:
+    """Check the server and model (setting `spec.model`, and `spec.keep_alive` unless given),
+    then run the load with a progress bar; SIGINT and SIGTERM stop it early and keep what
+    finished."""
     session = session_for(spec.load)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -128,7 +132,9 @@ async def _run(spec: RunSpec, model: str | None, requests, quiet: bool) -> RunRe
     bar = None
     try:
         try:
-            spec.model = await resolve_model(session, spec.api_base, spec.headers, model)
+            served = await probe(session, spec.api_base, spec.headers, model)
+            spec.model = served.model
+            spec.keep_alive = served.keep_alive if keep_alive is None else keep_alive
         except EndpointError as e:
             raise Failure(str(e)) from None
         from tqdm import tqdm
@@ -165,7 +171,7 @@ def _config(o: dict, spec: RunSpec, result: RunResult, wl) -> dict:
         "continuous_usage_requested": spec.continuous_usage,
         "tokenizer": o["tokenizer"], "extra_body": spec.extra_body,
         "metrics_url": spec.metrics_url and _public_url(spec.metrics_url),
-        "api_key_provided": bool(spec.headers),
+        "api_key_provided": bool(spec.headers), "keep_alive": spec.keep_alive,
         "lateness_threshold_ms": o["lateness_threshold_ms"],
         "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},
         "host": options.host_config(), "argv": options.argv_without_secrets(),

@@ -12,6 +12,7 @@ from typing import Callable
 import pandas as pd
 
 from loadgen import __version__
+from loadgen.endpoint import EndpointError, probe
 from loadgen.measure import request_frame
 from loadgen.run import LoadShape, RunSpec, execute, session_for
 from loadgen.summary import summarize
@@ -43,6 +44,10 @@ async def _measure(plan: Plan, cell: Cell, workload, url: str, model: str,
         loop.add_signal_handler(sig, stop.set)
     session = session_for(load)
     try:
+        try:  # llama.cpp wants a connection per request (loadgen.endpoint.CLOSE_AFTER_STREAM)
+            common["keep_alive"] = (await probe(session, common["api_base"], common["headers"], model)).keep_alive
+        except EndpointError:
+            pass  # the requests will say what is wrong
         if plan.warmup:  # before the window opens: its requests are not in the server's counters
             warm = RunSpec(num_requests=plan.warmup, seed=plan.seed + 1, **common)
             await execute(warm, workload.requests(None, plan.seed + 1), session=session, stop=stop)
@@ -75,7 +80,8 @@ def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
         "num_requests": spec.num_requests, "duration_s": spec.duration_s, "warmup": plan.warmup,
         "warmup_separate": True, "seed": plan.seed, "workload": workload.describe(),
         "request_timeout_s": spec.request_timeout_s, "continuous_usage_requested": True,
-        "metrics_url": spec.metrics_url, "api_key_provided": bool(api_key), "started_unix": t_start,
+        "metrics_url": spec.metrics_url, "api_key_provided": bool(api_key), "keep_alive": spec.keep_alive,
+        "started_unix": t_start,
         "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},
     }
     summary = summarize(frame, (result.loop_lag_at_ns, result.loop_lag_ns), config=config,
