@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS
+from loadgen.metric_names import COUNTERS, GAUGES, HISTOGRAMS
 
 Key = tuple[str, tuple[tuple[str, str], ...]]  # sample name, labels other than engine
 
