@@ -36,16 +36,19 @@ def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
         t = table[table["workload"] == workload]
         mode = t["mode"].iloc[0]
         head = "concurrency" if mode == "closed" else "rate (req/s)"
+        width = max([12, *(len(v) + 2 for v in variants)])
+        base_w = max(16, len(baseline) + 7)
         lines = [f"Speedup over {baseline} (output tok/s ratio), workload {workload}:",
-                 f"{head:>12} {baseline + ' tok/s':>16}" + "".join(f"{v:>12}" for v in variants)]
+                 f"{head:>12} {baseline + ' tok/s':>{base_w}}" + "".join(f"{v:>{width}}" for v in variants)]
         for level in sorted(t["level"].unique()):
             b = t[(t["variant"] == baseline) & (t["level"] == level) & (t["status"] == "ok")]
-            row = f"{level:>12g} " + (f"{b['output_throughput_tok_s'].iloc[0]:>16.1f}" if len(b) else f"{'-':>16}")
+            row = f"{level:>12g} " + (f"{b['output_throughput_tok_s'].iloc[0]:>{base_w}.1f}" if len(b)
+                                      else f"{'-':>{base_w}}")
             for v in variants:
                 hit = s[(s["workload"] == workload) & (s["level"] == level) & (s["variant"] == v)]
                 cells = t[(t["level"] == level) & t["variant"].isin([v, baseline])]["path"]
                 mark = "!" if bound & set(cells) else "x"
-                row += f"{hit['speedup'].iloc[0]:>11.2f}{mark}" if len(hit) else f"{'-':>12}"
+                row += f"{hit['speedup'].iloc[0]:>{width - 1}.2f}{mark}" if len(hit) else f"{'-':>{width}}"
             lines.append(row)
         blocks.append("\n".join(lines))
     if bound:
@@ -55,7 +58,7 @@ def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
         if behind:
             why.append(f"the emulator fell behind real time in {len(behind)} cell(s) (server_behind)")
         blocks.append("!: " + "; ".join(why) + ". Those figures understate the server; give the "
-                      "client and the emulator more cores, or lower the load.")
+                      "client and the server more cores, or lower the load.")
     failed = table[table["status"] != "ok"]
     if len(failed):
         blocks.append(f"{len(failed)} cell(s) failed: " + ", ".join(failed["path"]))
