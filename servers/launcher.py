@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from servers.deployments import Launch
+from servers.deployments import Launch, llamacpp
 
 _PR_SET_PDEATHSIG = 1
 
@@ -146,6 +146,11 @@ class Server:
                                       "(GET /health and /v1/models); start it or fix url")
                 time.sleep(0.5)
             return self
+        for name, path in la.prepare:  # packaged model files, written once
+            try:
+                llamacpp.materialize(name, path)
+            except (llamacpp.LlamaCppError, OSError) as e:
+                raise LaunchError(f"cannot prepare {name} at {path}: {e}") from None
         parts = urlsplit(la.url)
         if port_in_use(parts.hostname, parts.port):
             raise LaunchError(f"port {parts.port} is already in use on {parts.hostname}; stop what "

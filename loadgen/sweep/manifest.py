@@ -51,7 +51,8 @@ def servers(dep: Deployment, plan: Plan) -> dict:
     out = {}
     port = plan.port if plan.port is not None else (8000 if dep.engine == "vllm" else 0)  # 0: chosen at start
     for v in plan.variants:
-        la = render(dep, v, port=port, gpus=tuple(plan.gpus[:dep.tensor_parallel_size]))
+        la = render(dep, v, port=port, gpus=tuple(plan.gpus[:dep.tensor_parallel_size]),
+                    llama_server=plan.llama_server)
         out[v] = {"engine": la.engine, "command": la.shell(), "argv": list(la.argv), "env": la.env,
                   "served_model_name": la.served_model_name}
     return out

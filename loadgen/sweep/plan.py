@@ -108,6 +108,7 @@ class Plan:
     gpus: list[int] = field(default_factory=lambda: [0])
     parallel: bool = False
     port: int | None = None         # None: 8000 for vLLM, a free port for the emulator
+    llama_server: str | None = None # llama.cpp's binary (None: found, llamacpp.find_server)
     baseline: str = "baseline"
     min_requests: int = 50          # with num_requests None: max(min_requests, per_user * C)
     per_user: int = 4

@@ -90,7 +90,7 @@ def run_slot(root: Path, plan: Plan, dep: Deployment, slot: Slot, todo: list[Cel
         cells = [c for c in todo if c.variant == variant]
         if not cells:
             continue
-        launch = render(dep, variant, port=_port(slot), gpus=slot.gpus)
+        launch = render(dep, variant, port=_port(slot), gpus=slot.gpus, llama_server=plan.llama_server)
         server = Server(launch, root / "servers" / f"{variant}.log", api_key)
         try:
             _run_variant(root, plan, server, cells, workloads, reporter, order)

@@ -1,6 +1,9 @@
 """Deployments: one TOML file per target model listing its speculative-decoding variants, and
-their rendering into the exact `vllm serve` command (or the emulator's, with the same flags)."""
+their rendering into the exact `vllm serve` command (or the emulator's, with the same flags),
+or, for engine llama.cpp, the `llama-server` command (servers/deployments/llamacpp.py)."""
+from servers.deployments import llamacpp
 from servers.deployments.catalog import (ENGINES, Deployment, DeploymentError, Launch, Variant,
                                          available, load, render)
 
-__all__ = ["ENGINES", "Deployment", "DeploymentError", "Launch", "Variant", "available", "load", "render"]
+__all__ = ["ENGINES", "Deployment", "DeploymentError", "Launch", "Variant", "available", "llamacpp",
+           "load", "render"]

