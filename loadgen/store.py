@@ -42,12 +42,18 @@ def _clean(obj):
     return obj
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 def atomic(path: Path, write) -> None:
-    """`write(tmp_path)`, then rename it to `path`."""
+    """`write(tmp_path)`, then rename it to `path` (with the permissions a plain open would
+    give it: mkstemp's are owner-only)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

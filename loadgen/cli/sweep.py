@@ -227,7 +227,7 @@ def sweep(**o) -> None:
     table = results.rebuild_table(out, order)
     click.echo(analysis.render(table, plan.baseline))
     click.echo(f"\nResults: {out / results.TABLE} (one row per cell), {out / results.CELLS}/..., "
-               f"{out / results.MANIFEST}")
+               f"{out / results.MANIFEST}\nPlots, break-even loads, acceptance and waste: loadgen report {out}")
     if interrupted:
         click.echo(f"loadgen: interrupted; continue with: loadgen sweep --resume --output {out}", err=True)
         sys.exit(EXIT_INTERRUPTED)

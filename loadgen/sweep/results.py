@@ -72,7 +72,8 @@ def finished(root: Path) -> dict[str, dict]:
     return out
 
 
-def _row(summary: dict) -> dict:
+def row(summary: dict) -> dict:
+    """One cells.parquet row from a cell's summary."""
     c, sd, srv = summary["cell"], summary.get("spec_decode") or {}, summary.get("server") or {}
 
     def pct(key: str, p: str):
@@ -111,7 +112,7 @@ def rebuild_table(root: Path, order: list[str]) -> pd.DataFrame:
     for path in base.glob("*/*/*/" + store.SUMMARY) if base.is_dir() else []:
         try:
             with open(path) as f:
-                rows.append(_row(json.load(f)))
+                rows.append(row(json.load(f)))
         except (OSError, ValueError, KeyError):
             continue
     rank = {key: i for i, key in enumerate(order)}

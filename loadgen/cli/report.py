@@ -1,0 +1,51 @@
+"""`loadgen report DIR` and `loadgen compare A B`: a sweep's results as answers."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from loadgen.cli.app import Failure, main
+
+
+@main.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to write the report [default: DIRECTORY/report].")
+def report(directory: Path, output: Path | None) -> None:
+    """Turn a sweep's results (its --output DIRECTORY) into report.html, report.md, PNG plots
+    and CSV/parquet tables: speedup and break-even load, latency, acceptance, waste."""
+    from loadgen.report import ReportError, build
+    try:
+        built = build(directory, output)
+    except ReportError as e:
+        raise Failure(str(e)) from None
+    except OSError as e:
+        raise Failure(f"cannot write the report to {output or directory / 'report'}: {e.strerror or e}; "
+                      "choose another --output") from None
+    for note in built.notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(f"Report: {built.html} (self-contained), {built.markdown}, "
+               f"{len(built.figures)} plots and {len(built.tables)} tables (CSV, parquet) in {built.out}")
+
+
+@main.command()
+@click.argument("dir_a", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("dir_b", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the bootstrap.")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table as CSV.")
+def compare(dir_a: Path, dir_b: Path, seed: int, output: Path | None) -> None:
+    """The change from sweep DIR_A to sweep DIR_B in every cell both measured, with 95%
+    bootstrap intervals from per-request data; '*' marks significant changes."""
+    from loadgen.report.compare import compare as run_compare, render
+    from loadgen.report.data import ReportError
+    try:
+        frame = run_compare(str(dir_a), str(dir_b), seed)
+    except ReportError as e:
+        raise Failure(str(e)) from None
+    click.echo(render(frame))
+    if output is not None:
+        try:
+            frame.to_csv(output, index=False)
+        except OSError as e:
+            raise Failure(f"cannot write {output}: {e.strerror or e}; choose another --output") from None

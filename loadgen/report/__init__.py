@@ -1,0 +1,144 @@
+"""`loadgen report DIR`: a sweep's results turned into the answer (docs/report.md). Data flows
+one way: results directory (data.py) -> tables (tables.py) -> figures (plots.py) -> report.md,
+report.html (render.py), with every table also written as CSV and parquet."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadgen import store
+from loadgen.report import plots, tables
+from loadgen.report.data import ReportError, Sweep, read
+from loadgen.report.render import Section, markdown, page
+
+__all__ = ["Built", "ReportError", "build"]
+
+
+@dataclass
+class Built:
+    out: Path
+    html: Path
+    markdown: Path
+    figures: list[Path]
+    tables: dict[str, Path]
+    notes: list[str]
+
+
+def _cost_per_token(model: str | None) -> tuple[float | None, str | None]:
+    """The per-batched-token forward cost of the model's emulator cost profile, if it has one."""
+    if not model:
+        return None, None
+    from servers.emulator import profile
+    name = profile.for_model(model)
+    return (profile.load(name).forward.per_batched_token, name) if name else (None, None)
+
+
+def _notes(sw: Sweep) -> list[str]:
+    notes = []
+    if sw.missing:
+        notes.append(f"{len(sw.missing)} of {len(sw.planned)} planned cells are missing (not run yet): "
+                     + ", ".join(sw.missing[:8]) + (" ..." if len(sw.missing) > 8 else ""))
+    failed = sw.cells[sw.cells["status"] != "ok"]
+    if len(failed):
+        notes.append(f"{len(failed)} cell(s) failed and are left out: " + ", ".join(failed["path"]))
+    if sw.unreadable:
+        notes.append(f"{len(sw.unreadable)} cell(s) could not be read and are left out: " + ", ".join(sw.unreadable))
+    for col, what in (("client_bound", "the client was the bottleneck (client_bound)"),
+                      ("server_behind", "the emulator fell behind real time (server_behind)")):
+        if col in sw.ok and sw.ok[col].fillna(False).astype(bool).any():
+            flagged = sw.ok.loc[sw.ok[col].fillna(False).astype(bool), "path"]
+            notes.append(f"In {len(flagged)} cell(s) {what}: their throughput understates the server: "
+                         + ", ".join(flagged))
+    if sw.ok.empty:
+        notes.append("No cell finished successfully: there is nothing to compare.")
+    return notes
+
+
+def _in_order(frame, order: dict[str, int]):
+    if frame.empty or "workload" not in frame:
+        return frame
+    return frame.sort_values("workload", key=lambda w: w.map(order), kind="stable").reset_index(drop=True)
+
+
+def build(root: str | Path, out: str | Path | None = None) -> Built:
+    sw = read(root)
+    out = Path(out) if out else sw.root / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    variants = list((sw.manifest.get("plan") or {}).get("variants") or dict.fromkeys(sw.cells["variant"]))
+    col = plots.colours(variants, sw.baseline)
+    per_tok, profile_name = _cost_per_token(sw.model)
+
+    sp = tables.speedup(sw)
+    t = {"throughput": tables.throughput(sw), "speedup": sp, "break_even": tables.break_even(sp),
+         "best_variant": tables.best(sw), "latency": tables.latency(sw), "acceptance": tables.acceptance(sw),
+         "per_position": tables.per_position(sw), "steps": tables.step_distribution(sw),
+         "waste": tables.waste(sw, per_tok)}
+    per_req, t["per_request"] = tables.per_request(sw)
+    order = {w: i for i, w in enumerate(dict.fromkeys(sw.cells["workload"]))}  # plan order
+    t = {k: _in_order(v, order) for k, v in t.items()}
+    per_req = _in_order(per_req, order)
+    paths = {}
+    for name, frame in t.items():
+        paths[name] = out / f"{name}.csv"
+        store.atomic(paths[name], lambda tmp, f=frame: f.to_csv(tmp, index=False))
+        store.atomic(out / f"{name}.parquet", lambda tmp, f=frame: f.to_parquet(tmp, index=False))
+
+    fig = {
+        "throughput": plots.lines_vs_load(t["throughput"], "output_throughput_tok_s", "output throughput (tokens/s)",
+                                          "Output throughput against load", col, out / "throughput.png"),
+        "speedup": plots.lines_vs_load(t["speedup"], "speedup", f"speedup over {sw.baseline} (x)",
+                                       "Speedup over the baseline (dashed: break-even load)", col,
+                                       out / "speedup.png", hline=1.0, marks=t["break_even"]),
+        "latency": plots.latency(t["latency"], col, out / "latency.png"),
+        "frontier": plots.frontier(t["latency"], col, out / "frontier.png"),
+        "acceptance": plots.lines_vs_load(t["acceptance"], "acceptance_rate", "accepted / draft tokens",
+                                          "Acceptance rate against load (server counters)", col,
+                                          out / "acceptance.png"),
+        "acceptance_length": plots.lines_vs_load(t["acceptance"], "mean_acceptance_length",
+                                                 "tokens per step (1 + accepted / drafts)",
+                                                 "Mean acceptance length against load", col,
+                                                 out / "acceptance_length.png"),
+        "per_position": plots.per_position(t["per_position"], out / "per_position.png"),
+        "steps": plots.step_distribution(t["steps"], col, out / "steps.png"),
+        "waste": plots.lines_vs_load(t["waste"], "rejected_per_generated_token", "rejected draft tokens per output token",
+                                     "Waste: verified but rejected draft tokens", col, out / "waste.png"),
+        "per_request": plots.per_request(per_req, col, out / "per_request.png"),
+    }
+    notes = _notes(sw)
+    sections = _sections(sw, t, fig, notes, profile_name)
+    dep = sw.manifest.get("deployment") or {}
+    title = f"loadgen report: {dep.get('name', sw.root.name)} on {dep.get('engine', '?')}"
+    md, html_path = out / "report.md", out / "report.html"
+    store.atomic(md, lambda tmp: Path(tmp).write_text(markdown(title, sections, out)))
+    store.atomic(html_path, lambda tmp: Path(tmp).write_text(page(title, sections)))
+    return Built(out, html_path, md, [p for p in fig.values() if p], paths, notes)
+
+
+def _sections(sw: Sweep, t: dict, fig: dict, notes: list[str], profile_name: str | None) -> list[Section]:
+    dep, plan = sw.manifest.get("deployment") or {}, sw.manifest.get("plan") or {}
+    f = lambda *names: [fig[n] for n in names if fig.get(n)]  # noqa: E731
+    intro = (f"Deployment {dep.get('name')} ({dep.get('model')}) on {dep.get('engine')}; variants "
+             f"{', '.join(plan.get('variants') or [])}; baseline {sw.baseline}; {len(sw.ok)} of "
+             f"{len(sw.planned) or len(sw.cells)} cells measured. Definitions: docs/report.md and docs/metrics.md.")
+    waste_text = ("Rejected draft tokens are verified by the target model and thrown away. "
+                  + (f"The share of the window spent verifying them is estimated with the {profile_name} cost "
+                     "profile's per-token forward cost (an estimate, exact only for the emulator)."
+                     if profile_name else "No cost profile is known for this model, so the time share is not estimated."))
+    return [
+        Section("Summary", "\n".join([intro, *notes]), [("Best variant per load level", t["best_variant"]),
+                                                         ("Where speculative decoding stops paying", t["break_even"])], []),
+        Section("Throughput and speedup", "Speedup: a variant's output tokens/s over the baseline's at the same "
+                "workload and load level.", [("Speedup over the baseline", t["speedup"])],
+                f("throughput", "speedup")),
+        Section("Latency", "TTFT and TPOT percentiles over measured requests; the frontier shows what each "
+                "variant trades between throughput and per-token latency.", [("Latency", t["latency"])],
+                f("latency", "frontier")),
+        Section("Acceptance", "Server side: the server's counters over each cell's window. Client side: "
+                "tokens per decode step from the chunk (or burst) trace; client_over_server compares the "
+                "accepted tokens both saw.", [("Acceptance, server and client", t["acceptance"])],
+                f("acceptance", "acceptance_length", "per_position", "steps")),
+        Section("Waste", waste_text, [("Rejected draft tokens", t["waste"])], f("waste")),
+        Section("Per-request variability", "Each request's own acceptance (mean tokens per decode step) and its "
+                "rank correlation with TPOT: strongly negative means the slow requests are the ones whose "
+                "drafts were rejected.", [("Per cell", t["per_request"])], f("per_request")),
+    ]

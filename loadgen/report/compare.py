@@ -1,0 +1,95 @@
+"""`loadgen compare A B`: the change from sweep A to sweep B in every cell both measured, with
+a bootstrap confidence interval from their per-request data (docs/report.md).
+
+Per cell and metric: the relative change stat(B) / stat(A) - 1, and its 95% percentile
+bootstrap interval (A's and B's measured requests resampled independently, RESAMPLES times,
+seeded). A change is significant when the interval excludes 0."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from loadgen.report.data import ReportError, Sweep, read
+
+RESAMPLES = 2000
+LEVEL = 0.95
+
+
+def _median(col: str):
+    def stat(frame: pd.DataFrame, idx: np.ndarray) -> np.ndarray:
+        return np.median(frame[col].to_numpy(float)[idx], axis=-1)
+    return stat
+
+
+def _closed_loop_throughput(concurrency: float):
+    """C users each producing tokens / e2e: C x sum(tokens) / sum(e2e), in tokens/s."""
+    def stat(frame: pd.DataFrame, idx: np.ndarray) -> np.ndarray:
+        tok = frame["completion_tokens"].to_numpy(float)[idx]
+        e2e = frame["e2e_ms"].to_numpy(float)[idx] / 1e3
+        return concurrency * tok.sum(axis=-1) / e2e.sum(axis=-1)
+    return stat
+
+
+def _metrics(mode: str, level: float) -> dict:
+    out = {"ttft_p50_ms": _median("ttft_ms"), "tpot_p50_ms": _median("tpot_ms"), "e2e_p50_ms": _median("e2e_ms")}
+    if mode == "closed":
+        out["throughput_tok_s"] = _closed_loop_throughput(level)
+    return out
+
+
+def _measured(sw: Sweep, key: str) -> pd.DataFrame | None:
+    frame = sw.requests(key)
+    if frame is None:
+        return None
+    m = frame[frame["ok"] & ~frame["warmup"]].dropna(subset=["ttft_ms", "e2e_ms"])
+    return m if len(m) >= 2 else None
+
+
+def change(a: pd.DataFrame, b: pd.DataFrame, stat, rng: np.random.Generator) -> tuple[float, float, float, float, float]:
+    """(stat A, stat B, change, interval low, interval high); changes as fractions."""
+    sa, sb = float(stat(a, np.arange(len(a)))), float(stat(b, np.arange(len(b))))
+    ia = rng.integers(0, len(a), size=(RESAMPLES, len(a)))
+    ib = rng.integers(0, len(b), size=(RESAMPLES, len(b)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = stat(b, ib) / stat(a, ia) - 1.0
+    rel = rel[np.isfinite(rel)]
+    tail = (1 - LEVEL) / 2 * 100
+    lo, hi = (np.percentile(rel, [tail, 100 - tail]) if len(rel) else (np.nan, np.nan))
+    return sa, sb, (sb / sa - 1.0 if sa else np.nan), float(lo), float(hi)
+
+
+def compare(dir_a: str, dir_b: str, seed: int = 0) -> pd.DataFrame:
+    a, b = read(dir_a), read(dir_b)
+    ok_a = a.ok.set_index("path")
+    ok_b = b.ok.set_index("path")
+    common = [k for k in ok_a.index if k in ok_b.index]
+    if not common:
+        raise ReportError(f"{dir_a} and {dir_b} have no measured cell in common (cells are "
+                          "VARIANT/WORKLOAD/LEVEL); compare sweeps of the same plan")
+    rng = np.random.default_rng(seed)
+    rows = []
+    for key in common:
+        ra, rb = _measured(a, key), _measured(b, key)
+        if ra is None or rb is None:
+            continue
+        cell = ok_a.loc[key]
+        for name, stat in _metrics(cell["mode"], float(cell["level"])).items():
+            sa, sb, rel, lo, hi = change(ra, rb, stat, rng)
+            rows.append({"cell": key, "metric": name, "a": sa, "b": sb, "change_pct": 100 * rel,
+                         "ci_low_pct": 100 * lo, "ci_high_pct": 100 * hi, "requests_a": len(ra),
+                         "requests_b": len(rb), "significant": bool(lo > 0 or hi < 0)})
+    if not rows:
+        raise ReportError(f"no cell in common has readable per-request data in both {dir_a} and {dir_b}")
+    return pd.DataFrame(rows)
+
+
+def render(frame: pd.DataFrame) -> str:
+    lines = [f"{'cell':<32} {'metric':<17} {'A':>10} {'B':>10} {'change':>8}  {'95% interval':>18}"]
+    for r in frame.itertuples(index=False):
+        mark = " *" if r.significant else ""
+        lines.append(f"{r.cell:<32} {r.metric:<17} {r.a:>10.4g} {r.b:>10.4g} {r.change_pct:>+7.1f}%  "
+                     f"[{r.ci_low_pct:>+6.1f}%, {r.ci_high_pct:>+6.1f}%]{mark}")
+    n = int(frame["significant"].sum())
+    lines.append(f"\n* significant: the {LEVEL:.0%} bootstrap interval excludes 0 ({n} of {len(frame)} "
+                 f"changes; {RESAMPLES} resamples of each side's measured requests).")
+    return "\n".join(lines)

@@ -1,0 +1,105 @@
+"""A sweep's results directory, read for a report: what is there, and what is missing.
+
+The cells come from each cell's own summary.json (the truth; cells.parquet is rebuilt from
+them), so a report works on a sweep that was interrupted, and says which planned cells are
+missing, failed or unreadable instead of failing."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from loadgen import store
+from loadgen.sweep import results
+from loadgen.sweep.plan import Plan
+
+
+class ReportError(ValueError):
+    pass
+
+
+@dataclass
+class Sweep:
+    root: Path
+    manifest: dict
+    cells: pd.DataFrame                       # one row per readable cell (results.row), ok or not
+    summaries: dict[str, dict]                # cell key -> summary.json
+    planned: list[str] = field(default_factory=list)   # every cell key of the plan, in order
+    unreadable: list[str] = field(default_factory=list)  # cell directories whose summary is broken
+
+    @property
+    def ok(self) -> pd.DataFrame:
+        return self.cells[self.cells["status"] == "ok"] if len(self.cells) else self.cells
+
+    @property
+    def missing(self) -> list[str]:
+        have = (set(self.cells["path"]) if len(self.cells) else set()) | set(self.unreadable)
+        return [k for k in self.planned if k not in have]
+
+    @property
+    def baseline(self) -> str:
+        return (self.manifest.get("plan") or {}).get("baseline", "baseline")
+
+    @property
+    def model(self) -> str | None:
+        return (self.manifest.get("deployment") or {}).get("model")
+
+    def requests(self, key: str) -> pd.DataFrame | None:
+        """The cell's per-request frame, or None when it cannot be read."""
+        try:
+            return pd.read_parquet(self.root / results.CELLS / key / store.REQUESTS)
+        except (OSError, ValueError):
+            return None
+
+
+def read(root: str | Path) -> Sweep:
+    root = Path(root)
+    if not root.is_dir():
+        raise ReportError(f"{root} is not a directory; give the --output directory of a sweep")
+    try:
+        manifest = results_manifest(root)
+    except ValueError as e:
+        raise ReportError(f"{root / results.MANIFEST} is not valid JSON ({e}); it is not a readable sweep") from None
+    if manifest is None:
+        raise ReportError(f"{root} holds no sweep ({results.MANIFEST} is missing); give the --output "
+                          "directory of `loadgen sweep`")
+    summaries, rows, unreadable = {}, [], []
+    base = root / results.CELLS
+    for path in sorted(base.glob("*/*/*/")) if base.is_dir() else []:
+        if path.name.startswith("."):
+            continue  # a cell being written
+        try:
+            with open(path / store.SUMMARY) as f:
+                summary = json.load(f)
+            row = results.row(summary)
+        except (OSError, ValueError, KeyError, TypeError):
+            unreadable.append(str(path.relative_to(base)))
+            continue
+        summaries[row["path"]] = summary
+        rows.append(row)
+    planned = _planned(manifest)
+    rank = {k: i for i, k in enumerate(planned)}
+    rows.sort(key=lambda r: rank.get(r["path"], len(rank)))
+    cells = pd.DataFrame(rows)
+    if cells.empty:
+        why = f"; {len(unreadable)} cell(s) unreadable: {', '.join(unreadable[:3])}" if unreadable else ""
+        raise ReportError(f"{root} holds no finished cells yet{why}; run or resume the sweep "
+                          f"(loadgen sweep --resume --output {root})")
+    return Sweep(root, manifest, cells, summaries, planned, unreadable)
+
+
+def results_manifest(root: Path) -> dict | None:
+    from loadgen.sweep import manifest
+    m = manifest.read(root)
+    if m is not None and not isinstance(m, dict):
+        raise ValueError("not an object")
+    return m
+
+
+def _planned(manifest: dict) -> list[str]:
+    try:
+        return [c.key for c in Plan.from_dict(manifest["plan"]).cells()]
+    except (KeyError, TypeError, ValueError):
+        return []

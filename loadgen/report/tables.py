@@ -1,0 +1,173 @@
+"""The report's tables, each a plain frame computed from a sweep's cells (definitions in
+docs/report.md): throughput and speedup per load level, where SD stops paying, the best
+variant per level, latency, acceptance (server and client side), waste, and per-request
+variability."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from loadgen import analysis
+from loadgen.report.data import Sweep
+
+KEYS = ["workload", "mode", "level", "variant"]
+
+
+def throughput(sw: Sweep) -> pd.DataFrame:
+    cols = KEYS + ["output_throughput_tok_s", "request_throughput_req_s", "completed", "client_bound"]
+    return sw.ok[cols].sort_values(KEYS).reset_index(drop=True)
+
+
+def speedup(sw: Sweep) -> pd.DataFrame:
+    return analysis.speedup(sw.ok, sw.baseline).sort_values(["workload", "variant", "level"]).reset_index(drop=True)
+
+
+def break_even(sp: pd.DataFrame) -> pd.DataFrame:
+    """Per workload and SD variant: the load where speedup first falls below 1, interpolated
+    between the two measured levels around it (linearly in log load), or that it paid at
+    every level measured, or never did."""
+    rows = []
+    for (workload, variant), g in sp.groupby(["workload", "variant"], sort=False):
+        g = g.sort_values("level")
+        levels, s = g["level"].to_numpy(float), g["speedup"].to_numpy(float)
+        row = {"workload": workload, "variant": variant, "mode": g["mode"].iloc[0],
+               "levels": f"{levels.min():g}..{levels.max():g}", "break_even_level": None}
+        if (s >= 1).all():
+            row["verdict"] = f"pays at every level measured (up to {levels.max():g})"
+        elif (s < 1).all():
+            row["verdict"] = f"never pays (from {levels.min():g})"
+        else:
+            i = int(np.argmax(s < 1))
+            if i == 0:
+                row["verdict"] = f"below 1 at {levels[0]:g}, above it later: no single break-even"
+            else:
+                l0, l1, s0, s1 = levels[i - 1], levels[i], s[i - 1], s[i]
+                frac = (s0 - 1) / (s0 - s1)
+                at = math.exp(math.log(l0) + frac * (math.log(l1) - math.log(l0))) if l0 > 0 else l0 + frac * (l1 - l0)
+                row["break_even_level"] = at
+                row["verdict"] = f"stops paying at about {at:.3g} (between {l0:g} and {l1:g})"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["workload", "variant", "mode", "levels", "break_even_level", "verdict"])
+
+
+def best(sw: Sweep) -> pd.DataFrame:
+    """Per workload and level: the variant with the highest output throughput."""
+    ok = sw.ok
+    rows = []
+    for (workload, level), g in ok.groupby(["workload", "level"], sort=True):
+        top = g.loc[g["output_throughput_tok_s"].idxmax()]
+        base = g[g["variant"] == sw.baseline]["output_throughput_tok_s"]
+        rows.append({"workload": workload, "mode": top["mode"], "level": level, "best_variant": top["variant"],
+                     "output_throughput_tok_s": top["output_throughput_tok_s"],
+                     "speedup": top["output_throughput_tok_s"] / base.iloc[0] if len(base) and base.iloc[0] else None})
+    return pd.DataFrame(rows)
+
+
+def latency(sw: Sweep) -> pd.DataFrame:
+    cols = KEYS + ["ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "output_throughput_tok_s"]
+    return sw.ok[cols].sort_values(KEYS).reset_index(drop=True)
+
+
+def acceptance(sw: Sweep) -> pd.DataFrame:
+    """Server-side acceptance (its counters over the window) beside the client's step trace,
+    and how well their accepted tokens agree (client / server)."""
+    rows = []
+    for _, c in sw.ok.iterrows():
+        s = sw.summaries[c["path"]]
+        client = s.get("acceptance_client") or {}
+        server_acc = c["accepted_tokens"]
+        client_acc = client.get("accepted_tokens")
+        rows.append({**{k: c[k] for k in KEYS},
+                     "acceptance_rate": c["acceptance_rate"], "mean_acceptance_length": c["mean_acceptance_length"],
+                     "server_accepted_tokens": server_acc, "client_accepted_tokens": client_acc,
+                     "client_tokens_per_step": client.get("tokens_per_step_mean"),
+                     "client_steps_source": client.get("steps_source"),
+                     "client_over_server": (client_acc / server_acc if server_acc and client_acc is not None
+                                            and not _nan(server_acc) else None)})
+    return pd.DataFrame(rows).sort_values(KEYS).reset_index(drop=True) if rows else pd.DataFrame()
+
+
+def per_position(sw: Sweep) -> pd.DataFrame:
+    rows = []
+    for _, c in sw.ok.iterrows():
+        sd = sw.summaries[c["path"]].get("spec_decode") or {}
+        for pos, p in enumerate(sd.get("per_position") or []):
+            rows.append({**{k: c[k] for k in KEYS}, "position": pos, "acceptance": p})
+    return pd.DataFrame(rows, columns=KEYS + ["position", "acceptance"])
+
+
+def step_distribution(sw: Sweep) -> pd.DataFrame:
+    """Client side, per workload and variant over all levels: the share of decode steps that
+    emitted 1, 2, ... tokens (chunks for vLLM; bursts for llama.cpp)."""
+    counts: dict[tuple, dict[int, int]] = {}
+    for _, c in sw.ok.iterrows():
+        frame = sw.requests(c["path"])
+        if frame is None or "step_tokens" not in frame:
+            continue
+        bucket = counts.setdefault((c["workload"], c["variant"]), {})
+        measured = frame[frame["ok"] & ~frame["warmup"]]
+        for steps in measured["step_tokens"]:
+            for n in list(steps)[1:]:
+                bucket[int(n)] = bucket.get(int(n), 0) + 1
+    rows = []
+    for (workload, variant), bucket in counts.items():
+        total = sum(bucket.values())
+        rows += [{"workload": workload, "variant": variant, "tokens_per_step": n, "steps": k,
+                  "share": k / total} for n, k in sorted(bucket.items())]
+    return pd.DataFrame(rows, columns=["workload", "variant", "tokens_per_step", "steps", "share"])
+
+
+def waste(sw: Sweep, per_batched_token_s: float | None) -> pd.DataFrame:
+    """Draft tokens verified and rejected per generated token; and, with a cost profile's
+    per-token forward cost, the estimated share of the window spent verifying them."""
+    rows = []
+    for _, c in sw.ok.iterrows():
+        if _nan(c["draft_tokens"]) or not c["draft_tokens"]:
+            continue
+        srv = sw.summaries[c["path"]].get("server") or {}
+        rejected = c["draft_tokens"] - c["accepted_tokens"]
+        gen, window = srv.get("generation_tokens"), srv.get("window_s")
+        share = (rejected * per_batched_token_s / window if per_batched_token_s and window else None)
+        rows.append({**{k: c[k] for k in KEYS}, "rejected_draft_tokens": rejected, "generation_tokens": gen,
+                     "rejected_per_generated_token": rejected / gen if gen else None,
+                     "est_rejected_verify_share": share})
+    return pd.DataFrame(rows, columns=KEYS + ["rejected_draft_tokens", "generation_tokens",
+                                              "rejected_per_generated_token", "est_rejected_verify_share"])
+
+
+def per_request(sw: Sweep) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per request: its own acceptance (mean tokens per decode step) and TPOT; per cell: the
+    spread of that acceptance and its rank correlation with TPOT (negative: requests whose
+    drafts were accepted less finished their tokens more slowly)."""
+    reqs, cells = [], []
+    for _, c in sw.ok.iterrows():
+        frame = sw.requests(c["path"])
+        if frame is None or "step_tokens" not in frame:
+            continue
+        m = frame[frame["ok"] & ~frame["warmup"]]
+        per = pd.DataFrame({"tokens_per_step": [_mean_decode(s) for s in m["step_tokens"]],
+                            "tpot_ms": m["tpot_ms"].to_numpy(float)}).dropna()
+        for k in KEYS:
+            per[k] = c[k]
+        reqs.append(per)
+        rho = (per["tokens_per_step"].rank().corr(per["tpot_ms"].rank())
+               if len(per) >= 3 and per["tokens_per_step"].nunique() > 1 else None)
+        q = per["tokens_per_step"].quantile([0.1, 0.5, 0.9]) if len(per) else None
+        cells.append({**{k: c[k] for k in KEYS}, "requests": len(per),
+                      "tokens_per_step_p10": None if q is None else q.iloc[0],
+                      "tokens_per_step_p50": None if q is None else q.iloc[1],
+                      "tokens_per_step_p90": None if q is None else q.iloc[2],
+                      "spearman_tokens_per_step_vs_tpot": None if rho is None or _nan(rho) else rho})
+    per_req = pd.concat(reqs, ignore_index=True) if reqs else pd.DataFrame(columns=["tokens_per_step", "tpot_ms", *KEYS])
+    return per_req, pd.DataFrame(cells)
+
+
+def _mean_decode(steps) -> float:
+    decode = list(steps)[1:]
+    return float(np.mean(decode)) if decode else float("nan")
+
+
+def _nan(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA

@@ -1,0 +1,180 @@
+"""`loadgen report` and `loadgen compare` on a real sweep of the emulated engine, whose
+behaviour is known: n-gram ahead of EAGLE on code editing and behind it on chat, and speedups
+that fall as load grows (the study's pattern, docs/emulator.md)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import matplotlib.image
+import pandas as pd
+import pytest
+
+from loadgen.sweep import results
+from tests.conftest import run_cli, server_pids
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+FIGURES = {"throughput", "speedup", "latency", "frontier", "acceptance", "acceptance_length", "per_position",
+           "steps", "waste", "per_request"}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    before = server_pids()
+    out = tmp_path_factory.mktemp("report") / "sweep"
+    res = run_cli("sweep", "--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline,ngram,eagle",
+                  "--workloads", "chat,output=fixed:128,code-edit,output=fixed:128", "--data-dir", str(DATA),
+                  "--concurrency", "1,16", "--duration", "4", "--warmup", "1", "--quiet", "--output", str(out),
+                  timeout=400)
+    assert res.returncode == 0, res.stderr
+    assert server_pids() <= before
+    return out
+
+
+@pytest.fixture(scope="module")
+def report(sweep) -> Path:
+    res = run_cli("report", str(sweep))
+    assert res.returncode == 0, res.stderr
+    assert "report.html" in res.stdout
+    return sweep / "report"
+
+
+def csv(report: Path, name: str) -> pd.DataFrame:
+    return pd.read_csv(report / f"{name}.csv")
+
+
+def test_the_tables_show_the_emulators_known_behaviour(report):
+    sp = csv(report, "speedup").set_index(["workload", "variant", "level"])["speedup"]
+    for level in (1, 16):
+        assert sp["code-edit", "ngram", level] > sp["code-edit", "eagle", level]
+        assert sp["chat", "ngram", level] < sp["chat", "eagle", level]
+    for workload in ("chat", "code-edit"):
+        for variant in ("ngram", "eagle"):
+            assert 1 < sp[workload, variant, 16] < sp[workload, variant, 1]
+    best = csv(report, "best_variant").set_index(["workload", "level"])["best_variant"]
+    assert best["code-edit", 1] == "ngram" and best["chat", 1] == "eagle"
+    be = csv(report, "break_even")
+    assert len(be) == 4 and be["break_even_level"].isna().all()
+    assert be["verdict"].str.startswith("pays at every level measured (up to 16)").all()
+
+
+def test_acceptance_waste_and_per_request_tables(report):
+    acc = csv(report, "acceptance")
+    sd = acc[acc["variant"] != "baseline"]
+    assert (sd["acceptance_rate"].between(0, 1)).all() and (sd["mean_acceptance_length"] > 1).all()
+    assert (sd["client_over_server"] == 1.0).all()  # vLLM-style chunks: the client sees every step
+    steps = csv(report, "steps")
+    assert steps.groupby(["workload", "variant"])["share"].sum().round(9).eq(1).all()
+    assert set(steps.loc[steps["variant"] == "baseline", "tokens_per_step"]) == {1}
+    assert steps.loc[steps["variant"] == "eagle", "tokens_per_step"].max() == 4  # k = 3
+    waste = csv(report, "waste")
+    assert set(waste["variant"]) == {"ngram", "eagle"} and (waste["rejected_per_generated_token"] > 0).all()
+    assert waste["est_rejected_verify_share"].between(0, 1, inclusive="neither").all()  # h100 profile known
+    pos = csv(report, "per_position")
+    assert set(pos["position"]) == {0, 1, 2}
+    # acceptance at each position is no higher than at the one before
+    for _, g in pos.groupby(["workload", "variant", "level"]):
+        assert g.sort_values("position")["acceptance"].is_monotonic_decreasing
+    per = csv(report, "per_request")
+    assert (per["requests"] > 0).all() and len(per) == 12
+
+
+def test_every_output_is_written(report):
+    assert {p.stem for p in report.glob("*.png")} == FIGURES
+    tables = {"throughput", "speedup", "break_even", "best_variant", "latency", "acceptance", "per_position",
+              "steps", "waste", "per_request"}
+    assert {p.stem for p in report.glob("*.csv")} == tables == {p.stem for p in report.glob("*.parquet")}
+    md = (report / "report.md").read_text()
+    linked = set(re.findall(r"\]\(([^)]+\.png)\)", md))
+    assert {Path(p).stem for p in linked} == FIGURES and all((report / p).is_file() for p in linked)
+    html = (report / "report.html").read_text()
+    assert html.count('src="data:image/png;base64,') == len(FIGURES) and "<table>" in html
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_the_html_report_renders_in_headless_chromium(report, tmp_path):
+    exe = _chromium()
+    if exe is None:
+        if os.environ.get("LOADGEN_REQUIRE_CHROMIUM") == "1":
+            pytest.fail("chromium is not installed (apt-get install -y chromium)")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    url = (report / "report.html").as_uri()
+    common = [exe, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
+              "--virtual-time-budget=10000"]
+    shot = tmp_path / "shot.png"
+    subprocess.run([*common, "--hide-scrollbars", "--window-size=1280,2400", f"--screenshot={shot}", url],
+                   capture_output=True, timeout=120, check=True)
+    pixels = matplotlib.image.imread(shot)[..., :3]
+    assert pixels.std() > 0.05                       # not one colour
+    assert (pixels.mean(axis=-1) < 0.9).mean() > 0.05  # a real share of the page is drawn on
+    dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=120, check=True).stdout
+    loaded = re.search(r'data-images-loaded="(\d+)/(\d+)"', dom)
+    assert loaded and loaded.group(1) == loaded.group(2) == str(len(FIGURES))
+
+
+def test_a_partial_or_broken_sweep_gives_a_partial_report(sweep, tmp_path):
+    copy = tmp_path / "partial"
+    shutil.copytree(sweep, copy, ignore=shutil.ignore_patterns("report"))
+    shutil.rmtree(copy / results.CELLS / "eagle" / "chat" / "c16")                       # not run yet
+    (copy / results.CELLS / "ngram" / "code-edit" / "c1" / "summary.json").write_text("{ not json")  # broken
+    res = run_cli("report", str(copy))
+    assert res.returncode == 0, res.stderr
+    md = (copy / "report" / "report.md").read_text()
+    assert "1 of 12 planned cells are missing" in md and "eagle/chat/c16" in md
+    assert "could not be read" in md and "ngram/code-edit/c1" in md
+    assert "eagle/chat/c16" in res.stderr and "Traceback" not in res.stderr
+    sp = csv(copy / "report", "speedup")
+    assert len(sp) == 6  # 8 ratios less the two whose cell is gone
+
+
+@pytest.mark.parametrize("case", ["no_dir", "no_manifest", "bad_manifest", "no_cells"])
+def test_bad_results_directories_are_one_line(sweep, tmp_path, case):
+    target = tmp_path / "x"
+    if case != "no_dir":
+        target.mkdir()
+    if case == "bad_manifest":
+        (target / results.MANIFEST).write_text("{ broken")
+    if case == "no_cells":
+        shutil.copy(sweep / results.MANIFEST, target / results.MANIFEST)
+    res = run_cli("report", str(target))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    [line] = res.stderr.strip().splitlines()
+    assert line.startswith("loadgen: error: ") and str(target) in line
+
+
+def test_compare_finds_a_real_change_and_no_change_against_itself(sweep, tmp_path):
+    same = run_cli("compare", str(sweep), str(sweep), "--output", str(tmp_path / "same.csv"))
+    assert same.returncode == 0, same.stderr
+    frame = pd.read_csv(tmp_path / "same.csv")
+    assert len(frame) == 12 * 4 and not frame["significant"].any() and (frame["change_pct"] == 0).all()
+    slower = tmp_path / "slower"
+    shutil.copytree(sweep, slower, ignore=shutil.ignore_patterns("report"))
+    key = "eagle/chat/c16"  # ~100 requests: a clear interval
+    path = slower / results.CELLS / key / "requests.parquet"
+    reqs = pd.read_parquet(path)
+    reqs["ttft_ms"] *= 1.5
+    reqs.to_parquet(path, index=False)
+    res = run_cli("compare", str(sweep), str(slower), "--output", str(tmp_path / "diff.csv"))
+    assert res.returncode == 0, res.stderr
+    diff = pd.read_csv(tmp_path / "diff.csv").set_index(["cell", "metric"])
+    row = diff.loc[(key, "ttft_p50_ms")]
+    assert row["significant"] and row["change_pct"] == pytest.approx(50.0)
+    assert row["ci_low_pct"] > 0
+    assert diff.drop(index=(key, "ttft_p50_ms"))["change_pct"].eq(0).all()
+    assert re.search(rf"{re.escape(key)}\s+ttft_p50_ms .*\+50\.0%.*\*", res.stdout)
+    bad = run_cli("compare", str(sweep), str(tmp_path))
+    assert bad.returncode == 2 and "holds no sweep" in bad.stderr
+
+
+def test_summary_is_consistent_with_cells(sweep):
+    """The report reads cells from their summaries; cells.parquet holds the same rows."""
+    table = pd.read_parquet(sweep / results.TABLE)
+    keys = {json.loads(p.read_text())["cell"]["key"] for p in (sweep / results.CELLS).glob("*/*/*/summary.json")}
+    assert set(table["path"]) == keys and len(keys) == 12
