@@ -15,7 +15,7 @@ _NS_PER_MS = 1e6
 def _row(rec: RequestRecord, tokenizer) -> dict:
     t, n, source = resolve(rec, tokenizer)
     tokens = int(n.sum())
-    steps, steps_source = request_steps(t, n)
+    steps, steps_source = request_steps(t, n, counted_per_chunk=source == "continuous_usage")
     row = {
         "index": rec.index, "request_id": rec.request_id, "workload": rec.workload,
         "category": rec.category, "warmup": rec.warmup, "ok": rec.ok, "status": rec.status,

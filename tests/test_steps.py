@@ -68,3 +68,13 @@ def test_a_burst_written_a_few_ms_late_is_still_one_step():
     t, n = stream(truth, step_ms=40.0, jitter=0.2)
     t = [v + (3 * MS if i >= 2 else 0) for i, v in enumerate(t)]  # inside the first burst (chunks 1-3)
     assert request_steps(t, n) == ([1, *truth], "bursts")
+
+
+def test_chunks_the_server_counted_are_steps_even_when_read_together():
+    """vLLM counts each chunk's tokens (continuous usage) and sends a chunk per step: two of
+    its chunks read in one go (a client behind) are two steps, not a burst."""
+    truth = [1] * 12
+    t, n = stream(truth, jitter=0.2)
+    t[5] = t[4]  # read together
+    assert request_steps(t, n)[1] == "bursts"  # without the server's counts it would look like one
+    assert request_steps(t, n, counted_per_chunk=True) == ([1] * 13, "chunks")
