@@ -28,7 +28,7 @@ def sweep(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("report") / "sweep"
     res = run_cli("sweep", "--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline,ngram,eagle",
                   "--workloads", "chat,output=fixed:128,code-edit,output=fixed:128", "--data-dir", str(DATA),
-                  "--concurrency", "1,16", "--duration", "4", "--warmup", "1", "--quiet", "--output", str(out),
+                  "--concurrency", "1,16", "--duration", "3", "--warmup", "1", "--quiet", "--output", str(out),
                   timeout=400)
     assert res.returncode == 0, res.stderr
     assert server_pids() <= before
