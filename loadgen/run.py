@@ -143,9 +143,11 @@ def session_for(load: LoadShape) -> aiohttp.ClientSession:
 async def execute(spec: RunSpec, requests: Iterator[Request], *,
                   session: aiohttp.ClientSession | None = None,
                   stop: asyncio.Event | None = None,
-                  on_record: Callable[[RequestRecord], None] | None = None) -> RunResult:
+                  on_record: Callable[[RequestRecord], None] | None = None,
+                  on_start: Callable[[RequestRecord], None] | None = None) -> RunResult:
     """Run the load; `stop` ends it early (in-flight requests are cancelled and recorded as
-    such; finished ones are all kept)."""
+    such; finished ones are all kept). `on_start` and `on_record` see each request as it is
+    sent and when it is done."""
     own_session = session is None
     if own_session:
         session = session_for(spec.load)
@@ -167,6 +169,8 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
                             category=req.category, max_tokens=req.max_tokens,
                             queue_delay_ns=queue_delay)
         records.append(rec)
+        if on_start is not None:
+            on_start(rec)
         try:
             await client.send(rec, item.body)
         finally:

@@ -185,3 +185,15 @@ def write_and_report(out: Path, frame, summarize_fn, *, interrupted: bool) -> di
         click.echo("loadgen: error: no request succeeded; see the errors above", err=True)
         sys.exit(EXIT_NOTHING_SUCCEEDED)
     return summary
+
+
+def live_metrics(port: int | None):
+    """loadgen's live metrics on 127.0.0.1:`port` (--metrics-port), or None without it."""
+    if port is None:
+        return None
+    from loadgen.live import LiveMetrics
+    try:
+        return LiveMetrics(port)
+    except OSError as e:
+        raise Failure(f"--metrics-port {port}: cannot listen on 127.0.0.1:{port} ({e.strerror or e}); "
+                      "choose a free port") from None

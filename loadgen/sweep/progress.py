@@ -32,6 +32,8 @@ class BarReporter(Reporter):
         self.bar.refresh()
 
     def record(self, rec) -> None:
+        if rec.warmup:
+            return
         if rec.ok:
             self._tokens += rec.usage_completion_tokens or 0
         now = time.monotonic()
@@ -51,3 +53,33 @@ class BarReporter(Reporter):
 
     def close(self) -> None:
         self.bar.close()
+
+
+class LiveReporter(Reporter):
+    """Another reporter, plus the client's live metrics (loadgen.live) labelled by cell."""
+
+    def __init__(self, inner: Reporter, live, model_name: str, planned: int) -> None:
+        self.inner, self.live, self.model_name = inner, live, model_name
+        live.sweep_planned(planned)
+
+    def note(self, message: str) -> None:
+        self.inner.note(message)
+
+    def cell_started(self, cell: Cell) -> None:
+        self.live.context(self.model_name, cell.variant, cell.workload, cell.level_label)
+        self.live.cell_started(cell.variant, cell.workload, cell.level_label)
+        self.inner.cell_started(cell)
+
+    def request_started(self, rec) -> None:
+        self.live.started(rec)
+
+    def record(self, rec) -> None:
+        self.live.finished(rec)
+        self.inner.record(rec)
+
+    def cell_done(self, cell: Cell, status: str) -> None:
+        self.live.cell_done(status)
+        self.inner.cell_done(cell, status)
+
+    def close(self) -> None:
+        self.inner.close()

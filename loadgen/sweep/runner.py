@@ -40,6 +40,9 @@ class Reporter:
     def cell_started(self, cell: Cell) -> None:
         pass
 
+    def request_started(self, rec) -> None:
+        pass
+
     def record(self, rec) -> None:
         pass
 
@@ -122,7 +125,7 @@ def _run_variant(root: Path, plan: Plan, server: Server, cells: list[Cell], work
                 return
         reporter.cell_started(cell)
         res = run_cell(plan, cell, workloads[cell.workload], la.url, la.served_model_name,
-                       on_record=reporter.record, api_key=server.api_key)
+                       on_record=reporter.record, api_key=server.api_key, on_start=reporter.request_started)
         if res is None:
             raise Interrupted
         status, error = "ok", None

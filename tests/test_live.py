@@ -1,0 +1,80 @@
+"""loadgen's live metrics (--metrics-port): exact counts, and always the plain text format."""
+from __future__ import annotations
+
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadgen.live import LiveMetrics
+from loadgen.record import RequestRecord
+
+MS = 1_000_000
+OPENMETRICS = "application/openmetrics-text; version=0.0.1,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+
+
+def _rec(i: int, chunks_ms: list[float] | None, error: str | None = None) -> RequestRecord:
+    r = RequestRecord(i, f"r{i}", False, 0)
+    r.t_call_ns = r.t_send_ns = r.t_scheduled_ns = 1000 * MS
+    if chunks_ms:
+        r.chunk_t_ns.extend(int(1000 * MS + c * MS) for c in chunks_ms)
+        r.usage_completion_tokens = len(chunks_ms)
+        r.done, r.status = True, 200
+    r.error_type = error
+    return r
+
+
+def _scrape(port: int) -> tuple[str, dict]:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": OPENMETRICS})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        ctype, text = resp.headers["Content-Type"], resp.read().decode()
+    samples = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return ctype, samples
+
+
+def test_counts_histograms_and_format():
+    live = LiveMetrics(0)
+    try:
+        live.context("m", "eagle", "chat", "c2")
+        ok = [_rec(0, [20, 30, 40]), _rec(1, [50, 55])]
+        bad = _rec(2, None, "http_500")
+        for r in (*ok, bad):
+            live.started(r)
+        live.started(_rec(3, None))          # still in flight
+        for r in (*ok, bad):
+            live.finished(r)
+        live.sweep_planned(4)
+        live.cell_started("eagle", "chat", "c2")
+        ctype, s = _scrape(live.port)
+    finally:
+        live.close()
+    assert ctype.startswith("text/plain; version=0.0.4")  # never OpenMetrics
+    lab = (("level", "c2"), ("model_name", "m"), ("variant", "eagle"), ("workload", "chat"))
+    assert s[("loadgen_requests_started_total", lab)] == 4
+    assert s[("loadgen_requests_completed_total", lab)] == 2
+    assert s[("loadgen_requests_in_flight", lab)] == 1
+    assert s[("loadgen_requests_failed_total", tuple(sorted((*lab, ("error_type", "http_500")))))] == 1
+    assert s[("loadgen_output_tokens_total", lab)] == 5
+    assert s[("loadgen_ttft_seconds_count", lab)] == 2
+    assert abs(s[("loadgen_ttft_seconds_sum", lab)] - 0.070) < 1e-9      # 20 ms + 50 ms
+    assert s[("loadgen_inter_chunk_seconds_count", lab)] == 3            # 10, 10, 5 ms
+    le = dict(lab + (("le", "0.01"),))
+    assert s[("loadgen_inter_chunk_seconds_bucket", tuple(sorted(le.items())))] == 3
+    assert s[("loadgen_tpot_seconds_count", lab)] == 2
+    assert s[("loadgen_sweep_cells", (("status", "planned"),))] == 4
+    assert s[("loadgen_sweep_current_cell", (("level", "c2"), ("variant", "eagle"), ("workload", "chat")))] == 1
+
+
+def test_a_busy_metrics_port_is_one_line():
+    from tests.conftest import run_cli
+    live = LiveMetrics(0)
+    try:
+        res = run_cli("run", "--base-url", "http://127.0.0.1:9", "--metrics-port", str(live.port), "--concurrency", "1",
+                      "--num-requests", "1", "--quiet")
+    finally:
+        live.close()
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    [line] = res.stderr.strip().splitlines()
+    assert f"--metrics-port {live.port}" in line and "choose a free port" in line
