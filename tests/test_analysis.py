@@ -1,5 +1,6 @@
 """The speedup table: ratios of measured cells, laid out so long variant names stay readable."""
 import pandas as pd
+import pytest
 
 from loadgen import analysis
 
@@ -24,3 +25,15 @@ def test_speedups_are_ratios_and_columns_line_up():
     for name, cell in (("ngram-simple-k3", "1.25x"), ("draft-qwen3-0.6b", "0.50x")):
         assert head.index(name) + len(name) == rows[0].index(cell) + len(cell)
     assert "client was the bottleneck in 1 cell(s)" in text
+
+
+def test_break_even_interpolates_the_crossing_and_ignores_noise_around_one():
+    from loadgen.report.tables import break_even
+    sp = pd.DataFrame({"workload": "w", "mode": "closed", "variant": ["a"] * 4 + ["b"] * 3 + ["c"] * 2,
+                       "level": [1, 2, 4, 8, 1, 2, 4, 1, 4],
+                       "speedup": [1.5, 1.3, 1.1, 0.9, 1.004, 0.995, 1.01, 0.7, 0.8]})
+    be = break_even(sp).set_index("variant")
+    assert be.loc["a", "break_even_level"] == pytest.approx(2 ** 2.5)  # halfway 1.1 -> 0.9, in log load
+    assert be.loc["a", "verdict"].startswith("stops paying at about 5.66 (between 4 and 8)")
+    assert pd.isna(be.loc["b", "break_even_level"]) and be.loc["b", "verdict"].startswith("pays or is even")
+    assert be.loc["c", "verdict"].startswith("never pays")

@@ -24,27 +24,33 @@ def speedup(sw: Sweep) -> pd.DataFrame:
     return analysis.speedup(sw.ok, sw.baseline).sort_values(["workload", "variant", "level"]).reset_index(drop=True)
 
 
+EVEN = 0.02  # a speedup within 2% of 1 is no measurable difference (open loop below saturation: all 1)
+
+
 def break_even(sp: pd.DataFrame) -> pd.DataFrame:
-    """Per workload and SD variant: the load where speedup first falls below 1, interpolated
-    between the two measured levels around it (linearly in log load), or that it paid at
-    every level measured, or never did."""
+    """Per workload and SD variant: the load where speedup first falls below 1 - EVEN after
+    being above 1 + EVEN, interpolated where it crosses 1 between the two measured levels
+    around it (linearly in log load); or that it paid (or was even) at every level measured,
+    or never paid."""
     rows = []
     for (workload, variant), g in sp.groupby(["workload", "variant"], sort=False):
         g = g.sort_values("level")
         levels, s = g["level"].to_numpy(float), g["speedup"].to_numpy(float)
+        pays, costs = s > 1 + EVEN, s < 1 - EVEN
         row = {"workload": workload, "variant": variant, "mode": g["mode"].iloc[0],
                "levels": f"{levels.min():g}..{levels.max():g}", "break_even_level": None}
-        if (s >= 1).all():
-            row["verdict"] = f"pays at every level measured (up to {levels.max():g})"
-        elif (s < 1).all():
+        if not costs.any():
+            row["verdict"] = (f"pays at every level measured (up to {levels.max():g})" if pays.all() else
+                              f"pays or is even (within {EVEN:.0%}) at every level measured (up to {levels.max():g})")
+        elif not pays.any():
             row["verdict"] = f"never pays (from {levels.min():g})"
         else:
-            i = int(np.argmax(s < 1))
-            if i == 0:
-                row["verdict"] = f"below 1 at {levels[0]:g}, above it later: no single break-even"
+            i = int(np.argmax(costs))
+            if not pays[:i].any():
+                row["verdict"] = f"below 1 at {levels[i]:g}, above it later: no single break-even"
             else:
                 l0, l1, s0, s1 = levels[i - 1], levels[i], s[i - 1], s[i]
-                frac = (s0 - 1) / (s0 - s1)
+                frac = (s0 - 1) / (s0 - s1) if s0 > 1 else 0.0
                 at = math.exp(math.log(l0) + frac * (math.log(l1) - math.log(l0))) if l0 > 0 else l0 + frac * (l1 - l0)
                 row["break_even_level"] = at
                 row["verdict"] = f"stops paying at about {at:.3g} (between {l0:g} and {l1:g})"
