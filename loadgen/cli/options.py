@@ -166,7 +166,8 @@ def argv_without_secrets() -> list[str]:
     return out
 
 
-def write_and_report(out: Path, frame, summarize_fn, *, interrupted: bool) -> dict:
+def write_and_report(out: Path, frame, summarize_fn, *, interrupted: bool,
+                     nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool = False) -> dict:
     """Write the request table first (whatever happens next, what was measured is kept), then
     the summary; print it; exit non-zero when interrupted or nothing succeeded."""
     try:
@@ -175,15 +176,15 @@ def write_and_report(out: Path, frame, summarize_fn, *, interrupted: bool) -> di
         store.write_summary(out, summary)
     except OSError as e:
         raise Failure(f"cannot write results to {str(out)!r}: {e}", code=1) from None
-    click.echo(console.render(summary))
+    click.echo(console.render(summary), err=to_stderr)
     for line in console.warnings(summary):
         click.echo(line, err=True)
-    click.echo(f"\nResults: {out / store.SUMMARY}, {out / store.REQUESTS}")
+    click.echo(f"\nResults: {out / store.SUMMARY}, {out / store.REQUESTS}", err=to_stderr)
     if interrupted:
         sys.exit(EXIT_INTERRUPTED)
     if summary["completed"] == 0:
         click.echo("loadgen: error: no request succeeded; see the errors above", err=True)
-        sys.exit(EXIT_NOTHING_SUCCEEDED)
+        sys.exit(nothing_code)
     return summary
 
 

@@ -12,7 +12,7 @@ import click
 
 from loadgen import __version__
 from loadgen.cli import options
-from loadgen.cli.app import Failure, main
+from loadgen.cli.app import EXIT_NOTHING_SUCCEEDED, Failure, main
 from loadgen.endpoint import EndpointError, api_base, metrics_url, probe
 from loadgen.measure import request_frame
 from loadgen.run import RunResult, RunSpec, execute, session_for
@@ -31,36 +31,51 @@ def _public_url(url: str) -> str:
     return urlunsplit((p.scheme, p.netloc.rsplit("@", 1)[-1], p.path, "", ""))
 
 
+def run_options(f):
+    """The options of `loadgen run`, shared by `loadgen check`."""
+    for deco in reversed([
+        click.option("--base-url", help="Server URL, http://host:port or http://host:port/v1. "
+                     "Without it, loadgen starts its embedded emulator (Llama-3.1-8B, EAGLE k=3)."),
+        click.option("--model", help="Model to request; default: the server's first in /v1/models."),
+        click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions",
+                     show_default=True),
+        options.load_options,
+        options.workload_options,
+        click.option("--api-key", envvar=["LOADGEN_API_KEY", "OPENAI_API_KEY"], show_envvar=True,
+                     help="Bearer token; never written to any output."),
+        click.option("--request-timeout", type=float, default=600.0, show_default=True,
+                     help="Seconds before a request is recorded as timed out."),
+        click.option("--no-continuous-usage", is_flag=True,
+                     help="Do not ask for usage on every chunk (for servers that reject it)."),
+        click.option("--tokenizer", help="tokenizer.json (or its directory): tokens per chunk when the server "
+                     "sends no per-chunk usage, and exact synthetic prompt lengths."),
+        click.option("--extra-body", help="JSON object merged into every request body."),
+        click.option("--keep-alive/--no-keep-alive", default=None,
+                     help="Reuse connections between requests, or open one per request (Connection: close) "
+                     "[default: reuse, except with servers that close after every stream: llama.cpp]."),
+        click.option("--metrics-url", help="The server's Prometheus metrics, scraped before, during "
+                     "(every second) and after the measurement [default: the server's /metrics; 'none': off]."),
+        click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve the client's live metrics "
+                     "(requests, latency histograms) for Prometheus on 127.0.0.1:PORT/metrics (docs/dashboards.md)."),
+        click.option("--lateness-threshold-ms", type=float, default=5.0, show_default=True,
+                     help="Mark the run client_bound when send lateness or loop lag p99 exceeds this."),
+        options.result_options,
+        click.option("--quiet", is_flag=True, help="No progress bar."),
+    ]):
+        f = deco(f)
+    return f
+
+
 @main.command()
-@click.option("--base-url", help="Server URL, http://host:port or http://host:port/v1. "
-              "Without it, loadgen starts its embedded emulator (Llama-3.1-8B, EAGLE k=3).")
-@click.option("--model", help="Model to request; default: the server's first in /v1/models.")
-@click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions",
-              show_default=True)
-@options.load_options
-@options.workload_options
-@click.option("--api-key", envvar=["LOADGEN_API_KEY", "OPENAI_API_KEY"], show_envvar=True,
-              help="Bearer token; never written to any output.")
-@click.option("--request-timeout", type=float, default=600.0, show_default=True,
-              help="Seconds before a request is recorded as timed out.")
-@click.option("--no-continuous-usage", is_flag=True,
-              help="Do not ask for usage on every chunk (for servers that reject it).")
-@click.option("--tokenizer", help="tokenizer.json (or its directory): tokens per chunk when the server "
-              "sends no per-chunk usage, and exact synthetic prompt lengths.")
-@click.option("--extra-body", help="JSON object merged into every request body.")
-@click.option("--keep-alive/--no-keep-alive", default=None,
-              help="Reuse connections between requests, or open one per request (Connection: close) "
-              "[default: reuse, except with servers that close after every stream: llama.cpp].")
-@click.option("--metrics-url", help="The server's Prometheus metrics, scraped before, during "
-              "(every second) and after the measurement [default: the server's /metrics; 'none': off].")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve the client's live metrics "
-              "(requests, latency histograms) for Prometheus on 127.0.0.1:PORT/metrics (docs/dashboards.md).")
-@click.option("--lateness-threshold-ms", type=float, default=5.0, show_default=True,
-              help="Mark the run client_bound when send lateness or loop lag p99 exceeds this.")
-@options.result_options
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@run_options
 def run(**o) -> None:
     """Send a workload to one server under one load and measure every request."""
+    measure(o)
+
+
+def measure(o: dict, nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool = False) -> dict:
+    """`loadgen run` with options `o`: the run measured, its results written; its summary.
+    Exits with `nothing_code` when no request succeeded."""
     load, num = options.load_shape(o)
     tokenizer = None
     if o["tokenizer"]:
@@ -89,7 +104,7 @@ def run(**o) -> None:
     except ValueError as e:
         raise click.UsageError(options.flagged(str(e))) from None
     out = options.prepare_output(o, "run")
-    with _server(o["base_url"]) as url:
+    with _server(o["base_url"], o.get("servers"), o.get("variant"), o.get("engine")) as url:
         try:
             spec.api_base = api_base(url)
         except EndpointError as e:
@@ -110,13 +125,18 @@ def run(**o) -> None:
                          goodput=objectives, lateness_threshold_ms=o["lateness_threshold_ms"],
                          load_info=result.load_info, server_window=result.server_window)
 
-    options.write_and_report(out, frame, summary, interrupted=result.interrupted)
+    return options.write_and_report(out, frame, summary, interrupted=result.interrupted, nothing_code=nothing_code,
+                                    to_stderr=to_stderr)
 
 
 @contextlib.contextmanager
-def _server(base_url: str | None):
+def _server(base_url: str | None, servers: str | None = None, variant: str | None = None,
+            engine: str | None = None):
     if base_url is not None:
         yield base_url
+        return
+    if servers is not None:  # a catalog variant, started here (loadgen check --servers)
+        yield from _variant_server(servers, variant, engine)
         return
     from servers.embedded import ServerStartError, emulator_server
     try:
@@ -199,3 +219,25 @@ def _config(o: dict, spec: RunSpec, result: RunResult, wl) -> dict:
         "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},
         "host": options.host_config(), "argv": options.argv_without_secrets(),
     }
+
+
+def _variant_server(servers: str, variant: str | None, engine: str | None):
+    import tempfile
+    from pathlib import Path
+
+    from servers.deployments import DeploymentError, load, render
+    from servers.launcher import LaunchError, Server, free_port
+    try:
+        dep = load(servers).with_engine(engine)
+        if variant is None:
+            raise DeploymentError(f"--servers {servers} needs --variant, one of {', '.join(dep.variants)}")
+        launch = render(dep, variant, port=8000 if dep.engine == "vllm" else free_port())
+    except DeploymentError as e:
+        raise Failure(str(e)) from None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            with Server(launch, Path(tmp) / "server.log") as srv:
+                click.echo(f"started {variant}: {launch.shell()}", err=True)
+                yield srv.launch.url
+        except LaunchError as e:
+            raise Failure(str(e)) from None

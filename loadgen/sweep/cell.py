@@ -68,7 +68,7 @@ async def _measure(plan: Plan, cell: Cell, workload, url: str, model: str,
 
 def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
              on_record: Callable | None = None, api_key: str | None = None,
-             on_start: Callable | None = None) -> CellResult | None:
+             on_start: Callable | None = None, goodput: dict | None = None) -> CellResult | None:
     """Run the cell; None when it was interrupted before its measurement began."""
     t_start = time.time()
     spec, result = asyncio.run(_measure(plan, cell, workload, url, model, on_record, api_key, on_start))
@@ -87,6 +87,6 @@ def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
         "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},
     }
     summary = summarize(frame, (result.loop_lag_at_ns, result.loop_lag_ns), config=config,
-                        interrupted=result.interrupted, load_info=result.load_info,
+                        interrupted=result.interrupted, load_info=result.load_info, goodput=goodput,
                         server_window=result.server_window)
     return CellResult(frame, summary, result.interrupted)

@@ -1,0 +1,87 @@
+"""`loadgen check`: does this server hold this load within these SLOs? Exit 0 when every SLO
+holds, 1 when any fails, 2 on a usage or infrastructure error (docs/check.md)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from loadgen import gate
+from loadgen.cli.app import EXIT_USAGE, Failure, main
+from loadgen.cli.run import measure, run_options
+
+EXIT_SLO_FAILED = 1
+
+
+def slos(texts: tuple[str, ...]) -> list[gate.SLO]:
+    if not texts:
+        raise click.UsageError("give at least one --slo, e.g. --slo 'ttft_p99<=2s' --slo 'error_rate<=0.1%'")
+    try:
+        return [gate.parse(t) for t in texts]
+    except gate.SLOError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def recorded(path: Path) -> dict[str, dict]:
+    """The summaries under `path`: a run's directory, or a sweep's (one per cell)."""
+    from loadgen import store
+    from loadgen.report.data import ReportError, read
+    if (path / store.SUMMARY).is_file():
+        try:
+            return {path.name: json.loads((path / store.SUMMARY).read_text())}
+        except ValueError as e:
+            raise Failure(f"{path / store.SUMMARY} is not valid JSON ({e})") from None
+    try:
+        sweep = read(path)
+    except ReportError as e:
+        raise Failure(f"--results {path}: not a run ({store.SUMMARY} missing) nor a sweep: {e}") from None
+    return {key: sweep.summaries[key] for key in sweep.ok["path"]}
+
+
+def report(suites: dict[str, list[gate.Verdict]], junit: Path | None, as_json: bool) -> None:
+    if as_json:
+        click.echo(gate.as_json(suites))
+    else:
+        for name, verdicts in suites.items():
+            click.echo(gate.table(verdicts, f"\nSLO check: {name}"))
+    if junit is not None:
+        try:
+            junit.write_text(gate.junit(suites))
+        except OSError as e:
+            raise Failure(f"cannot write --junit {junit}: {e.strerror or e}") from None
+    failed = [v.slo for vs in suites.values() for v in vs if not v.passed]
+    if failed:
+        click.echo(f"loadgen check: FAILED: {', '.join(dict.fromkeys(failed))}", err=True)
+        sys.exit(EXIT_SLO_FAILED)
+    click.echo("loadgen check: every SLO holds", err=True)
+
+
+@main.command()
+@run_options
+@click.option("--servers", help="Start this catalog deployment's --variant for the check (instead of "
+              "--base-url).")
+@click.option("--variant", help="The variant of --servers to start.")
+@click.option("--engine", type=click.Choice(["vllm", "emulator", "llama.cpp"]),
+              help="Override the deployment's engine (emulator: no GPU).")
+@click.option("--slo", "slo_texts", multiple=True, help="An SLO, e.g. 'ttft_p99<=2s', 'tpot_p50<=40ms', "
+              "'error_rate<=0.1%', 'goodput>=95%' (goodput needs --goodput objectives). Repeat for more.")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON instead of a table.")
+@click.option("--results", type=click.Path(path_type=Path), help="Judge recorded results (a run's or a "
+              "sweep's directory) instead of running anything.")
+def check(**o) -> None:
+    """Run a load (as `loadgen run`) and judge it against SLOs: exit 0 when all hold, 1 when
+    any fails, 2 on a usage or infrastructure error."""
+    targets = slos(o["slo_texts"])
+    if any(s.metric == "goodput" for s in targets) and not o["goodput_specs"] and not o["results"]:
+        raise click.UsageError("--slo goodput needs per-request objectives: add --goodput 'ttft<=2s,tpot<=50ms'")
+    if o["results"] is not None:
+        summaries = recorded(o["results"])
+    else:
+        if o["base_url"] and o["servers"]:
+            raise click.UsageError("give --base-url or --servers, not both")
+        summary = measure(o, nothing_code=EXIT_USAGE, to_stderr=o["as_json"])
+        summaries = {"run": summary}
+    report({name: gate.judge(s, targets) for name, s in summaries.items()}, o["junit"], o["as_json"])

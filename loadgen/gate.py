@@ -1,0 +1,131 @@
+"""SLO gates: `ttft_p99<=2s`, `tpot_p50<=40ms`, `error_rate<=0.1%`, `goodput>=95%` judged
+against a run's summary (docs/check.md). Each SLO gives a row: target, measured, margin,
+verdict; a missing figure (no successful request) fails."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+from xml.etree import ElementTree as ET
+
+LATENCY = ("ttft", "tpot", "itl", "e2e")
+STATS = ("mean", "min", "p50", "p90", "p95", "p99", "p99.9", "max")
+RATIOS = ("error_rate", "goodput")                               # fractions; % allowed
+RATES = ("output_throughput", "request_throughput")              # tok/s, req/s
+_EXPR = re.compile(r"^\s*([a-z0-9_.]+)\s*(<=|>=|<|>)\s*([0-9]*\.?[0-9]+)\s*(ms|s|%)?\s*$")
+
+
+class SLOError(ValueError):
+    pass
+
+
+def metric_names() -> list[str]:
+    return [f"{m}_{s}" for m in LATENCY for s in STATS] + list(RATIOS) + list(RATES)
+
+
+@dataclass(frozen=True)
+class SLO:
+    text: str
+    metric: str
+    op: str
+    target: float   # ms for latency, a fraction for ratios, per second for rates
+
+    @property
+    def unit(self) -> str:
+        return "ms" if self.metric.split("_")[0] in LATENCY else ("" if self.metric in RATIOS else "/s")
+
+
+def parse(text: str) -> SLO:
+    m = _EXPR.match(text)
+    valid = ", ".join(metric_names())
+    if not m or m.group(1) not in metric_names():
+        raise SLOError(f"bad --slo {text!r}: write METRIC OP VALUE, e.g. ttft_p99<=2s, error_rate<=0.1%, "
+                       f"goodput>=95%; METRIC is one of {valid}")
+    metric, op, value, unit = m.group(1), m.group(2), float(m.group(3)), m.group(4)
+    if metric.split("_")[0] in LATENCY:
+        if unit not in ("ms", "s"):
+            raise SLOError(f"bad --slo {text!r}: a latency needs a unit, ms or s (e.g. {metric}<=500ms)")
+        value *= 1000.0 if unit == "s" else 1.0
+    elif metric in RATIOS:
+        if unit in ("ms", "s"):
+            raise SLOError(f"bad --slo {text!r}: {metric} is a share: write it as 0.1% or 0.001")
+        value = value / 100.0 if unit == "%" else value
+    elif unit is not None:
+        raise SLOError(f"bad --slo {text!r}: {metric} is per second and takes no unit (e.g. {metric}>=1000)")
+    return SLO(text.strip(), metric, op, value)
+
+
+def measured(summary: dict, metric: str) -> float | None:
+    if metric in RATES:
+        return summary.get(f"{metric}_tok_s" if metric == "output_throughput" else f"{metric}_req_s")
+    if metric == "error_rate":
+        n = summary.get("completed", 0) + summary.get("failed", 0)
+        return summary.get("failed", 0) / n if n else None
+    if metric == "goodput":
+        return (summary.get("goodput") or {}).get("fraction")
+    name, stat = metric.split("_", 1)
+    value = (summary.get(f"{name}_ms") or {}).get(stat)
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+@dataclass
+class Verdict:
+    slo: str
+    metric: str
+    target: float
+    measured: float | None
+    margin: float | None      # how far inside the target (negative: outside), in the metric's unit
+    unit: str
+    passed: bool
+
+
+def judge(summary: dict, slos: list[SLO]) -> list[Verdict]:
+    out = []
+    for s in slos:
+        v = measured(summary, s.metric)
+        if v is None:
+            out.append(Verdict(s.text, s.metric, s.target, None, None, s.unit, False))
+            continue
+        ok = {"<=": v <= s.target, "<": v < s.target, ">=": v >= s.target, ">": v > s.target}[s.op]
+        margin = s.target - v if s.op in ("<=", "<") else v - s.target
+        out.append(Verdict(s.text, s.metric, s.target, v, margin, s.unit, ok))
+    return out
+
+
+def _fmt(x: float | None, unit: str) -> str:
+    if x is None:
+        return "-"
+    if unit == "":
+        return f"{100 * x:.3g}%"
+    return f"{x:.4g} {unit.strip('/') + '/s' if unit == '/s' else unit}".replace("/s/s", "/s")
+
+
+def table(verdicts: list[Verdict], title: str = "") -> str:
+    lines = [title] if title else []
+    lines.append(f"{'SLO':<24} {'target':>12} {'measured':>12} {'margin':>12}  verdict")
+    for v in verdicts:
+        lines.append(f"{v.slo:<24} {_fmt(v.target, v.unit):>12} {_fmt(v.measured, v.unit):>12} "
+                     f"{_fmt(v.margin, v.unit):>12}  {'pass' if v.passed else 'FAIL'}")
+    return "\n".join(lines)
+
+
+def junit(suites: dict[str, list[Verdict]]) -> str:
+    """JUnit XML: a test suite per run (or sweep cell), a test case per SLO."""
+    root = ET.Element("testsuites", name="loadgen check")
+    for name, verdicts in suites.items():
+        failures = sum(not v.passed for v in verdicts)
+        suite = ET.SubElement(root, "testsuite", name=name, tests=str(len(verdicts)), failures=str(failures),
+                              errors="0")
+        for v in verdicts:
+            case = ET.SubElement(suite, "testcase", classname=f"loadgen.slo.{name}", name=v.slo)
+            if not v.passed:
+                what = "no figure (no successful request)" if v.measured is None else \
+                    f"measured {_fmt(v.measured, v.unit)}, target {v.slo}"
+                ET.SubElement(case, "failure", message=what, type="SLO")
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)
+
+
+def as_json(suites: dict[str, list[Verdict]]) -> str:
+    return json.dumps({"passed": all(v.passed for vs in suites.values() for v in vs),
+                       "checks": {name: [asdict(v) for v in vs] for name, vs in suites.items()}}, indent=2)
