@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from loadgen import store
-from loadgen.sweep import results
+from loadgen.sweep import manifest, results
 from loadgen.sweep.plan import Plan
 
 
@@ -46,12 +46,16 @@ class Sweep:
     def model(self) -> str | None:
         return (self.manifest.get("deployment") or {}).get("model")
 
+    _frames: dict = field(default_factory=dict, repr=False)
+
     def requests(self, key: str) -> pd.DataFrame | None:
-        """The cell's per-request frame, or None when it cannot be read."""
-        try:
-            return pd.read_parquet(self.root / results.CELLS / key / store.REQUESTS)
-        except (OSError, ValueError):
-            return None
+        """The cell's per-request frame (read once), or None when it cannot be read."""
+        if key not in self._frames:
+            try:
+                self._frames[key] = pd.read_parquet(self.root / results.CELLS / key / store.REQUESTS)
+            except (OSError, ValueError):
+                self._frames[key] = None
+        return self._frames[key]
 
 
 def read(root: str | Path) -> Sweep:
@@ -59,10 +63,10 @@ def read(root: str | Path) -> Sweep:
     if not root.is_dir():
         raise ReportError(f"{root} is not a directory; give the --output directory of a sweep")
     try:
-        manifest = results_manifest(root)
+        found = results_manifest(root)
     except ValueError as e:
         raise ReportError(f"{root / results.MANIFEST} is not valid JSON ({e}); it is not a readable sweep") from None
-    if manifest is None:
+    if found is None:
         raise ReportError(f"{root} holds no sweep ({results.MANIFEST} is missing); give the --output "
                           "directory of `loadgen sweep`")
     summaries, rows, unreadable = {}, [], []
@@ -79,7 +83,7 @@ def read(root: str | Path) -> Sweep:
             continue
         summaries[row["path"]] = summary
         rows.append(row)
-    planned = _planned(manifest)
+    planned = _planned(found)
     rank = {k: i for i, k in enumerate(planned)}
     rows.sort(key=lambda r: rank.get(r["path"], len(rank)))
     cells = pd.DataFrame(rows)
@@ -87,11 +91,10 @@ def read(root: str | Path) -> Sweep:
         why = f"; {len(unreadable)} cell(s) unreadable: {', '.join(unreadable[:3])}" if unreadable else ""
         raise ReportError(f"{root} holds no finished cells yet{why}; run or resume the sweep "
                           f"(loadgen sweep --resume --output {root})")
-    return Sweep(root, manifest, cells, summaries, planned, unreadable)
+    return Sweep(root, found, cells, summaries, planned, unreadable)
 
 
 def results_manifest(root: Path) -> dict | None:
-    from loadgen.sweep import manifest
     m = manifest.read(root)
     if m is not None and not isinstance(m, dict):
         raise ValueError("not an object")
