@@ -37,6 +37,14 @@ def scripted_server(*args: str, host: str = "127.0.0.1", timeout_s: float = 30.0
 
 
 @contextmanager
+def canned_server(*args: str, host: str = "127.0.0.1", timeout_s: float = 30.0,
+                  cpu: int | None = None) -> Iterator[RunningServer]:
+    """Run `python -m servers.canned ARGS --port 0` (client benchmarks) and yield its URL and PID."""
+    with server_process(["servers.canned", *args], host=host, timeout_s=timeout_s, cpu=cpu) as srv:
+        yield srv
+
+
+@contextmanager
 def emulator_server(model: str, *args: str, host: str = "127.0.0.1", timeout_s: float = 30.0,
                     cpu: int | None = None) -> Iterator[RunningServer]:
     """Run `python -m servers.emulator serve MODEL ARGS --port 0` (vLLM's flags) and yield its

@@ -151,7 +151,12 @@ class HttpConnection(asyncio.Protocol):
 
     def write_chunk(self, data: bytes) -> None:
         if data and not self._closed:
-            self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+            self.transport.write(frame_chunk(data))
+
+    def write_framed(self, data: bytes) -> None:
+        """Write bytes already framed for chunked encoding (frame_chunk), e.g. pre-rendered."""
+        if not self._closed:
+            self.transport.write(data)
 
     def end_stream(self) -> None:
         if not self._closed:
@@ -175,6 +180,11 @@ class HttpConnection(asyncio.Protocol):
                 pass
         self._closed = True
         self.transport.abort()
+
+
+def frame_chunk(data: bytes) -> bytes:
+    """`data` as one chunk of HTTP/1.1 chunked transfer encoding."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
 
 
 async def serve(handler: Handler, host: str, port: int) -> asyncio.base_events.Server:

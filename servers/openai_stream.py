@@ -79,3 +79,22 @@ class StreamRenderer:
 def error_body(message: str, err_type: str, code: int) -> dict:
     """OpenAI/vLLM error object, as returned with a 4xx/5xx status or as a stream event."""
     return {"error": {"message": message, "type": err_type, "param": None, "code": code}}
+
+
+def prompt_text(body: dict, chat: bool) -> str | None:
+    """The prompt of a completions body, or a chat body's messages joined (None if absent)."""
+    if chat:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            return None
+        parts = []
+        for m in msgs:
+            c = m.get("content") if isinstance(m, dict) else None
+            if isinstance(c, list):  # content parts
+                c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+            parts.append(c if isinstance(c, str) else "")
+        return "\n".join(parts)
+    p = body.get("prompt")
+    if isinstance(p, list) and len(p) == 1:
+        p = p[0]
+    return p if isinstance(p, str) else None

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from servers.clock import PreciseClock
-from servers.openai_stream import DONE, StreamRenderer, error_body, sse, usage
+from servers.openai_stream import DONE, StreamRenderer, error_body, prompt_text, sse, usage
 from servers.http import HttpConnection, HttpRequest
 from servers.scripted.script import Script, ScriptConfig, prompt_key, prompt_token_count, script_for
 
@@ -33,24 +33,6 @@ def _json(conn: HttpConnection, status: int, obj: dict, headers: dict | None = N
 
 def _error(conn: HttpConnection, status: int, message: str, err_type: str) -> None:
     _json(conn, status, error_body(message, err_type, status))
-
-
-def _prompt_text(body: dict, chat: bool) -> str | None:
-    if chat:
-        msgs = body.get("messages")
-        if not isinstance(msgs, list) or not msgs:
-            return None
-        parts = []
-        for m in msgs:
-            c = m.get("content") if isinstance(m, dict) else None
-            if isinstance(c, list):  # content parts
-                c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
-            parts.append(c if isinstance(c, str) else "")
-        return "\n".join(parts)
-    p = body.get("prompt")
-    if isinstance(p, list) and len(p) == 1:
-        p = p[0]
-    return p if isinstance(p, str) else None
 
 
 class ScriptedServer:
@@ -93,7 +75,7 @@ class ScriptedServer:
             return _error(conn, 400, "request body must be a JSON object", "BadRequestError")
         if body.get("model") != self.opts.model:
             return _error(conn, 404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
-        text = _prompt_text(body, chat)
+        text = prompt_text(body, chat)
         if text is None:
             return _error(conn, 400, f"'{'messages' if chat else 'prompt'}' is required", "BadRequestError")
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 16

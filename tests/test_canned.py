@@ -1,0 +1,65 @@
+"""The canned-chunk server (client benchmarks) and the client's per-read time stamps."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from servers.embedded import canned_server
+from tests.conftest import run_cli
+from loadgen.client.stream import StreamClient, _StampingHandler, make_session
+from loadgen.record import RequestRecord
+
+
+def test_canned_server_streams_what_its_trace_says(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    with canned_server("--pacing-ms", "2", "--ttft-ms", "5", "--events-per-write", "4",
+                       "--trace", str(trace)) as srv:
+        res = run_cli("run", "--base-url", srv.url, "--concurrency", "4", "--num-requests", "12",
+                      "--warmup", "0", "--input-len", "8", "--output-len", "22", "--quiet",
+                      "--output", str(tmp_path / "run"))
+    assert res.returncode == 0, res.stderr
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["completed"] == 12 and s["failed"] == 0
+    assert s["token_count_source"] == "continuous_usage"
+    written = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(written) == 12
+    for w in written:
+        assert w["events"] == [4, 4, 4, 4, 4, 2]  # 22 one-token events, 4 per write
+        due = np.diff(w["due_ns"]) / 1e6
+        assert due[:-1] == pytest.approx([8.0] * 4) and due[-1] == pytest.approx(4.0)
+        assert (w["due_ns"][0] - w["t_recv_ns"]) / 1e6 == pytest.approx(5 + 3 * 2)
+        assert all(wr >= d for wr, d in zip(w["write_ns"], w["due_ns"]))
+
+
+def test_bad_options_are_one_line(tmp_path):
+    import subprocess
+    import sys
+    res = subprocess.run([sys.executable, "-m", "servers.canned", "--events-per-write", "0"],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode != 0 and res.stderr.strip().count("\n") == 0
+    assert "--events-per-write must be at least 1" in res.stderr
+
+
+def test_chunk_times_are_the_socket_reads_times():
+    """Every chunk's time is the time its socket read reached the connection's protocol,
+    not when the reading task got to it."""
+    with canned_server("--pacing-ms", "5", "--ttft-ms", "5") as srv:
+        async def go():
+            session = make_session(1)
+            client = StreamClient(session, srv.url + "/v1", "completions", {}, 30.0)
+            rec = RequestRecord(index=0, request_id="r", warmup=False, t_scheduled_ns=0)
+            body = json.dumps({"model": "canned", "prompt": "hi", "max_tokens": 10, "stream": True,
+                               "stream_options": {"include_usage": True,
+                                                  "continuous_usage_stats": True}}).encode()
+            await client.send(rec, body)
+            protos = [p for conns in session.connector._conns.values() for p, _ in conns]
+            await session.close()
+            return rec, protos
+        rec, protos = asyncio.run(go())
+    assert rec.ok and list(rec.chunk_usage) == list(range(1, 11))
+    assert len(protos) == 1 and isinstance(protos[0], _StampingHandler)
+    stamp_times = {t for _, t in protos[0].loadgen_stamps[1]}
+    assert set(rec.chunk_t_ns) <= stamp_times
