@@ -24,6 +24,67 @@ _DRAFTED = re.compile(rb'"(?:draft_n|num_draft_tokens)":\s*(\d+)')
 _ACCEPTED = re.compile(rb'"(?:draft_n_accepted|num_accepted_draft_tokens)":\s*(\d+)')
 
 
+def on_events(rec: RequestRecord, payloads: list[bytes], t: int) -> None:
+    """Record the events of one socket read, which arrived at `t` (monotonic ns).
+
+    The hot path, for a read of usage-counted chunks (continuous usage): the whole read is
+    checked at once, in C (the payloads joined: one regex pass for the counts, substring tests
+    for anything unusual), so an event costs a fraction of a microsecond. A read that holds
+    anything else (an error, no usage, a usage-only chunk, per-request draft counts, text kept
+    for a tokenizer) goes event by event through `on_event`, which reads each in full; so does a
+    read of one event, for which that costs less."""
+    usages = rec.chunk_usage
+    done = bool(payloads) and payloads[-1] == b"[DONE]"
+    body = payloads[:-1] if done else payloads
+    if len(body) > 1 and not rec.done and rec.chunk_text is None and not (usages and usages[-1] < 0):
+        if _all_counted(rec, body, t):
+            body = ()
+        elif len(body) > 1 and _all_counted(rec, body[:-1], t):
+            body = body[-1:]  # e.g. the final usage-only chunk: read in full below
+    for payload in body:
+        on_event(rec, payload, t)
+    if done:
+        on_event(rec, b"[DONE]", t)
+
+
+def _all_counted(rec: RequestRecord, body: list[bytes], t: int) -> bool:
+    """Record `body` if every event in it is a token chunk with one cumulative
+    `completion_tokens` and nothing else to read; False (and nothing recorded) if not."""
+    joined = b"\n".join(body)
+    if b"[]" in joined or b'"error"' in joined or b"draft" in joined:
+        return False
+    cums = _COMPLETION_TOKENS.findall(joined)
+    # as many counts as events, each event an object: one usage per chunk (a chunk has one
+    # `usage` object, and a key appears once in a JSON object)
+    if len(cums) != len(body) or not all(p[:1] == b"{" and p[-1:] == b"}" for p in body):
+        return False
+    _on_counted(rec, body, joined, cums, t)
+    return True
+
+
+def _on_counted(rec: RequestRecord, body: list[bytes], joined: bytes, cums: list[bytes], t: int) -> None:
+    """Every event of `body` is a chunk with one cumulative `completion_tokens` (in `cums`)."""
+    usages = rec.chunk_usage
+    if rec.prompt_tokens is None and (m := _PROMPT_TOKENS.search(body[0])):
+        rec.prompt_tokens = int(m[1])
+    if joined.count(b'"finish_reason":null') != len(body) and (f := _FINISH.findall(joined)):
+        rec.finish_reason = f[-1].decode()
+    last = usages[-1] if usages else 0
+    counts = [int(c) for c in cums]
+    rec.usage_completion_tokens = counts[-1]
+    if all(a < b for a, b in zip([last, *counts], counts)):  # the usual case: every event counts
+        usages.extend(counts)
+        rec.chunk_t_ns.extend([t] * len(counts))
+        rec.chunk_chars.extend([-1] * len(counts))  # not read: the usage makes the count exact
+        return
+    for cum in counts:
+        if cum > last:
+            rec.chunk_t_ns.append(t)
+            usages.append(cum)
+            rec.chunk_chars.append(-1)
+            last = cum
+
+
 def on_event(rec: RequestRecord, payload: bytes, t: int) -> None:
     """Record one event's payload, which arrived at `t` (monotonic ns)."""
     if rec.done:
@@ -62,7 +123,8 @@ def _on_usage_chunk(rec: RequestRecord, payload: bytes, cum: int, t: int) -> Non
         _spec_counts(rec, payload)
         return
     rec.usage_completion_tokens = cum
-    _spec_counts(rec, payload)
+    if b"draft" in payload:
+        _spec_counts(rec, payload)
     if rec.prompt_tokens is None and (m := _PROMPT_TOKENS.search(payload)):
         rec.prompt_tokens = int(m.group(1))
     if m := _FINISH.search(payload):

@@ -29,21 +29,20 @@ class SSEDecoder:
 
     def feed(self, data: bytes) -> list[bytes]:
         buf = self._buf + data if self._buf else data
-        if b"\r" in data:
+        if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n")
-        out: list[bytes] = []
-        start = 0
-        find = buf.find
-        while (end := find(b"\n\n", start)) >= 0:
-            block = buf[start:end]
-            start = end + 2
-            if block.startswith(b"data: ") and b"\n" not in block:
-                out.append(block[6:])
-            elif block:
-                payload = _parse_block(block)
-                if payload is not None:
-                    out.append(payload)
-        self._buf = buf[start:]
+        blocks = buf.split(b"\n\n")  # in C: the last piece is an unfinished event
+        self._buf = blocks.pop()
+        out = [b[6:] for b in blocks if b[:6] == b"data: " and b"\n" not in b]
+        if len(out) < len(blocks):  # comments, other fields, multi-line data, blank lines
+            out = []
+            for block in blocks:
+                if block[:6] == b"data: " and b"\n" not in block:
+                    out.append(block[6:])
+                elif block:
+                    payload = _parse_block(block)
+                    if payload is not None:
+                        out.append(payload)
         return out
 
     def flush(self) -> bytes | None:
