@@ -5,24 +5,30 @@ that runs right before the write), not when the HTTP library was called: under l
 library's own work and its body-writer task (a separate task on Python 3.11) delay the write
 by up to milliseconds, and that is the client's delay (lateness), not the server's TTFT.
 
-The hot path: whole socket reads (`readany`), one clock reading per read, events split by
-`SSEDecoder` and interpreted by `events.on_event`. Every failure becomes an error type on the
+The hot path: one clock reading per socket read, taken as the read reaches aiohttp's protocol
+(`_StampingHandler`), so a chunk's time does not wait for this task to be scheduled (under load
+the loop runs many reads before any reader task: that wait was most of the client's timing
+error). The reader takes whatever is buffered (`readany`), splits it at the stamped read
+boundaries, and each part's events (split by `SSEDecoder`, interpreted by `events.on_events`)
+get the time of the read that completed them. Every failure becomes an error type on the
 record; nothing but cancellation escapes `send`.
 """
 from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import json
 import re
 import time
 from typing import Mapping
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 from yarl import URL
 
 from loadgen.client.bodies import ENDPOINTS
-from loadgen.client.events import error_message, on_event
+from loadgen.client.events import error_message, on_event, on_events
 from loadgen.client.sse import SSEDecoder, StreamFault
 from loadgen.record import RequestRecord
 
@@ -37,11 +43,32 @@ async def _on_request_bytes(_session, ctx, _params) -> None:
         rec.t_send_ns = _monotonic_ns()
 
 
+class _StampingHandler(ResponseHandler):
+    """aiohttp's connection protocol, plus when each socket read arrived: for the response
+    being read, a list of (its body bytes so far, monotonic ns), one entry per read."""
+
+    loadgen_stamps: tuple | None = None
+
+    def data_received(self, data: bytes) -> None:
+        t = _monotonic_ns()
+        super().data_received(data)
+        payload = self._payload
+        if payload is not None:
+            stamps = self.loadgen_stamps
+            if stamps is None or stamps[0] is not payload:
+                self.loadgen_stamps = stamps = (payload, [])
+            stamps[1].append((payload.total_bytes, t))
+
+
 def make_session(max_in_flight: int | None) -> aiohttp.ClientSession:
     """One session for a run. Its pool is sized to the load (unlimited when the load is), so
     no request ever waits silently inside the connection pool."""
     connector = aiohttp.TCPConnector(limit=max_in_flight or 0, limit_per_host=0,
                                      ttl_dns_cache=300, enable_cleanup_closed=True)
+    if isinstance(getattr(connector, "_factory", None), functools.partial) \
+            and connector._factory.func is ResponseHandler:  # else: stamped per buffered read
+        connector._factory = functools.partial(_StampingHandler, *connector._factory.args,
+                                               **connector._factory.keywords)
     trace = aiohttp.TraceConfig()
     trace.on_request_chunk_sent.append(_on_request_bytes)
     return aiohttp.ClientSession(connector=connector, trust_env=False,
@@ -76,7 +103,7 @@ class StreamClient:
                         _fail(rec, "not_streaming", "response is not text/event-stream "
                               f"(Content-Type: {resp.headers.get('Content-Type', 'none')})")
                     else:
-                        await self._read_stream(rec, resp.content)
+                        await self._read_stream(rec, resp)
         except StreamFault as f:
             _fail(rec, f.kind, f.message)
         except TimeoutError:
@@ -102,15 +129,34 @@ class StreamClient:
                 _fail(rec, "empty_completion", "stream completed with no tokens")
         return rec
 
-    async def _read_stream(self, rec: RequestRecord, content: aiohttp.StreamReader) -> None:
+    async def _read_stream(self, rec: RequestRecord, resp: aiohttp.ClientResponse) -> None:
+        content = resp.content
         decoder = SSEDecoder()
         feed = decoder.feed
         readany = content.readany
+        conn = resp.connection
+        stamps = getattr(conn.protocol, "loadgen_stamps", None) if conn is not None else None
+        stamps = stamps[1] if stamps is not None and stamps[0] is content else None
         t = 0
+        consumed = i = 0  # body bytes read so far; the first stamp not yet used
         while data := await readany():
-            t = _monotonic_ns()
-            for payload in feed(data):
-                on_event(rec, payload, t)
+            now = _monotonic_ns()
+            if stamps is None:
+                t = now
+                on_events(rec, feed(data), t)
+                continue
+            end, pos = consumed + len(data), 0
+            while i < len(stamps) and stamps[i][0] <= consumed:
+                i += 1
+            while i < len(stamps) and stamps[i][0] <= end:
+                upto, t = stamps[i]
+                on_events(rec, feed(data[pos:upto - consumed]), t)
+                pos = upto - consumed
+                i += 1
+            if pos < len(data):  # bytes no stamp covers (not expected): the time they were read
+                t = now
+                on_events(rec, feed(data[pos:]), t)
+            consumed = end
         rest = decoder.flush()
         if rest is not None:
             on_event(rec, rest, t)
