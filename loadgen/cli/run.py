@@ -59,6 +59,9 @@ def run_options(f):
                      "(requests, latency histograms) for Prometheus on 127.0.0.1:PORT/metrics (docs/dashboards.md)."),
         click.option("--lateness-threshold-ms", type=float, default=5.0, show_default=True,
                      help="Mark the run client_bound when send lateness or loop lag p99 exceeds this."),
+        click.option("--timing-threshold-ms", type=float, default=3.0, show_default=True,
+                     help="Mark the run client_bound when the loop lag over chunk timestamps "
+                     "(what the client's own delay may add to them) has a p99 over this."),
         options.result_options,
         click.option("--quiet", is_flag=True, help="No progress bar."),
     ]):
@@ -123,6 +126,7 @@ def measure(o: dict, nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool
         return summarize(frame, (result.loop_lag_at_ns, result.loop_lag_ns),
                          config=_config(o, spec, result, wl), interrupted=result.interrupted,
                          goodput=objectives, lateness_threshold_ms=o["lateness_threshold_ms"],
+                         timing_threshold_ms=o["timing_threshold_ms"],
                          load_info=result.load_info, server_window=result.server_window)
 
     return options.write_and_report(out, frame, summary, interrupted=result.interrupted, nothing_code=nothing_code,
@@ -216,6 +220,7 @@ def _config(o: dict, spec: RunSpec, result: RunResult, wl) -> dict:
         "metrics_url": spec.metrics_url and _public_url(spec.metrics_url),
         "api_key_provided": bool(spec.headers), "keep_alive": spec.keep_alive,
         "lateness_threshold_ms": o["lateness_threshold_ms"],
+        "timing_threshold_ms": o["timing_threshold_ms"],
         "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},
         "host": options.host_config(), "argv": options.argv_without_secrets(),
     }
