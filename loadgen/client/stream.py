@@ -6,11 +6,10 @@ library's own work and its body-writer task (a separate task on Python 3.11) del
 by up to milliseconds, and that is the client's delay (lateness), not the server's TTFT.
 
 The hot path: one clock reading per socket read, taken as the read reaches aiohttp's protocol
-(`_StampingHandler`), so a chunk's time does not wait for this task to be scheduled (under load
-the loop runs many reads before any reader task: that wait was most of the client's timing
-error). The reader takes whatever is buffered (`readany`), splits it at the stamped read
-boundaries, and each part's events (split by `SSEDecoder`, interpreted by `events.on_events`)
-get the time of the read that completed them. Every failure becomes an error type on the
+(`_StampingHandler`), and the read's events recorded right there (split by `SSEDecoder`,
+interpreted by `events.on_events`): no task switch per read, and a chunk's time does not wait
+for a task to be scheduled (under load the loop runs many reads before any reader task: that
+wait was most of the client's timing error). The request's task only waits for the body's end. Every failure becomes an error type on the
 record; nothing but cancellation escapes `send`.
 """
 from __future__ import annotations
@@ -44,20 +43,59 @@ async def _on_request_bytes(_session, ctx, _params) -> None:
 
 
 class _StampingHandler(ResponseHandler):
-    """aiohttp's connection protocol, plus when each socket read arrived: for the response
-    being read, a list of (its body bytes so far, monotonic ns), one entry per read."""
+    """aiohttp's connection protocol, plus when each socket read arrived. While a `_BodyReader`
+    is attached for the response being read, the read's body bytes go to it right here, with
+    the read's time: no task switch per read. Before one is attached (bytes that came with the
+    headers), each read is noted as (the body's bytes so far, its time)."""
 
     loadgen_stamps: tuple | None = None
+    loadgen_reader: "_BodyReader | None" = None
 
     def data_received(self, data: bytes) -> None:
         t = _monotonic_ns()
         super().data_received(data)
         payload = self._payload
-        if payload is not None:
-            stamps = self.loadgen_stamps
-            if stamps is None or stamps[0] is not payload:
-                self.loadgen_stamps = stamps = (payload, [])
-            stamps[1].append((payload.total_bytes, t))
+        if payload is None:
+            return
+        reader = self.loadgen_reader
+        if reader is not None and reader.payload is payload:
+            reader.take(t)
+            return
+        stamps = self.loadgen_stamps
+        if stamps is None or stamps[0] is not payload:
+            self.loadgen_stamps = stamps = (payload, [])
+        stamps[1].append((payload.total_bytes, t))
+
+
+class _BodyReader:
+    """Takes a streamed body's bytes as the protocol receives them and records their events.
+    A fault (the stream broke the protocol, or a bug here) ends the body with that exception,
+    which the request's task then raises. Reading can make aiohttp resume its parser and hand
+    over more data re-entrantly: that data is left to the outer call, with its own time."""
+
+    __slots__ = ("rec", "payload", "feed", "t", "_busy", "_t_next")
+
+    def __init__(self, rec: RequestRecord, payload: aiohttp.StreamReader, feed) -> None:
+        self.rec, self.payload, self.feed, self.t = rec, payload, feed, 0
+        self._busy, self._t_next = False, 0
+
+    def take(self, t: int) -> None:
+        if self._busy:
+            self._t_next = t
+            return
+        payload = self.payload
+        if payload.exception() is not None:
+            return
+        self._busy = True
+        try:
+            while data := payload.read_nowait(-1):
+                self.t = t
+                on_events(self.rec, self.feed(data), t)
+                t = self._t_next or t
+        except Exception as e:  # StreamFault, or a bug: the request records it
+            payload.set_exception(e)
+        finally:
+            self._busy, self._t_next = False, 0
 
 
 def make_session(max_in_flight: int | None) -> aiohttp.ClientSession:
@@ -132,36 +170,56 @@ class StreamClient:
     async def _read_stream(self, rec: RequestRecord, resp: aiohttp.ClientResponse) -> None:
         content = resp.content
         decoder = SSEDecoder()
-        feed = decoder.feed
-        readany = content.readany
         conn = resp.connection
-        stamps = getattr(conn.protocol, "loadgen_stamps", None) if conn is not None else None
-        stamps = stamps[1] if stamps is not None and stamps[0] is content else None
-        t = 0
-        consumed = i = 0  # body bytes read so far; the first stamp not yet used
-        while data := await readany():
-            now = _monotonic_ns()
-            if stamps is None:
-                t = now
-                on_events(rec, feed(data), t)
-                continue
-            end, pos = consumed + len(data), 0
-            while i < len(stamps) and stamps[i][0] <= consumed:
-                i += 1
-            while i < len(stamps) and stamps[i][0] <= end:
-                upto, t = stamps[i]
-                on_events(rec, feed(data[pos:upto - consumed]), t)
-                pos = upto - consumed
-                i += 1
-            if pos < len(data):  # bytes no stamp covers (not expected): the time they were read
-                t = now
-                on_events(rec, feed(data[pos:]), t)
-            consumed = end
+        proto = conn.protocol if conn is not None else None
+        if not isinstance(proto, _StampingHandler):
+            return await _read_buffered(rec, content, decoder)
+        reader = _BodyReader(rec, content, decoder.feed)
+        stamps = proto.loadgen_stamps
+        if data := content.read_nowait(-1):  # what came before the reader was attached
+            _split_at_stamps(rec, data, stamps[1] if stamps and stamps[0] is content else [],
+                             decoder.feed, reader)
+        proto.loadgen_reader = reader
+        try:
+            await content.wait_eof()
+        finally:
+            proto.loadgen_reader = None
+        if (fault := content.exception()) is not None:
+            raise fault  # set by the reader after the body had already ended
+        if data := content.read_nowait(-1):
+            reader.t = _monotonic_ns()  # not expected: bytes that reached no read hook
+            on_events(rec, decoder.feed(data), reader.t)
         rest = decoder.flush()
         if rest is not None:
-            on_event(rec, rest, t)
+            on_event(rec, rest, reader.t)
         if not rec.t_end_ns:
-            rec.t_end_ns = t or _monotonic_ns()
+            rec.t_end_ns = reader.t or _monotonic_ns()
+
+
+def _split_at_stamps(rec: RequestRecord, data: bytes, stamps: list, feed, reader: _BodyReader) -> None:
+    """Record `data` (the body's first bytes) with the times of the reads that brought them."""
+    pos = 0
+    for upto, t in stamps:
+        if upto > pos:
+            reader.t = t
+            on_events(rec, feed(data[pos:upto]), t)
+            pos = upto
+    if pos < len(data):
+        reader.t = _monotonic_ns()
+        on_events(rec, feed(data[pos:]), reader.t)
+
+
+async def _read_buffered(rec: RequestRecord, content: aiohttp.StreamReader, decoder: SSEDecoder) -> None:
+    """Without the read hook (another aiohttp connector): each buffered read, timed when read."""
+    t = 0
+    while data := await content.readany():
+        t = _monotonic_ns()
+        on_events(rec, decoder.feed(data), t)
+    rest = decoder.flush()
+    if rest is not None:
+        on_event(rec, rest, t)
+    if not rec.t_end_ns:
+        rec.t_end_ns = t or _monotonic_ns()
 
 
 def _fail(rec: RequestRecord, kind: str, message: str) -> None:
