@@ -59,7 +59,7 @@ def _sources(frame: pd.DataFrame) -> tuple[str, dict[str, int]]:
 
 
 def self_check(frame: pd.DataFrame, lag_at_ns, lag_ns, threshold_ms: float,
-               timing_threshold_ms: float = 3.0) -> dict:
+               timing_threshold_ms: float = 4.0) -> dict:
     """Is the client itself the bottleneck? Three views, any over its bound flags the run:
     send lateness (every sent request) and loop lag per tick over `threshold_ms`, and loop lag
     per chunk timestamp (the lag that covered each chunk's arrival, over every chunk received)
@@ -112,7 +112,7 @@ def acceptance_client(m: pd.DataFrame) -> dict:
 
 def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, config: dict,
               interrupted: bool = False, goodput: dict[str, float] | None = None,
-              lateness_threshold_ms: float = 5.0, timing_threshold_ms: float = 3.0,
+              lateness_threshold_ms: float = 5.0, timing_threshold_ms: float = 4.0,
               load_info: dict | None = None,
               server_window: scrape.Window | None = None) -> dict:
     m = measured(frame)

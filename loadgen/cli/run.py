@@ -59,7 +59,7 @@ def run_options(f):
                      "(requests, latency histograms) for Prometheus on 127.0.0.1:PORT/metrics (docs/dashboards.md)."),
         click.option("--lateness-threshold-ms", type=float, default=5.0, show_default=True,
                      help="Mark the run client_bound when send lateness or loop lag p99 exceeds this."),
-        click.option("--timing-threshold-ms", type=float, default=3.0, show_default=True,
+        click.option("--timing-threshold-ms", type=float, default=4.0, show_default=True,
                      help="Mark the run client_bound when the loop lag over chunk timestamps "
                      "(what the client's own delay may add to them) has a p99 over this."),
         options.result_options,
