@@ -48,7 +48,7 @@ class _StampingHandler(ResponseHandler):
     the read's time: no task switch per read. Before one is attached (bytes that came with the
     headers), each read is noted as (the body's bytes so far, its time)."""
 
-    loadgen_stamps: tuple | None = None
+    loadgen_stamps: tuple = ()  # ((payload, [(bytes so far, t), ...]), the previous one)
     loadgen_reader: "_BodyReader | None" = None
 
     def data_received(self, data: bytes) -> None:
@@ -62,9 +62,14 @@ class _StampingHandler(ResponseHandler):
             reader.take(t)
             return
         stamps = self.loadgen_stamps
-        if stamps is None or stamps[0] is not payload:
-            self.loadgen_stamps = stamps = (payload, [])
-        stamps[1].append((payload.total_bytes, t))
+        if not stamps or stamps[0][0] is not payload:
+            # a response read whole before its task ran releases the connection; the next
+            # response on it must not hide the stamps of the one not yet read
+            self.loadgen_stamps = stamps = ((payload, []), *stamps[:1])
+        stamps[0][1].append((payload.total_bytes, t))
+
+    def stamps_of(self, payload) -> list:
+        return next((s for p, s in self.loadgen_stamps if p is payload), [])
 
 
 class _BodyReader:
@@ -170,20 +175,21 @@ class StreamClient:
     async def _read_stream(self, rec: RequestRecord, resp: aiohttp.ClientResponse) -> None:
         content = resp.content
         decoder = SSEDecoder()
-        conn = resp.connection
-        proto = conn.protocol if conn is not None else None
+        # the response's own protocol, also when the whole body came before this task ran
+        # (aiohttp then has already released the connection: resp.connection is None)
+        proto = getattr(resp, "_protocol", None)
         if not isinstance(proto, _StampingHandler):
             return await _read_buffered(rec, content, decoder)
         reader = _BodyReader(rec, content, decoder.feed)
-        stamps = proto.loadgen_stamps
-        if data := content.read_nowait(-1):  # what came before the reader was attached
-            _split_at_stamps(rec, data, stamps[1] if stamps and stamps[0] is content else [],
-                             decoder.feed, reader)
-        proto.loadgen_reader = reader
-        try:
-            await content.wait_eof()
-        finally:
-            proto.loadgen_reader = None
+        if content.exception() is None and (data := content.read_nowait(-1)):
+            _split_at_stamps(rec, data, proto.stamps_of(content), decoder.feed, reader)
+        if content.exception() is None and not content.is_eof():
+            proto.loadgen_reader = reader  # the connection is still this response's
+            try:
+                await content.wait_eof()
+            finally:
+                if proto.loadgen_reader is reader:
+                    proto.loadgen_reader = None
         if (fault := content.exception()) is not None:
             raise fault  # set by the reader after the body had already ended
         if data := content.read_nowait(-1):
