@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import sys
 import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable
@@ -205,3 +206,20 @@ async def announce_and_wait(listener: asyncio.base_events.Server, host: str) -> 
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     listener.close()
+
+
+def run_until_stopped(handler: Handler, host: str, port: int, prog: str,
+                      on_close: Callable[[], None] | None = None) -> None:
+    """Serve `handler` on host:port until SIGINT or SIGTERM (announced as above), then call
+    `on_close` inside the loop. A port that cannot be bound is one line on stderr (exit 1)."""
+    async def main() -> None:
+        listener = await serve(handler, host, port)
+        try:
+            await announce_and_wait(listener, host)
+        finally:
+            if on_close is not None:
+                on_close()
+    try:
+        asyncio.run(main())
+    except OSError as e:
+        sys.exit(f"{prog}: error: cannot listen on {host}:{port}: {e.strerror}")

@@ -6,11 +6,10 @@ SIGINT/SIGTERM.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 from servers.canned.app import CannedOptions, CannedServer
-from servers.http import announce_and_wait, serve
+from servers.http import run_until_stopped
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,12 +25,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _serve(server: CannedServer, host: str, port: int) -> None:
-    listener = await serve(server.handle, host, port)
-    await announce_and_wait(listener, host)
-    server.close()
-
-
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     try:
@@ -39,10 +32,8 @@ def main(argv: list[str] | None = None) -> None:
                              events_per_write=args.events_per_write, trace_path=args.trace)
     except ValueError as e:
         sys.exit(f"python -m servers.canned: error: {e}")
-    try:
-        asyncio.run(_serve(CannedServer(opts), args.host, args.port))
-    except OSError as e:
-        sys.exit(f"python -m servers.canned: error: cannot listen on {args.host}:{args.port}: {e.strerror}")
+    server = CannedServer(opts)
+    run_until_stopped(server.handle, args.host, args.port, "python -m servers.canned", server.close)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,10 @@ the OS chose), then serves until SIGINT/SIGTERM.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 from servers.scripted.app import ScriptedServer, ServerOptions
-from servers.http import announce_and_wait, serve
+from servers.http import run_until_stopped
 from servers.scripted.script import FAULTS, ScriptConfig
 
 
@@ -40,12 +39,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _serve(server: ScriptedServer, host: str, port: int) -> None:
-    listener = await serve(server.handle, host, port)
-    await announce_and_wait(listener, host)
-    server.close()
-
-
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     try:
@@ -61,10 +54,8 @@ def main(argv: list[str] | None = None) -> None:
                          honour_usage=not args.no_usage,
                          honour_continuous_usage=not args.no_continuous_usage,
                          trace_path=args.trace)
-    try:
-        asyncio.run(_serve(ScriptedServer(cfg, opts), args.host, args.port))
-    except OSError as e:
-        sys.exit(f"loadgen-scripted-server: error: cannot listen on {args.host}:{args.port}: {e.strerror}")
+    server = ScriptedServer(cfg, opts)
+    run_until_stopped(server.handle, args.host, args.port, "loadgen-scripted-server", server.close)
 
 
 if __name__ == "__main__":
