@@ -17,6 +17,7 @@ import aiohttp
 
 from loadgen import arrivals
 from loadgen.client import StreamClient, make_session
+from loadgen.client.stream import chunk_times
 from loadgen.client.bodies import build_body, stream_options
 from loadgen.executors import Feed, Item, closed_loop, open_loop
 from loadgen.record import RequestRecord
@@ -225,6 +226,7 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
                 await asyncio.gather(task, return_exceptions=True)
         if not interrupted:
             load_info = await task  # re-raises a fault of the executor itself
+        load_info = {**load_info, "chunk_times": chunk_times(session)}
     finally:
         gc.unfreeze()  # what was alive before the run can be collected again (sweeps run many)
         await monitor.stop()

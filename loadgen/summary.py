@@ -120,6 +120,7 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
     cancelled = int((frame["error_type"] == "cancelled").sum())
     itl, gaps, decode = token_gaps(m)
     check = self_check(frame, *loop_lag, lateness_threshold_ms, timing_threshold_ms)
+    check["chunk_times"] = (load_info or {}).get("chunk_times")  # where chunk times were taken
     source, sources = _sources(m)
     out: dict = {"config": config, "completed": int(len(m)), "failed": int(len(failed)),
                  "cancelled": cancelled, "interrupted": interrupted,

@@ -24,6 +24,7 @@ def test_canned_server_streams_what_its_trace_says(tmp_path):
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["completed"] == 12 and s["failed"] == 0
     assert s["token_count_source"] == "continuous_usage"
+    assert s["self_check"]["chunk_times"] == "socket_read"  # the protocol hook is in place
     written = [json.loads(line) for line in trace.read_text().splitlines()]
     assert len(written) == 12
     for w in written:

@@ -103,6 +103,14 @@ class _BodyReader:
             self._busy, self._t_next = False, 0
 
 
+def chunk_times(session: aiohttp.ClientSession) -> str:
+    """Where this session's chunk times are taken: "socket_read" (the protocol hook above) or
+    "buffered_read" (an aiohttp whose internals the hook does not fit: when the reading task
+    runs, which under load is later)."""
+    factory = getattr(session.connector, "_factory", None)
+    return "socket_read" if getattr(factory, "func", None) is _StampingHandler else "buffered_read"
+
+
 def make_session(max_in_flight: int | None) -> aiohttp.ClientSession:
     """One session for a run. Its pool is sized to the load (unlimited when the load is), so
     no request ever waits silently inside the connection pool."""
