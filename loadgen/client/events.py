@@ -39,7 +39,7 @@ def on_events(rec: RequestRecord, payloads: list[bytes], t: int) -> None:
     if len(body) > 1 and not rec.done and rec.chunk_text is None and not (usages and usages[-1] < 0):
         if _all_counted(rec, body, t):
             body = ()
-        elif len(body) > 1 and _all_counted(rec, body[:-1], t):
+        elif _all_counted(rec, body[:-1], t):
             body = body[-1:]  # e.g. the final usage-only chunk: read in full below
     for payload in body:
         on_event(rec, payload, t)

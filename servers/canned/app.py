@@ -17,6 +17,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass
+from itertools import accumulate
 
 from servers.clock import PreciseClock
 from servers.http import HttpConnection, HttpRequest, frame_chunk
@@ -101,7 +102,7 @@ class CannedServer:
                                                key[2], key[3])
         conn.start_stream()
         t0 = req.t_recv + self.opts.ttft_ms / 1e3
-        due = [t0 + (last - 1) * self.opts.pacing_ms / 1e3 for last in _cumsum(e for _, e in writes)]
+        due = [t0 + (last - 1) * self.opts.pacing_ms / 1e3 for last in accumulate(e for _, e in writes)]
         if self.opts.pacing_ms > 0:
             written = await self._paced(conn, writes, due)
         else:
@@ -129,6 +130,8 @@ class CannedServer:
         written: list[int] = []
 
         def step() -> None:
+            if done.done():  # the handler was cancelled (the client went away)
+                return
             if conn.closed:
                 return done.set_result(written)
             conn.write_framed(writes[len(written)][0])
@@ -139,14 +142,6 @@ class CannedServer:
 
         self.clock.call_at(due[0], step)
         return done
-
-
-def _cumsum(values) -> list[int]:
-    out, total = [], 0
-    for v in values:
-        total += v
-        out.append(total)
-    return out
 
 
 def _error(conn: HttpConnection, status: int, message: str) -> None:
