@@ -193,8 +193,7 @@ def main() -> None:
             for client in (["loadgen"] if mode == "calibrate" else h.clients()):
                 runs = [h.run(client, **step) for _ in range(repeat)]
                 # calibration judges every run on its own; the side-by-side steps show medians
-                for med in ([{**r, "flagged": r["flagged"]} for r in runs] if mode == "calibrate"
-                            else [_median(runs)]):
+                for med in (runs if mode == "calibrate" else [_median(runs)]):
                     rows.append({"mode": mode, "client": client, "pacing_ms": step["pacing_ms"] or "none",
                                  "events_per_write": step["per_write"], "concurrency": step["conc"], **med})
                 print(f"  {mode} {client} c={step['conc']} pacing={step['pacing_ms']}: "
