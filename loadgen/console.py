@@ -83,7 +83,13 @@ def warnings(summary: dict) -> list[str]:
     if chk["client_bound"]:
         out.append("WARNING: client_bound: the load generator itself was the bottleneck ("
                    + "; ".join(chk["reasons"]) + "); its latency figures include its own delay. "
-                   "Lower the load, or use more client cores.")
+                   "Lower the load, or use more client cores (--workers N).")
+        slow = [str(w) for w, c in (chk.get("workers") or {}).items() if c["client_bound"]]
+        if slow:
+            out.append(f"  (worker(s) {', '.join(slow)} of {len(chk['workers'])} over their bounds; "
+                       "self_check.workers in the summary has each one's figures)")
+    for lost in (summary.get("sending") or {}).get("workers_lost") or []:
+        out.append(f"WARNING: {lost}")
     if summary.get("window") and summary["window"]["kind"] != "steady":
         out.append("note: all requests were sent within one request lifetime, so there was no "
                    "steady state; throughput covers the whole run including ramp-down. "

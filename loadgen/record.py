@@ -24,6 +24,7 @@ class RequestRecord:
     category: str = ""
     max_tokens: int = 0
     queue_delay_ns: int = 0
+    worker: int = 0  # which load-generating process sent it (loadgen.workers; 0 when one)
     t_call_ns: int = 0  # the client began sending (called the HTTP library)
     t_send_ns: int = 0  # the request's bytes were handed to the socket (t_call_ns if never)
     t_headers_ns: int = 0

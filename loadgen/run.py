@@ -19,7 +19,7 @@ from loadgen import arrivals
 from loadgen.client import StreamClient, make_session
 from loadgen.client.stream import chunk_times
 from loadgen.client.bodies import build_body, stream_options
-from loadgen.executors import Feed, Item, closed_loop, open_loop
+from loadgen.executors import Feed, Item, Share, closed_loop, open_loop
 from loadgen.record import RequestRecord
 from loadgen.scrape import Recorder, Window
 from loadgen.selfcheck import LoopLagMonitor
@@ -106,6 +106,11 @@ class RunResult:
     interrupted: bool = False
     load_info: dict = field(default_factory=dict)  # what the executor reports (e.g. ramp_s)
     server_window: Window | None = None  # the server's counters over the measurement
+    loop_lag_worker: list[int] = field(default_factory=list)  # whose loop each tick was (empty: one)
+
+    def loop_lag(self) -> tuple[list[int], list[int], list[int] | None]:
+        """The self-check's input: tick times, their lags, and which worker's loop each was."""
+        return self.loop_lag_at_ns, self.loop_lag_ns, self.loop_lag_worker or None
 
 
 def _prepare_fds(need: int) -> None:
@@ -136,23 +141,29 @@ def _prepare_fds(need: int) -> None:
             os.close(fd)
 
 
-def session_for(load: LoadShape) -> aiohttp.ClientSession:
-    """The run's HTTP session, with enough file descriptors for its connections."""
-    _prepare_fds(2 * (load.max_in_flight or 4096) + 64)
-    return make_session(load.max_in_flight)
+def session_for(load: LoadShape, share: Share = Share()) -> aiohttp.ClientSession:
+    """The run's (or a worker's share of it) HTTP session, with enough file descriptors for
+    its connections."""
+    limit = share.split(load.max_in_flight) if load.max_in_flight else None
+    _prepare_fds(2 * (limit or 4096) + 64)
+    return make_session(limit)
 
 
 async def execute(spec: RunSpec, requests: Iterator[Request], *,
                   session: aiohttp.ClientSession | None = None,
                   stop: asyncio.Event | None = None,
                   on_record: Callable[[RequestRecord], None] | None = None,
-                  on_start: Callable[[RequestRecord], None] | None = None) -> RunResult:
+                  on_start: Callable[[RequestRecord], None] | None = None,
+                  share: Share = Share(), t0_ns: int | None = None,
+                  on_measure_start: Callable[[], None] | None = None) -> RunResult:
     """Run the load; `stop` ends it early (in-flight requests are cancelled and recorded as
     such; finished ones are all kept). `on_start` and `on_record` see each request as it is
-    sent and when it is done."""
+    sent and when it is done; `on_measure_start` hears when the first request past warm-up
+    goes (when the server window is not scraped here). With a `share`, only that worker's part of the load, from `t0_ns`
+    (a `monotonic_ns` time, the same in every worker; default: now)."""
     own_session = session is None
     if own_session:
-        session = session_for(spec.load)
+        session = session_for(spec.load, share)
     opts = stream_options(spec.continuous_usage)
     headers = spec.headers if spec.keep_alive else {**spec.headers, "Connection": "close"}
     client = StreamClient(session, spec.api_base, spec.endpoint, headers,
@@ -169,7 +180,7 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
         rec = RequestRecord(index=item.index, request_id=req.id, warmup=item.warmup,
                             t_scheduled_ns=t_sched or 0, workload=req.workload,
                             category=req.category, max_tokens=req.max_tokens,
-                            queue_delay_ns=queue_delay)
+                            queue_delay_ns=queue_delay, worker=share.worker)
         records.append(rec)
         if on_start is not None:
             on_start(rec)
@@ -200,16 +211,18 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     # and a collection only walks what the run itself created.
     gc.collect()
     gc.freeze()
-    t0_unix = time.time()
-    t0 = time.monotonic_ns()
+    now = time.monotonic_ns()
+    t0 = now if t0_ns is None else t0_ns
+    t0_unix = time.time() + (t0 - now) / 1e9
     deadline = None if spec.duration_s is None else t0 + int(spec.duration_s * 1e9)
     feed = Feed(requests, encode, num=spec.num_requests, warmup=spec.warmup, deadline_ns=deadline,
-                on_measure_start=recorder.begin_soon if recorder and spec.warmup else None)
+                on_measure_start=recorder.begin_soon if recorder and spec.warmup else on_measure_start,
+                share=share)
     if load.closed:
-        work = closed_loop.run(feed, send, users=load.concurrency, t0_ns=t0)
+        work = closed_loop.run(feed, send, users=load.concurrency, t0_ns=t0, share=share)
     else:
         work = open_loop.run(feed, send, offsets_s=offsets, t0_ns=t0,
-                             max_concurrency=load.max_concurrency)
+                             max_concurrency=load.max_concurrency, share=share)
     monitor.start()
     interrupted = False
     load_info: dict = {}

@@ -58,38 +58,62 @@ def _sources(frame: pd.DataFrame) -> tuple[str, dict[str, int]]:
     return (next(iter(counts)) if len(counts) == 1 else "mixed"), counts
 
 
+def _chunk_lag(frame: pd.DataFrame, lag_at_ns, lag_ns, lag_worker) -> np.ndarray:
+    """The loop lag that covered each chunk timestamp, each chunk matched to the ticks of the
+    loop (worker process) that took it."""
+    def chunks(f: pd.DataFrame) -> np.ndarray:
+        return f["chunk_t_ns"].explode().dropna().to_numpy(dtype=np.int64)
+
+    if lag_worker is None:
+        return lag_at(chunks(frame), lag_at_ns, lag_ns)
+    at, lag, who = (np.asarray(x, dtype=np.int64) for x in (lag_at_ns, lag_ns, lag_worker))
+    parts = [lag_at(chunks(frame[frame["worker"] == w]), at[who == w], lag[who == w])
+             for w in np.unique(frame["worker"])]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
 def self_check(frame: pd.DataFrame, lag_at_ns, lag_ns, threshold_ms: float,
-               timing_threshold_ms: float = 4.0) -> dict:
+               timing_threshold_ms: float = 4.0, lag_worker=None) -> dict:
     """Is the client itself the bottleneck? Three views, any over its bound flags the run:
     send lateness (every sent request) and loop lag per tick over `threshold_ms`, and loop lag
     per chunk timestamp (the lag that covered each chunk's arrival, over every chunk received)
     over `timing_threshold_ms`: the bound on what the client's own delay may add to a chunk's
-    time (calibrated in bench/client_capacity.py against a server's true write times)."""
+    time (calibrated in bench/client_capacity.py against a server's true write times). With
+    several worker processes (`lag_worker`: whose loop each tick was), each chunk is judged by
+    its own worker's loop, and each worker's views are given too (`workers`)."""
     sent = frame[frame["t_send_ns"] > 0]
-    chunks = frame["chunk_t_ns"].explode().dropna().to_numpy(dtype=np.int64)
     checks = {
         "lateness_ms": ("send lateness", describe(sent["lateness_ms"]), threshold_ms),
         "loop_lag_ms": ("event-loop lag", describe(np.asarray(lag_ns, dtype=float), scale=1e-6), threshold_ms),
         "chunk_lag_ms": ("loop lag over chunk timestamps",
-                         describe(lag_at(chunks, lag_at_ns, lag_ns).astype(float), scale=1e-6),
+                         describe(_chunk_lag(frame, lag_at_ns, lag_ns, lag_worker).astype(float), scale=1e-6),
                          timing_threshold_ms),
     }
     reasons = [f"{name} p99 {d['p99']:.1f} ms > {bound:g} ms"
                for name, d, bound in checks.values() if d["count"] and d["p99"] > bound]
-    return {"threshold_ms": threshold_ms, "timing_threshold_ms": timing_threshold_ms,
-            "client_bound": bool(reasons), "reasons": reasons,
-            **{key: d for key, (_, d, _) in checks.items()}}
+    out = {"threshold_ms": threshold_ms, "timing_threshold_ms": timing_threshold_ms,
+           "client_bound": bool(reasons), "reasons": reasons,
+           **{key: d for key, (_, d, _) in checks.items()}}
+    if lag_worker is not None:
+        who = np.asarray(lag_worker)
+        at, lag = np.asarray(lag_at_ns), np.asarray(lag_ns)
+        out["workers"] = {int(w): {k: v for k, v in self_check(
+            frame[frame["worker"] == w], at[who == w], lag[who == w], threshold_ms,
+            timing_threshold_ms).items() if k in ("client_bound", "lateness_ms", "loop_lag_ms", "chunk_lag_ms")}
+            for w in np.unique(who)}
+    return out
 
 
 def sending(frame: pd.DataFrame, load_info: dict) -> dict:
     """What the client actually sent: count and achieved send rate (to compare with an
     open-loop target), plus what the executor reported (a closed loop's ramp: the spread of
-    its users' first sends)."""
+    its users' first sends), from how many worker processes, and any that died mid-run."""
     sent = frame.loc[frame["t_send_ns"] > 0, "t_send_ns"].astype("int64")
     span = (int(sent.max()) - int(sent.min())) / _NS if len(sent) > 1 else 0.0
     return {"sent": int(len(sent)),
             "send_rate_req_s": (len(sent) - 1) / span if span > 0 else None,
-            "ramp_s": load_info.get("ramp_s")}
+            "ramp_s": load_info.get("ramp_s"), "workers": load_info.get("workers", 1),
+            "workers_lost": load_info.get("workers_lost", [])}
 
 
 def acceptance_client(m: pd.DataFrame) -> dict:
@@ -119,7 +143,8 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
     failed = frame[~frame["ok"] & ~frame["warmup"] & (frame["error_type"] != "cancelled")]
     cancelled = int((frame["error_type"] == "cancelled").sum())
     itl, gaps, decode = token_gaps(m)
-    check = self_check(frame, *loop_lag, lateness_threshold_ms, timing_threshold_ms)
+    check = self_check(frame, loop_lag[0], loop_lag[1], lateness_threshold_ms, timing_threshold_ms,
+                       lag_worker=loop_lag[2] if len(loop_lag) > 2 else None)
     check["chunk_times"] = (load_info or {}).get("chunk_times")  # where chunk times were taken
     source, sources = _sources(m)
     out: dict = {"config": config, "completed": int(len(m)), "failed": int(len(failed)),

@@ -102,6 +102,10 @@ def _closed_port() -> int:
     (["--base-url", "ftp://example", "--concurrency", "1"], "not an http(s) URL"),
     (["--base-url", "{fast}", "--concurrency", "1", "--goodput", "ttft<500"], "bad goodput objective"),
     (["--base-url", "{fast}", "--concurrency", "1", "--extra-body", "[1"], "--extra-body is not valid JSON"),
+    (["--base-url", "{fast}", "--concurrency", "2", "--workers", "0"], "--workers"),
+    (["--base-url", "{fast}", "--concurrency", "2", "--workers", "3"], "--workers (3) must be at most the --concurrency (2)"),
+    (["--base-url", "{fast}", "--rate", "9", "--max-concurrency", "1", "--workers", "2"], "at most the --max-concurrency (1)"),
+    (["--base-url", "{fast}", "--concurrency", "2", "--workers", "2", "--metrics-port", "0"], "not available with --workers"),
 ])
 def test_bad_input_is_one_clear_line(fast_server, tmp_path, args, expect):
     blocker = tmp_path / "a-file"

@@ -11,7 +11,7 @@ from workloads import random_lengths
 
 
 def _summary(result) -> dict:
-    return summarize(request_frame(result.records), (result.loop_lag_at_ns, result.loop_lag_ns),
+    return summarize(request_frame(result.records), result.loop_lag(),
                      config={"clock": {"t0_ns": result.t0_ns}, "load": {}},
                      load_info=result.load_info)
 

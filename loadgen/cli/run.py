@@ -18,6 +18,7 @@ from loadgen.measure import request_frame
 from loadgen.run import RunResult, RunSpec, execute, session_for
 from loadgen.summary import summarize
 from loadgen.tokens import TokenizerError, load_tokenizer
+from loadgen.workers import WorkerError, WorkloadRef, check_workers, execute_workers
 
 # What `loadgen run` measures without --base-url: the emulated engine (servers/emulator) with the
 # study's Llama-3.1-8B on H100 cost model and EAGLE, in real time.
@@ -57,6 +58,9 @@ def run_options(f):
                      "(every second) and after the measurement [default: the server's /metrics; 'none': off]."),
         click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve the client's live metrics "
                      "(requests, latency histograms) for Prometheus on 127.0.0.1:PORT/metrics (docs/dashboards.md)."),
+        click.option("--workers", type=click.IntRange(1), default=1, show_default=True,
+                     help="Generate the load from N processes on this host, one event loop and "
+                     "connection pool each, the one schedule split between them (docs/metrics.md)."),
         click.option("--lateness-threshold-ms", type=float, default=5.0, show_default=True,
                      help="Mark the run client_bound when send lateness or loop lag p99 exceeds this."),
         click.option("--timing-threshold-ms", type=float, default=4.0, show_default=True,
@@ -113,17 +117,27 @@ def measure(o: dict, nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool
         except EndpointError as e:
             raise Failure(str(e)) from None
         spec.metrics_url = metrics_url(spec.api_base, o["metrics_url"])
+        if o["workers"] > 1 and o["metrics_port"] is not None:
+            raise click.UsageError("--metrics-port is not available with --workers (the requests are "
+                                   "sent by other processes); drop one of them")
+        try:
+            check_workers(o["workers"], spec)
+        except ValueError as e:
+            raise click.UsageError("--" + str(e).replace("max_concurrency", "--max-concurrency")
+                                   .replace("the concurrency", "the --concurrency")) from None
+        source = WorkloadRef(wl.spec, o["data_dir"], o["skip_bad"], o["category"], o["tokenizer"])
         live = options.live_metrics(o["metrics_port"])
         try:
             result = asyncio.run(_run(spec, o["model"], requests, o["quiet"], o["keep_alive"],
-                                      live and (live, wl.spec.split(",")[0], _level(spec))))
+                                      live and (live, wl.spec.split(",")[0], _level(spec)),
+                                      workers=(o["workers"], source)))
         finally:
             if live is not None:
                 live.close()
     frame = request_frame(result.records, tokenizer)
 
     def summary() -> dict:
-        return summarize(frame, (result.loop_lag_at_ns, result.loop_lag_ns),
+        return summarize(frame, result.loop_lag(),
                          config=_config(o, spec, result, wl), interrupted=result.interrupted,
                          goodput=objectives, lateness_threshold_ms=o["lateness_threshold_ms"],
                          timing_threshold_ms=o["timing_threshold_ms"],
@@ -157,10 +171,10 @@ def _level(spec: RunSpec) -> str:
 
 
 async def _run(spec: RunSpec, model: str | None, requests, quiet: bool, keep_alive: bool | None,
-               live=None) -> RunResult:
+               live=None, workers: tuple[int, WorkloadRef | None] = (1, None)) -> RunResult:
     """Check the server and model (setting `spec.model`, and `spec.keep_alive` unless given),
-    then run the load with a progress bar; SIGINT and SIGTERM stop it early and keep what
-    finished."""
+    then run the load (from `workers[0]` processes, which open the workload `workers[1]`) with
+    a progress bar; SIGINT and SIGTERM stop it early and keep what finished."""
     session = session_for(spec.load)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -198,6 +212,18 @@ async def _run(spec: RunSpec, model: str | None, requests, quiet: bool, keep_ali
                 metrics.finished(rec)
                 shown(rec)
             progress = both
+        if workers[0] > 1:
+            def counts(done: int, failed_now: int) -> None:
+                nonlocal failed
+                failed += failed_now
+                bar.update(done)
+                if failed:
+                    bar.set_postfix(failed=failed, refresh=False)
+            await session.close()  # the workers have their own
+            try:
+                return await execute_workers(spec, workers[1], workers[0], stop=stop, on_progress=counts)
+            except WorkerError as e:
+                raise Failure(str(e)) from None
         return await execute(spec, requests, session=session, stop=stop, on_record=progress, on_start=on_start)
     finally:
         if bar is not None:
@@ -220,7 +246,7 @@ def _config(o: dict, spec: RunSpec, result: RunResult, wl) -> dict:
         "metrics_url": spec.metrics_url and _public_url(spec.metrics_url),
         "api_key_provided": bool(spec.headers), "keep_alive": spec.keep_alive,
         "lateness_threshold_ms": o["lateness_threshold_ms"],
-        "timing_threshold_ms": o["timing_threshold_ms"],
+        "timing_threshold_ms": o["timing_threshold_ms"], "workers": o["workers"],
         "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},
         "host": options.host_config(), "argv": options.argv_without_secrets(),
     }

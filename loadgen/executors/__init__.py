@@ -7,6 +7,6 @@ the client's job and summarising the analysis stage's.
 Both take a `Feed` (what to send) and a `Sender` (how to send one) and return nothing: the
 sender keeps the records.
 """
-from loadgen.executors.feed import Feed, Item, Sender
+from loadgen.executors.feed import Feed, Item, Sender, Share
 
-__all__ = ["Feed", "Item", "Sender"]
+__all__ = ["Feed", "Item", "Sender", "Share"]

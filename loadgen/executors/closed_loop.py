@@ -8,18 +8,19 @@ Users join `join_gap_s` apart (1 ms: a 256-user loop is running after a quarter 
 because N first requests sent in one burst keep the client busy for N times the cost of a
 send, delaying the timestamps of the responses already arriving. A user's first request counts
 as scheduled when it is sent; the spread of the first sends is reported as the ramp
-(`sending.ramp_s` in the summary)."""
+(`sending.ramp_s` in the summary). A worker's share of the users (loadgen.workers) are those
+numbered worker, worker + workers, ..., each joining at its own number's time."""
 from __future__ import annotations
 
 import asyncio
 import time
 
-from loadgen.executors.feed import Feed, Sender
+from loadgen.executors.feed import Feed, Sender, Share
 
 
 async def run(feed: Feed, send: Sender, *, users: int, t0_ns: int,
-              join_gap_s: float = 0.001) -> dict:
-    """Returns {"ramp_s": spread of the users' first sends}."""
+              join_gap_s: float = 0.001, share: Share = Share()) -> dict:
+    """Returns {"ramp_s": spread of the users' first sends, "first_sends_ns": [first, last]}."""
     loop = asyncio.get_running_loop()
     first_sends: list[int] = []
 
@@ -38,11 +39,13 @@ async def run(feed: Feed, send: Sender, *, users: int, t0_ns: int,
                 first_sends.append(rec.t_send_ns)
             t_free = rec.t_end_ns
 
-    tasks = [loop.create_task(user(k)) for k in range(users)]
+    tasks = [loop.create_task(user(k)) for k in range(share.worker, users, share.workers)]
     try:
         await asyncio.gather(*tasks)
     finally:
-        ramp = (max(first_sends) - min(first_sends)) / 1e9 if first_sends else None
         for task in tasks:
             task.cancel()
-    return {"ramp_s": ramp}
+    if not first_sends:
+        return {"ramp_s": None, "first_sends_ns": None}
+    return {"ramp_s": (max(first_sends) - min(first_sends)) / 1e9,
+            "first_sends_ns": [min(first_sends), max(first_sends)]}

@@ -1,7 +1,8 @@
 """What executors hand out: the workload's requests, numbered, with warm-up marked, bounded
-by count and/or a deadline."""
+by count and/or a deadline; or one worker's share of them (every `workers`-th, from its own)."""
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Iterator
@@ -23,19 +24,37 @@ class Item:
 Sender = Callable[[Item, "int | None", int], Awaitable[RequestRecord]]
 
 
+@dataclass(slots=True, frozen=True)
+class Share:
+    """Worker `worker` of `workers` (loadgen.workers): it sends items worker, worker +
+    workers, worker + 2 workers, ... of the one numbering, each at its own scheduled time."""
+    worker: int = 0
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.worker < self.workers:
+            raise ValueError(f"worker {self.worker} of {self.workers}")
+
+    def split(self, total: int) -> int:
+        """This worker's part of `total` (users, a concurrency cap), spread as evenly as can be."""
+        return total // self.workers + (self.worker < total % self.workers)
+
+
 class Feed:
     """Hands out `warmup + num` items (or without end when `num` is None) until the deadline
     (a `monotonic_ns` value, or None), or until `stop()`. `on_measure_start` is called when
-    the first item past warm-up is handed out."""
+    the first item past warm-up is handed out. With a `share`, only that worker's items (the
+    request sequence is the same in every worker, numbered the same)."""
 
     def __init__(self, requests: Iterator[Request], encode: Callable[[Request], bytes], *,
                  num: int | None, warmup: int = 0, deadline_ns: int | None = None,
-                 on_measure_start: Callable[[], None] | None = None) -> None:
-        self._requests = iter(requests)
+                 on_measure_start: Callable[[], None] | None = None, share: Share = Share()) -> None:
+        self._requests = itertools.islice(requests, share.worker, None, share.workers)
+        self._stride = share.workers
         self._encode = encode
         self._limit = None if num is None else warmup + num
         self._warmup = warmup
-        self._next = 0
+        self._next = share.worker
         self.deadline_ns = deadline_ns
         self.stopped = False
         self._on_measure_start = on_measure_start
@@ -57,7 +76,8 @@ class Feed:
         if req is None:
             return None
         i = self._next
-        self._next += 1
-        if i == self._warmup and self._on_measure_start is not None:
+        self._next += self._stride
+        if self._on_measure_start is not None and i >= self._warmup:
             self._on_measure_start()
+            self._on_measure_start = None
         return Item(i, req, self._encode(req), i < self._warmup)

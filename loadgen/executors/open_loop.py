@@ -1,6 +1,7 @@
 """Open loop: requests go at their scheduled times whatever the server does. With
 `max_concurrency`, a request that finds every slot busy waits for one; that wait is recorded
-as queue delay (client-side queueing, part of what a user would see), not hidden."""
+as queue delay (client-side queueing, part of what a user would see), not hidden. A worker's
+share (loadgen.workers) sends every `workers`-th scheduled request, under its part of the cap."""
 from __future__ import annotations
 
 import asyncio
@@ -8,12 +9,13 @@ import time
 
 import numpy as np
 
-from loadgen.executors.feed import Feed, Item, Sender
+from loadgen.executors.feed import Feed, Item, Sender, Share
 
 
 async def run(feed: Feed, send: Sender, *, offsets_s: np.ndarray, t0_ns: int,
-              max_concurrency: int | None = None) -> dict:
-    slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+              max_concurrency: int | None = None, share: Share = Share()) -> dict:
+    cap = share.split(max_concurrency) if max_concurrency else None
+    slots = asyncio.Semaphore(cap) if cap else None
     loop = asyncio.get_running_loop()
     in_flight: set[asyncio.Task] = set()
 
@@ -34,7 +36,7 @@ async def run(feed: Feed, send: Sender, *, offsets_s: np.ndarray, t0_ns: int,
             slots.release()
 
     try:
-        for offset in offsets_s.tolist():
+        for offset in offsets_s[share.worker::share.workers].tolist():
             t_sched = t0_ns + int(offset * 1e9)
             if feed.expired(t_sched):
                 break

@@ -86,7 +86,7 @@ def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
         "started_unix": t_start,
         "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},
     }
-    summary = summarize(frame, (result.loop_lag_at_ns, result.loop_lag_ns), config=config,
+    summary = summarize(frame, result.loop_lag(), config=config,
                         interrupted=result.interrupted, load_info=result.load_info, goodput=goodput,
                         server_window=result.server_window)
     return CellResult(frame, summary, result.interrupted)

@@ -1,0 +1,267 @@
+"""One run's load from several processes on one host (`--workers N`).
+
+One asyncio process reads some hundreds of thousands of chunks per second unpaced, fewer when
+every chunk must be timed to the millisecond (docs/performance.md). With N workers the run's
+one load is split (`executors.Share`): worker w sends requests w, w + N, w + 2N, ... of the one
+numbering, each at its scheduled time from the one arrival schedule (closed loop: users w,
+w + N, ...). Every worker opens the same workload with the same seed, so all hold the same
+request sequence without shipping it between processes.
+
+Workers are spawned (fresh interpreters: no event loop or pool crosses a fork), get ready
+(imports, workload, connection pool), and then all start at one `t0` on CLOCK_MONOTONIC, which
+every process on a host shares: their timestamps are one clock. Each worker times its own
+streams on its own event loop and watches its own loop's lag. The parent scrapes the server's
+metrics around the whole run and merges the workers' records into one `RunResult`, identical
+in form to a single process's (`worker` says whose a record is), with each worker's loop-lag
+ticks kept apart, so the self-check matches every chunk to the loop that took it.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import multiprocessing
+import signal
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from loadgen.executors import Share
+from loadgen.run import RunResult, RunSpec, execute, session_for
+from loadgen.scrape import Recorder, Window
+
+START_MARGIN_S = 0.05  # from the go message to t0: every worker is waiting on its timers by then
+
+
+class WorkerError(Exception):
+    """A worker could not start; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class WorkloadRef:
+    """How a worker opens the run's workload itself (workload objects hold generators, which
+    do not cross processes)."""
+    spec: str
+    data_dir: str | None = None
+    skip_bad: bool = False
+    category: str | None = None
+    tokenizer: str | None = None  # a tokenizer.json path (exact synthetic prompt lengths)
+
+    def open(self):
+        from workloads import open_workload
+        tok = None
+        if self.tokenizer:
+            from loadgen.tokens import load_tokenizer
+            tok = load_tokenizer(self.tokenizer)
+        return open_workload(self.spec, data_dir=self.data_dir, skip_bad=self.skip_bad,
+                             category=self.category, tokenizer=tok)
+
+
+def check_workers(workers: int, spec: RunSpec) -> None:
+    """ValueError naming the limit when the load cannot be split `workers` ways."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    cap = spec.load.max_in_flight
+    if cap is not None and workers > cap:
+        what = "concurrency" if spec.load.closed else "max_concurrency"
+        raise ValueError(f"workers ({workers}) must be at most the {what} ({cap}): each worker "
+                         "needs a user (a slot) of its own")
+
+
+# -- in the worker process ---------------------------------------------------------------------
+
+def _worker_main(conn, spec: RunSpec, workload: WorkloadRef, share: Share) -> None:
+    from servers.launcher import _die_with_parent
+    _die_with_parent()  # the parent killed outright: this worker goes too
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the loop handles it (a Ctrl-C reaches all)
+    try:
+        asyncio.run(_work(conn, spec, workload, share))
+    except (BrokenPipeError, EOFError):
+        pass  # the parent is gone: nobody to report to
+    finally:
+        conn.close()
+
+
+async def _work(conn, spec: RunSpec, workload: WorkloadRef, share: Share) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    inbox: asyncio.Queue = asyncio.Queue()
+
+    def readable() -> None:
+        try:
+            inbox.put_nowait(conn.recv())
+        except (EOFError, OSError):
+            loop.remove_reader(conn.fileno())
+            inbox.put_nowait(("stop",))
+
+    requests = workload.open().requests(None, spec.seed)
+    session = session_for(spec.load, share)
+    loop.add_reader(conn.fileno(), readable)
+    conn.send(("ready",))
+    go = await inbox.get()
+    if go[0] != "start":
+        await session.close()
+        return
+    done = failed = 0
+
+    def on_record(rec) -> None:
+        nonlocal done, failed
+        done += 1
+        failed += not rec.ok
+
+    def report() -> None:  # progress twice a second, not a message per request
+        nonlocal done, failed
+        if done:
+            conn.send(("progress", done, failed))
+            done = failed = 0
+        ticker[0] = loop.call_later(0.5, report)
+
+    async def listen() -> None:
+        while (await inbox.get())[0] != "stop":
+            pass
+        stop.set()
+
+    ticker = [loop.call_later(0.5, report)]
+    listener = loop.create_task(listen())
+    try:
+        result = await execute(spec, requests, session=session, stop=stop, on_record=on_record,
+                               share=share, t0_ns=go[1],
+                               on_measure_start=lambda: conn.send(("measuring",)))
+    finally:
+        ticker[0].cancel()
+        listener.cancel()
+        loop.remove_reader(conn.fileno())
+        await session.close()
+    if done:
+        conn.send(("progress", done, failed))
+    conn.send(("result", result))
+
+
+# -- in the parent -----------------------------------------------------------------------------
+
+async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
+                          stop: asyncio.Event | None = None,
+                          on_progress: Callable[[int, int], None] | None = None,
+                          start_timeout_s: float = 120.0) -> RunResult:
+    """`execute` with the load split over `workers` processes; one merged result. A worker
+    that dies mid-run loses only its own requests, and the result says so
+    (`load_info["workers_lost"]`); one that cannot start raises WorkerError."""
+    check_workers(workers, spec)
+    ctx = multiprocessing.get_context("spawn")
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue = asyncio.Queue()
+    procs, conns = [], []
+    worker_spec = dataclasses.replace(spec, metrics_url=None)  # the parent scrapes the server
+
+    def reader(w: int, conn) -> Callable[[], None]:
+        def readable() -> None:
+            try:
+                inbox.put_nowait((w, conn.recv()))
+            except (EOFError, OSError):
+                loop.remove_reader(conn.fileno())
+                inbox.put_nowait((w, None))
+        return readable
+
+    def send_all(msg: tuple) -> None:
+        for conn in conns:
+            try:
+                conn.send(msg)
+            except OSError:
+                pass  # that worker is gone; its end is reported
+
+    recorder = Recorder(spec.metrics_url, spec.scrape_interval_s) if spec.metrics_url else None
+    stopper = None
+    try:
+        for w in range(workers):
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_worker_main, args=(theirs, worker_spec, workload, Share(w, workers)),
+                               name=f"loadgen-worker-{w}", daemon=True)
+            proc.start()
+            theirs.close()
+            procs.append(proc)
+            conns.append(mine)
+            loop.add_reader(mine.fileno(), reader(w, mine))
+        ready: set[int] = set()
+        deadline = time.monotonic() + start_timeout_s
+        while len(ready) < workers:
+            try:
+                w, msg = await asyncio.wait_for(inbox.get(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise WorkerError(f"--workers: {workers - len(ready)} worker(s) not ready after "
+                                  f"{start_timeout_s:g} s") from None
+            if msg is None:
+                procs[w].join(1.0)
+                raise WorkerError(f"--workers: worker {w} exited (code {procs[w].exitcode}) before it "
+                                  "was ready; run with --workers 1 to see its error")
+            ready.add(w)
+        if stop is not None and stop.is_set():
+            send_all(("stop",))
+            return RunResult([], [], [], time.monotonic_ns(), time.time(), interrupted=True)
+        if recorder is not None and spec.warmup == 0:
+            await recorder.begin()
+        t0 = time.monotonic_ns() + int(START_MARGIN_S * 1e9)
+        t0_unix = time.time() + START_MARGIN_S
+        send_all(("start", t0))
+        if stop is not None:
+            stopper = loop.create_task(stop.wait())
+            stopper.add_done_callback(lambda _: send_all(("stop",)))
+        results: dict[int, RunResult] = {}
+        lost: dict[int, str] = {}
+        measuring = False
+        while len(results) + len(lost) < workers:
+            w, msg = await inbox.get()
+            if msg is None:
+                if w not in results:
+                    procs[w].join(1.0)
+                    lost[w] = f"worker {w} exited (code {procs[w].exitcode}) mid-run; its requests are lost"
+            elif msg[0] == "progress" and on_progress is not None:
+                on_progress(msg[1], msg[2])
+            elif msg[0] == "measuring" and not measuring:
+                measuring = True
+                if recorder is not None and spec.warmup:
+                    recorder.begin_soon()
+            elif msg[0] == "result":
+                results[w] = msg[1]
+        window = await recorder.end() if recorder is not None else None
+        return merge(results, lost, workers, t0, t0_unix, window)
+    finally:
+        if stopper is not None:
+            stopper.cancel()
+        for conn in conns:
+            try:
+                loop.remove_reader(conn.fileno())
+            except (ValueError, OSError):
+                pass
+            conn.close()
+        for proc in procs:
+            proc.join(5.0)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
+def merge(results: dict[int, RunResult], lost: dict[int, str], workers: int, t0_ns: int,
+          t0_unix: float, window: Window | None) -> RunResult:
+    """The workers' results as one run: records in numbering order, loop-lag ticks with whose
+    loop each was, the ramp over every worker's first sends."""
+    records, at, lag, who, firsts, where = [], [], [], [], [], set()
+    for w in sorted(results):
+        r = results[w]
+        records.extend(r.records)
+        at.extend(r.loop_lag_at_ns)
+        lag.extend(r.loop_lag_ns)
+        who.extend([w] * len(r.loop_lag_ns))
+        firsts.extend(r.load_info.get("first_sends_ns") or [])
+        where.add(r.load_info.get("chunk_times"))
+    records.sort(key=lambda rec: rec.index)
+    where.discard(None)
+    load_info = {"ramp_s": (max(firsts) - min(firsts)) / 1e9 if firsts else None,
+                 "chunk_times": where.pop() if len(where) == 1 else ("mixed" if where else None),
+                 "workers": workers, "workers_lost": [lost[w] for w in sorted(lost)]}
+    return RunResult(records, at, lag, t0_ns, t0_unix,
+                     interrupted=any(r.interrupted for r in results.values()),
+                     load_info=load_info, server_window=window, loop_lag_worker=who)

@@ -1,0 +1,185 @@
+"""`--workers N`: one load split over N processes, merged into one run identical in form.
+
+Against scripted servers (real processes over HTTP). The timing accuracy of merged runs is
+tested with the single-process runs' test (tests/test_timing.py, --workers 2)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from loadgen.measure import request_frame
+from loadgen.record import RequestRecord
+from loadgen.summary import self_check
+from tests.conftest import REPO, run_cli
+
+
+def _load(out: Path) -> tuple[dict, pd.DataFrame]:
+    return json.loads((out / "summary.json").read_text()), pd.read_parquet(out / "requests.parquet")
+
+
+def test_an_open_loop_schedule_is_the_same_split_over_workers(server, tmp_path):
+    url = server("--ttft-ms", "2", "--step-ms", "2")
+    runs = {}
+    for workers in (1, 3):
+        out = tmp_path / f"w{workers}"
+        res = run_cli("run", "--base-url", url, "--rate", "150", "--burstiness", "0.5",
+                      "--num-requests", "60", "--warmup", "6", "--output-len", "4", "--seed", "5",
+                      "--workers", str(workers), "--quiet", "--output", str(out))
+        assert res.returncode == 0, res.stderr
+        runs[workers] = _load(out)
+    (s1, f1), (s3, f3) = runs[1], runs[3]
+    assert list(f1.columns) == list(f3.columns) and (f1.dtypes == f3.dtypes).all()
+    assert f3["index"].tolist() == list(range(66)) and f3["ok"].all()
+    assert f3["request_id"].tolist() == f1["request_id"].tolist()  # the same requests
+    assert f3["warmup"].tolist() == f1["warmup"].tolist()
+    assert (f3["worker"] == f3["index"] % 3).all()
+    # each request at its scheduled time of the one schedule, from whichever worker
+    offsets = lambda s, f: (f["t_scheduled_ns"] - s["config"]["clock"]["t0_ns"]).to_numpy()  # noqa: E731
+    assert np.array_equal(offsets(s1, f1), offsets(s3, f3))
+    assert s3["self_check"]["lateness_ms"]["p99"] < 5
+    assert set(s3["self_check"]["workers"]) == {"0", "1", "2"}
+    assert s3["sending"]["workers"] == 3 and s3["sending"]["workers_lost"] == []
+    assert s3["completed"] == 60 and s3["config"]["workers"] == 3
+
+
+def test_closed_loop_users_are_split_and_every_request_is_sent_once(server, tmp_path):
+    url = server("--ttft-ms", "5", "--step-ms", "5", "--chunk-tokens", "1")
+    res = run_cli("run", "--base-url", url, "--concurrency", "5", "--workers", "2",
+                  "--num-requests", "40", "--output-len", "6", "--quiet", "--output", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    s, f = _load(tmp_path)
+    assert s["completed"] == 40 and sorted(f["index"]) == list(range(40))
+    assert (f["completion_tokens"] == 6).all()
+    # users 0, 2, 4 in worker 0 and 1, 3 in worker 1: never more in flight than its users
+    for worker, users in ((0, 3), (1, 2)):
+        mine = f[f["worker"] == worker]
+        events = sorted([(t, 1) for t in mine["t_send_ns"]] + [(t, -1) for t in mine["t_end_ns"]],
+                        key=lambda e: (e[0], e[1]))
+        assert max(np.cumsum([e[1] for e in events])) == users
+    assert s["sending"]["ramp_s"] is not None and s["sending"]["ramp_s"] < 0.1
+
+
+def _rec(index: int, worker: int, chunks_ns: list[int]) -> RequestRecord:
+    rec = RequestRecord(index, f"r{index}", False, chunks_ns[0] - 10, worker=worker)
+    rec.t_call_ns = rec.t_send_ns = chunks_ns[0] - 10
+    rec.t_end_ns = chunks_ns[-1]
+    for i, t in enumerate(chunks_ns):
+        rec.chunk_t_ns.append(t)
+        rec.chunk_usage.append(i + 1)
+        rec.chunk_chars.append(3)
+    return rec
+
+
+def test_each_chunk_is_judged_by_its_own_workers_loop():
+    """Worker 1's loop lagged 30 ms around t=100 ms while worker 0's ran on time; worker 0's
+    chunks at that moment were timed by a healthy loop and must not be charged worker 1's lag."""
+    ms = 1_000_000
+    times = [t * ms for t in range(90, 111)]
+    frame = request_frame([_rec(0, 0, times)])
+    ticks_at = [t * ms for t in range(80, 130, 10)] * 2
+    ticks_lag = [0] * 5 + [0, 0, 30 * ms, 0, 0]
+    who = [0] * 5 + [1] * 5
+    ok = self_check(frame, ticks_at, ticks_lag, 5.0, 4.0, lag_worker=who)
+    assert ok["chunk_lag_ms"]["max"] == 0 and not ok["workers"][0]["client_bound"]
+    # matched to the other worker's loop, the same chunks would be charged 30 ms
+    wrong = self_check(frame, ticks_at[5:], ticks_lag[5:], 5.0, 4.0)  # matched to worker 1's loop
+    assert wrong["chunk_lag_ms"]["max"] == 30
+    assert ok["client_bound"]  # worker 1's loop lag itself still flags the run (per tick)
+    assert ok["workers"][1]["client_bound"] and ok["workers"][1]["chunk_lag_ms"]["count"] == 0
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(x) for x in f.read().split()]
+
+
+def _workers_of(pid: int, n: int, timeout_s: float = 30.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        kids = []
+        for child in _children(pid):
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as f:
+                    if b"spawn_main" in f.read():
+                        kids.append(child)
+            except OSError:
+                pass
+        if len(kids) == n:
+            return kids
+        time.sleep(0.05)
+    raise AssertionError(f"no {n} worker processes under {pid}")
+
+
+def _gone(pids: list[int], timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(os.path.exists(f"/proc/{p}") and _state(p) != "Z" for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "X"
+
+
+def _start(url: str, out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "loadgen", "run", "--base-url", url, "--workers", "2",
+                             "--output-len", "10", "--quiet", "--output", str(out), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+
+def test_a_worker_killed_mid_run_loses_only_its_requests(server, tmp_path):
+    url = server("--ttft-ms", "5", "--step-ms", "20", "--chunk-tokens", "1")
+    proc = _start(url, tmp_path, "--concurrency", "4", "--num-requests", "60")
+    try:
+        workers = _workers_of(proc.pid, 2)
+        time.sleep(1.5)  # ~0.2 s per request: some done in each worker
+        os.kill(workers[1], signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    s, f = _load(tmp_path)
+    lost = s["sending"]["workers_lost"]
+    assert len(lost) == 1 and "worker" in lost[0] and "lost" in lost[0]
+    assert f"WARNING: {lost[0]}" in err
+    assert s["completed"] == len(f) > 0 and f["ok"].all()
+    assert set(f["worker"]) == ({0} if "worker 1" in lost[0] else {1})
+    assert _gone(workers)
+
+
+def test_an_interrupted_multi_worker_run_keeps_what_finished(server, tmp_path):
+    url = server("--ttft-ms", "5", "--step-ms", "20", "--chunk-tokens", "1")
+    proc = _start(url, tmp_path, "--concurrency", "4", "--num-requests", "400")
+    try:
+        workers = _workers_of(proc.pid, 2)
+        time.sleep(2.5)
+        proc.send_signal(signal.SIGINT)  # as Ctrl-C to the parent alone (SIGTERM goes this way too)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    s, f = _load(tmp_path)
+    assert s["interrupted"] and 10 <= s["completed"] < 400 and s["failed"] == 0
+    assert set(f.loc[~f["ok"], "error_type"]) <= {"cancelled"}
+    assert set(f["worker"]) == {0, 1}
+    assert _gone(workers)
