@@ -15,11 +15,18 @@ the same session. Each step runs --repeat times; the table shows medians.
 3. calibrate (loadgen only): paced loads from easy to overloaded. loadgen's own per-token ITL
    error against the server's writes (each request matched to its trace), p99, beside its
    self-check: client_bound must be set exactly where that error exceeds 2 ms.
+4. sustain (loadgen only; the --workers axis): open-loop constant arrivals of 256-event
+   responses (64 events per write, unpaced), the rate stepped up by 1.25x from 400 req/s until
+   a run fails; the sustained rate is the highest that kept send lateness p99 under 5 ms, every
+   request sent at its rate and none failed. Once per --workers count (default 1,2): one
+   worker on CPU 1; more workers on every CPU, sharing CPU 0 with the server (each CPU's busy
+   share over the run is shown).
 
     python bench/client_capacity.py                              # loadgen only, ~6 minutes
     python bench/client_capacity.py --vllm-venv /path/to/venv    # with vLLM's two clients
     python bench/client_capacity.py --quick                      # one run per step
     python bench/client_capacity.py --only paced --csv out.csv
+    python bench/client_capacity.py --only sustain --workers 1,2
 
 The vLLM clients need a tokenizer; the harness builds a small word-level one in a temporary
 directory with the venv's own `transformers` (nothing is downloaded). Figures recorded for
@@ -44,7 +51,7 @@ from servers.embedded import canned_server  # noqa: E402
 from servers.scripted.script import prompt_key  # noqa: E402
 from workloads import random_lengths  # noqa: E402
 
-INPUT_LEN, SEED, ERROR_LIMIT_MS = 16, 1, 2.0
+INPUT_LEN, SEED, ERROR_LIMIT_MS, LATENESS_LIMIT_MS = 16, 1, 2.0, 5.0
 _TOKENIZER = """
 import sys
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -107,6 +114,44 @@ class Harness:
                           "loop_lag_p99_ms": s["self_check"]["loop_lag_ms"]["p99"],
                           "chunk_lag_p99_ms": s["self_check"]["chunk_lag_ms"]["p99"]}}
 
+    def sustain(self, workers: int) -> list[dict]:
+        """One ladder of open-loop rates for `workers` processes: up by 1.25x to the first
+        failing run, then three bisections between the last pass and the first failure."""
+        pin = self.pin if workers == 1 or not self.pin else ["taskset", "-c", "0-%d" % (os.cpu_count() - 1)]
+        rows, rate, passed, failed, bisections = [], 400.0, 0.0, None, 3
+        with canned_server("--pacing-ms", "0", "--events-per-write", "64", "--ttft-ms", "0",
+                           cpu=self.server_cpu) as srv:
+            while bisections and len(rows) < 20:
+                rows.append(self._sustain_run(srv.url, pin, workers, rate))
+                if rows[-1]["sustained"]:
+                    passed = rate
+                else:
+                    failed = rate
+                if failed is not None:
+                    if not passed:
+                        break
+                    bisections -= 1
+                rate = round(rate * 1.25) if failed is None else round((passed * failed) ** 0.5)
+        return rows
+
+    def _sustain_run(self, url: str, pin: list[str], workers: int, rate: float) -> dict:
+        out = self.tmp / f"run-{next(self.runs)}"
+        cmd = [*pin, sys.executable, "-m", "loadgen", "run", "--base-url", url, "--quiet",
+               "--input-len", str(INPUT_LEN), "--output-len", "256", "--rate", f"{rate:g}",
+               "--arrival", "constant", "--num-requests", str(int(rate * 4)),
+               "--workers", str(workers), "--output", str(out)]
+        busy = _cpu_busy()
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        busy = _cpu_busy(busy)
+        if res.returncode not in (0, 1):
+            raise SystemExit(f"loadgen failed: {res.stderr.strip()}")
+        s = json.loads((out / "summary.json").read_text())
+        late = s["self_check"]["lateness_ms"]["p99"]
+        ok = late < LATENESS_LIMIT_MS and s["failed"] == 0 and s["sending"]["send_rate_req_s"] >= 0.98 * rate
+        return {"workers": workers, "rate_req_s": rate, "chunks_per_s": s["output_throughput_tok_s"],
+                "lateness_p99_ms": late, "chunk_lag_p99_ms": s["self_check"]["chunk_lag_ms"]["p99"],
+                "sustained": ok, **{f"cpu{i}_busy": b for i, b in enumerate(busy)}}
+
     def _vllm(self, url: str, out: Path, conc: int, n: int, out_len: int, rust: bool) -> dict:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_USE_RUST_BENCH": "1" if rust else "0"}
         cmd = [*self.pin, str(self.vllm / "bin" / "vllm"), "bench", "serve", "--backend", "vllm",
@@ -122,6 +167,19 @@ class Harness:
         ok = [i for i, e in enumerate(r["errors"]) if not e]
         return {"ttft_s": [r["ttfts"][i] for i in ok], "itl_s": [np.asarray(r["itls"][i]) for i in ok],
                 "failed": len(r["errors"]) - len(ok), "flagged": "no check"}
+
+
+def _cpu_busy(before: list[tuple[int, int]] | None = None):
+    """Per-CPU (busy, total) jiffies from /proc/stat; given `before`, each CPU's busy share since."""
+    now = []
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu") and line[3].isdigit():
+                v = [int(x) for x in line.split()[1:]]
+                now.append((sum(v) - v[3] - v[4], sum(v)))
+    if before is None:
+        return now
+    return [round((b - b0) / max(1, t - t0), 2) for (b, t), (b0, t0) in zip(now, before)]
 
 
 def _truth(resp: list[dict], got: dict) -> dict:
@@ -179,7 +237,8 @@ def steps(only: set[str], quick: bool) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vllm-venv", help="a virtual environment with vLLM installed: run its clients too")
-    ap.add_argument("--only", default="unpaced,paced,calibrate", help="comma list of steps to run")
+    ap.add_argument("--only", default="unpaced,paced,calibrate,sustain", help="comma list of steps to run")
+    ap.add_argument("--workers", default="1,2", help="worker counts for the sustain step (loadgen --workers)")
     ap.add_argument("--quick", action="store_true", help="fewer steps, one run each")
     ap.add_argument("--repeat", type=int, default=None, help="runs per step (default 3; 1 with --quick)")
     ap.add_argument("--csv", help="also write the table to this CSV file")
@@ -198,11 +257,16 @@ def main() -> None:
                                  "events_per_write": step["per_write"], "concurrency": step["conc"], **med})
                 print(f"  {mode} {client} c={step['conc']} pacing={step['pacing_ms']}: "
                       f"{np.median([r['chunks_per_s'] for r in runs]):,.0f} chunks/s", file=sys.stderr, flush=True)
+        ladders = [h.sustain(w) for w in map(int, args.workers.split(",")) for _ in range(repeat)] \
+            if "sustain" in args.only.split(",") else []
         server_cpu = h.server_cpu
     table = pd.DataFrame(rows)
     pd.set_option("display.width", 250)
     print(table.round(2).to_string(index=False))
-    _verdicts(table)
+    if len(table):
+        _verdicts(table)
+    if ladders:
+        _sustained(ladders)
     if server_cpu is None:
         print("note: fewer than 2 CPUs or no taskset: server and client shared cores")
     if args.csv:
@@ -226,6 +290,21 @@ def _verdicts(table: pd.DataFrame) -> None:
             print(f"  disagrees: {r['concurrency']} streams x {r['pacing_ms']} ms: error "
                   f"{r['itl_err_matched_p99_ms']:.2f} ms, chunk lag p99 {r['chunk_lag_p99_ms']:.2f} ms, "
                   f"flagged {r['flagged']}")
+
+
+def _sustained(ladders: list[list[dict]]) -> None:
+    """Every ladder's runs, then the sustained chunk rate per worker count (median of ladders)."""
+    runs = pd.DataFrame([r for ladder in ladders for r in ladder])
+    print(runs.round(2).to_string(index=False))
+    best: dict[int, list[float]] = {}
+    for ladder in ladders:
+        ok = [r["chunks_per_s"] for r in ladder if r["sustained"]]
+        best.setdefault(ladder[0]["workers"], []).append(max(ok) if ok else 0.0)
+    one = float(np.median(best.get(1, [np.nan])))
+    for workers, rates in sorted(best.items()):
+        med = float(np.median(rates))
+        print(f"sustained with {workers} worker(s): {med:,.0f} chunks/s (median of "
+              f"{', '.join(f'{r:,.0f}' for r in rates)})" + (f" = {med / one:.2f}x one worker" if workers > 1 else ""))
 
 
 if __name__ == "__main__":
