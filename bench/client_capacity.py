@@ -262,8 +262,8 @@ def main() -> None:
         server_cpu = h.server_cpu
     table = pd.DataFrame(rows)
     pd.set_option("display.width", 250)
-    print(table.round(2).to_string(index=False))
     if len(table):
+        print(table.round(2).to_string(index=False))
         _verdicts(table)
     if ladders:
         _sustained(ladders)

@@ -165,6 +165,12 @@ def _open(spec: str, data_dir: str | None):
 @click.option("--retry-failed", is_flag=True, help="With --resume: run failed cells again too.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (cells, server commands) and exit.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
+              help="Run the cells on a Ray cluster: each variant a task that asks for its GPUs, on the "
+              "node that holds them (ADDRESS: the cluster's, e.g. 10.0.0.1:6379 [default: RAY_ADDRESS, one "
+              "running on this host, else a new local one]); docs/sweep.md.")
+@click.option("--ray-resource", default="GPU", show_default=True, help="With --ray: the Ray resource each "
+              "server asks tensor-parallel-size of (a custom resource, e.g. one naming a GPU model).")
 @click.option("--worker", hidden=True, help="Internal: run one slot of a --parallel sweep.")
 def sweep(**o) -> None:
     """Sweep every SD variant x workload x load level; end with the speedup table."""
@@ -198,6 +204,7 @@ def sweep(**o) -> None:
     if stored is None:
         plan, dep = _plan(o)
         _check_engine(dep, plan)
+        cluster = _join_ray(o, plan, dep)  # before anything is written: a bad address leaves nothing
         try:
             stored = manifest.write(out, plan, dep, options.argv_without_secrets(), options.host_config())
         except DeploymentError as e:  # a variant that cannot be rendered (a packaged model not installed)
@@ -208,6 +215,7 @@ def sweep(**o) -> None:
             dep = load(plan.deployment).with_engine(plan.engine)
         except (TypeError, KeyError, DeploymentError) as e:
             raise Failure(f"cannot continue the sweep in {out}: {e}") from None
+        cluster = _join_ray(o, plan, dep)
         if not o["worker"]:
             manifest.note_resume(out, stored, options.argv_without_secrets())
     if not o["worker"]:  # a worker's siblings may be writing cells already
@@ -226,7 +234,7 @@ def sweep(**o) -> None:
                f"{len(plan.levels)} levels = {len(order)} cells"
                + (f" ({done_before} already done)" if done_before else "")
                + f"; servers: {dep.name} on {dep.engine}; results in {out}", err=True)
-    interrupted = _run(out, plan, dep, todo, workloads, order, o)
+    interrupted = _run(out, plan, dep, todo, workloads, order, o, cluster)
     table = results.rebuild_table(out, order)
     click.echo(analysis.render(table, plan.baseline))
     click.echo(f"\nResults: {out / results.TABLE} (one row per cell), {out / results.CELLS}/..., "
@@ -258,9 +266,11 @@ def _raise_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _run(out: Path, plan: Plan, dep, todo, workloads, order, o) -> bool:
-    """Run the pending cells; True when interrupted. SIGTERM is handled like Ctrl-C, so the
-    servers are stopped on every way out."""
+def _run(out: Path, plan: Plan, dep, todo, workloads, order, o, cluster=None) -> bool:
+    """Run the pending cells (on the Ray `cluster` when one was joined); True when interrupted.
+    SIGTERM is handled like Ctrl-C, so the servers are stopped on every way out."""
+    if cluster is not None:
+        return _run_on_ray(cluster, out, plan, dep, todo, order, o)
     live = _live(o["metrics_port"], plan)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     reporter = BarReporter(len(todo), quiet=o["quiet"])
@@ -279,6 +289,34 @@ def _run(out: Path, plan: Plan, dep, todo, workloads, order, o) -> bool:
         signal.signal(signal.SIGTERM, previous)
         if live is not None:
             live.close()
+
+
+def _join_ray(o: dict, plan: Plan, dep):
+    """With --ray: the joined cluster (Ray's module, initialised), else None."""
+    if o["ray_address"] is None or o["worker"]:
+        return None
+    from loadgen.sweep.cluster import ClusterError, connect
+    if o["metrics_port"] is not None:
+        raise Failure("--metrics-port is not available with --ray (the load runs on the cluster's "
+                      "nodes); drop one of them")
+    if plan.parallel:
+        raise Failure("--ray places the variants on the cluster's GPUs itself; drop --parallel")
+    try:
+        return connect(o["ray_address"] or None, o["ray_resource"], dep.tensor_parallel_size)
+    except ClusterError as e:
+        raise Failure(str(e)) from None
+
+
+def _run_on_ray(ray, out: Path, plan: Plan, dep, todo, order, o) -> bool:
+    from loadgen.sweep.cluster import run_on_ray
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    reporter = BarReporter(len(todo), quiet=o["quiet"])
+    try:
+        return run_on_ray(ray, out, plan, dep, todo, reporter, order, o["ray_resource"], o["api_key"])
+    finally:
+        reporter.close()
+        signal.signal(signal.SIGTERM, previous)
+        ray.shutdown()
 
 
 def _live(port: int | None, plan: Plan):

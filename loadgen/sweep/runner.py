@@ -7,6 +7,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from loadgen.measure import request_frame
 from loadgen.sweep import results
@@ -64,10 +65,14 @@ def _cell_info(cell: Cell, plan: Plan, status: str, error: str | None, server: S
                 "starts": server.starts}}
 
 
-def _write_failed(root: Path, plan: Plan, cell: Cell, error: str, server: Server | None,
-                  order: list[str]) -> None:
-    summary = {"cell": _cell_info(cell, plan, "failed", error, server), "completed": 0, "failed": 0}
-    results.write_cell(root, cell, request_frame([]), summary)
+def _failed(plan: Plan, cell: Cell, error: str, server: Server | None) -> tuple:
+    return ("done", cell, request_frame([]),
+            {"cell": _cell_info(cell, plan, "failed", error, server), "completed": 0, "failed": 0})
+
+
+def write_result(root: Path, cell: Cell, frame, summary: dict, order: list[str]) -> None:
+    """A finished cell into the store (and the cells table rebuilt)."""
+    results.write_cell(root, cell, frame, summary)
     results.rebuild_table(root, order)
 
 
@@ -96,34 +101,43 @@ def run_slot(root: Path, plan: Plan, dep: Deployment, slot: Slot, todo: list[Cel
         launch = render(dep, variant, port=_port(slot), gpus=slot.gpus, llama_server=plan.llama_server)
         server = Server(launch, root / "servers" / f"{variant}.log", api_key)
         try:
-            _run_variant(root, plan, server, cells, workloads, reporter, order)
+            for event in variant_events(plan, server, cells, workloads, reporter):
+                if event[0] == "note":
+                    reporter.note(event[1])
+                elif event[0] == "started":
+                    reporter.cell_started(event[1])
+                else:
+                    _, cell, frame, summary = event
+                    write_result(root, cell, frame, summary, order)
+                    reporter.cell_done(cell, summary["cell"]["status"])
         finally:
             server.stop()
 
 
-def _run_variant(root: Path, plan: Plan, server: Server, cells: list[Cell], workloads: dict,
-                 reporter: Reporter, order: list[str]) -> None:
+def variant_events(plan: Plan, server: Server, cells: list[Cell], workloads: dict,
+                   reporter: Reporter) -> Iterator[tuple]:
+    """One variant's cells on its server (started here; stopping it is the caller's), as
+    events: ("note", text), ("started", cell), ("done", cell, frame, summary). `reporter` sees
+    each request. Raises Interrupted after the "done" of an interrupted cell."""
     la = server.launch
-    reporter.note(f"starting {la.variant}: {la.shell()}")
+    yield "note", f"starting {la.variant}: {la.shell()}"
     try:
         server.start()
     except LaunchError as e:
-        reporter.note(f"{la.variant}: {e}; its {len(cells)} cell(s) are recorded as failed")
+        yield "note", f"{la.variant}: {e}; its {len(cells)} cell(s) are recorded as failed"
         for cell in cells:
-            _write_failed(root, plan, cell, str(e), server, order)
-            reporter.cell_done(cell, "failed")
+            yield _failed(plan, cell, str(e), server)
         return
     for i, cell in enumerate(cells):
         if not server.alive():
-            reporter.note(f"{la.variant} server is gone (exit code {server.exit_code()}); restarting it")
+            yield "note", f"{la.variant} server is gone (exit code {server.exit_code()}); restarting it"
             try:
                 server.restart()
             except LaunchError as e:
                 for rest in cells[i:]:
-                    _write_failed(root, plan, rest, f"restart failed: {e}", server, order)
-                    reporter.cell_done(rest, "failed")
+                    yield _failed(plan, rest, f"restart failed: {e}", server)
                 return
-        reporter.cell_started(cell)
+        yield "started", cell
         res = run_cell(plan, cell, workloads[cell.workload], la.url, la.served_model_name,
                        on_record=reporter.record, api_key=server.api_key, on_start=reporter.request_started)
         if res is None:
@@ -135,25 +149,25 @@ def _run_variant(root: Path, plan: Plan, server: Server, cells: list[Cell], work
             error = (f"external server {la.url} stopped serving during the cell" if la.engine == "external"
                      else f"server exited with code {code} during the cell; log {server.log_path}: "
                           f"{server.log_tail()}")
-            reporter.note(f"{cell.key}: {error}")
+            yield "note", f"{cell.key}: {error}"
         elif res.interrupted:
             status = "interrupted"
         elif res.summary["completed"] == 0:
             status = "failed"
             error = "no request succeeded: " + ", ".join(f"{k} {v}" for k, v in res.summary["errors"].items())
         res.summary["cell"] = _cell_info(cell, plan, status, error, server)
-        results.write_cell(root, cell, res.frame, res.summary)
-        results.rebuild_table(root, order)
-        reporter.cell_done(cell, status)
+        yield "done", cell, res.frame, res.summary
         if res.interrupted:
             raise Interrupted
 
 
 def pending(root: Path, plan: Plan, retry_failed: bool) -> list[Cell]:
-    """The plan's cells not yet done (failed ones too with `retry_failed`)."""
+    """The plan's cells not yet done (failed ones too with `retry_failed`; a cell whose load
+    generator died, `cause` "worker", always: that failure says nothing about the server)."""
     done = results.finished(root)
     keep = ("ok",) if retry_failed else results.DONE
-    return [c for c in plan.cells() if done.get(c.key, {}).get("status") not in keep]
+    return [c for c in plan.cells() if done.get(c.key, {}).get("status") not in keep
+            or done[c.key].get("cause") == "worker"]
 
 
 def slots(plan: Plan, dep: Deployment) -> list[Slot]:
