@@ -183,3 +183,23 @@ def test_an_interrupted_multi_worker_run_keeps_what_finished(server, tmp_path):
     assert set(f.loc[~f["ok"], "error_type"]) <= {"cancelled"}
     assert set(f["worker"]) == {0, 1}
     assert _gone(workers)
+
+
+def test_a_sweep_measures_each_cell_with_its_workers(tmp_path):
+    """`loadgen sweep --workers 2` over the emulator: a cell with one user uses one process, a
+    cell with four uses two; both cells are whole and the same in form."""
+    res = run_cli("sweep", "--variants", "baseline", "--workloads", "chat,output=fixed:16",
+                  "--concurrency", "1,4", "--num-requests", "8", "--warmup", "0", "--workers", "2",
+                  "--quiet", "--output", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    frames = {}
+    for level, workers in (("c1", 1), ("c4", 2)):
+        cell = tmp_path / "cells" / "baseline" / "chat" / level
+        s = json.loads((cell / "summary.json").read_text())
+        frames[level] = pd.read_parquet(cell / "requests.parquet")
+        assert s["config"]["workers"] == workers and s["sending"]["workers"] == workers
+        assert s["completed"] == 8 and sorted(frames[level]["worker"].unique()) == list(range(workers))
+        assert s["cell"]["status"] == "ok"
+        assert s["server"] is not None  # the parent scraped the server around the workers' run
+    assert list(frames["c1"].columns) == list(frames["c4"].columns)
+    assert frames["c1"]["request_id"].tolist() == frames["c4"]["request_id"].tolist()

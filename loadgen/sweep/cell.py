@@ -17,6 +17,7 @@ from loadgen.measure import request_frame
 from loadgen.run import LoadShape, RunSpec, execute, session_for
 from loadgen.summary import summarize
 from loadgen.sweep.plan import Cell, Plan
+from loadgen.workers import WorkloadRef, execute_workers
 
 
 @dataclass
@@ -57,6 +58,10 @@ async def _measure(plan: Plan, cell: Cell, workload, url: str, model: str,
         if stop.is_set():
             return spec, None
         # the same measured requests in every cell, so variants and levels see the same work
+        workers = plan.workers_for(cell)
+        if workers > 1:
+            source = WorkloadRef(plan.workload_spec(cell.workload), plan.data_dir)
+            return spec, await execute_workers(spec, source, workers, stop=stop)
         result = await execute(spec, workload.requests(None, plan.seed), session=session, stop=stop,
                                on_record=on_record, on_start=on_start)
         return spec, result
@@ -83,6 +88,7 @@ def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
         "warmup_separate": True, "seed": plan.seed, "workload": workload.describe(),
         "request_timeout_s": spec.request_timeout_s, "continuous_usage_requested": True,
         "metrics_url": spec.metrics_url, "api_key_provided": bool(api_key), "keep_alive": spec.keep_alive,
+        "workers": plan.workers_for(cell),
         "started_unix": t_start,
         "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},
     }

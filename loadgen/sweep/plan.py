@@ -112,6 +112,7 @@ class Plan:
     baseline: str = "baseline"
     min_requests: int = 50          # with num_requests None: max(min_requests, per_user * C)
     per_user: int = 4
+    workers: int = 1                # load-generating processes per cell (loadgen.workers)
 
     def cells(self) -> list[Cell]:
         """Variant by variant (one server each), then workload, then level (low to high)."""
@@ -129,6 +130,10 @@ class Plan:
         if cell.mode == "closed":
             return max(self.min_requests, self.per_user * int(cell.level))
         return self.min_requests
+
+    def workers_for(self, cell: Cell) -> int:
+        """Worker processes for a cell's measurement: --workers, at most one per user."""
+        return min(self.workers, int(cell.level)) if cell.mode == "closed" else self.workers
 
     def to_dict(self) -> dict:
         return asdict(self)
