@@ -70,8 +70,8 @@ def check_workers(workers: int, spec: RunSpec) -> None:
 # -- in the worker process ---------------------------------------------------------------------
 
 def _worker_main(conn, spec: RunSpec, workload: WorkloadRef, share: Share) -> None:
-    from servers.launcher import _die_with_parent
-    _die_with_parent()  # the parent killed outright: this worker goes too
+    from servers.launcher import die_with_parent
+    die_with_parent()  # the parent killed outright: this worker goes too
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the loop handles it (a Ctrl-C reaches all)
     try:
         asyncio.run(_work(conn, spec, workload, share))

@@ -30,7 +30,8 @@ class LaunchError(RuntimeError):
     pass
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:
+    """SIGTERM to this process when its parent dies (run in a child, e.g. between fork and exec)."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
@@ -42,7 +43,7 @@ def spawn(argv, *, stdout, stderr, env: dict[str, str] | None = None, cwd=None,
     """Start `argv` in a process group of its own, to get SIGTERM when this process dies."""
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                             env={**os.environ, **(env or {})}, cwd=cwd, process_group=0,
-                            preexec_fn=_die_with_parent, text=text)
+                            preexec_fn=die_with_parent, text=text)
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:

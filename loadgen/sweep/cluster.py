@@ -80,7 +80,6 @@ def _variant_task(plan_dict: dict, variant: str, keys: list[str], resource: str,
     """In a Ray worker: one variant's cells, yielded as events (see the module docstring)."""
     import ray
 
-    from loadgen.sweep.runner import Reporter as Quiet
     from servers.deployments import load, render
     from servers.launcher import Server, free_port
     from workloads import open_workload
@@ -98,7 +97,7 @@ def _variant_task(plan_dict: dict, variant: str, keys: list[str], resource: str,
         launch = render(dep, variant, port=free_port(), gpus=gpus or None, llama_server=plan.llama_server)
         server = Server(launch, log, api_key)
         try:
-            for event in variant_events(plan, server, cells, workloads, Quiet()):
+            for event in variant_events(plan, server, cells, workloads, Reporter()):
                 if event[0] == "started":
                     yield "started", event[1].key, where
                 elif event[0] == "done":
@@ -134,7 +133,8 @@ def run_on_ray(ray, root: Path, plan: Plan, dep, todo: list[Cell], reporter: Rep
             for ref in gen:
                 events.put((variant, ray.get(ref)))
         except Exception as e:  # the task died, or raised: its variant's events end here
-            events.put((variant, ("lost", f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")))
+            first = (str(e).strip().splitlines() or [""])[0]
+            events.put((variant, ("lost", f"{type(e).__name__}: {first}")))
         events.put((variant, None))
 
     threads = [threading.Thread(target=drain, args=item, daemon=True) for item in gens.items()]
