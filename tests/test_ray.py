@@ -57,9 +57,9 @@ def _in_sessions(sids: set[int]) -> dict[int, str]:
 
 
 def _end_sessions(sids: set[int]) -> dict[int, str]:
-    """SIGTERM to every process of the sessions, SIGKILL to what is left after 20 s; what
-    is still there after 10 s more."""
-    for sig, wait_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
+    """SIGTERM to every process of the sessions, SIGKILL to what is left after 3 s (some of
+    Ray's take 20 s over a SIGTERM); what is still there after 10 s more."""
+    for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 10.0)):
         for pid in _in_sessions(sids):
             try:
                 os.kill(pid, sig)
