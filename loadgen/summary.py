@@ -113,7 +113,8 @@ def sending(frame: pd.DataFrame, load_info: dict) -> dict:
     return {"sent": int(len(sent)),
             "send_rate_req_s": (len(sent) - 1) / span if span > 0 else None,
             "ramp_s": load_info.get("ramp_s"), "workers": load_info.get("workers", 1),
-            "workers_lost": load_info.get("workers_lost", [])}
+            "workers_lost": load_info.get("workers_lost", []),
+            "worker_nodes": load_info.get("worker_nodes")}
 
 
 def acceptance_client(m: pd.DataFrame) -> dict:

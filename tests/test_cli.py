@@ -106,6 +106,7 @@ def _closed_port() -> int:
     (["--base-url", "{fast}", "--concurrency", "2", "--workers", "3"], "--workers (3) must be at most the --concurrency (2)"),
     (["--base-url", "{fast}", "--rate", "9", "--max-concurrency", "1", "--workers", "2"], "at most the --max-concurrency (1)"),
     (["--base-url", "{fast}", "--concurrency", "2", "--workers", "2", "--metrics-port", "0"], "not available with --workers"),
+    (["--base-url", "{fast}", "--concurrency", "2", "--workers", "2", "--ray", "127.0.0.1:{port}"], "no Ray cluster answers there"),
 ])
 def test_bad_input_is_one_clear_line(fast_server, tmp_path, args, expect):
     blocker = tmp_path / "a-file"

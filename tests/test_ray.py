@@ -4,7 +4,8 @@ with two of a custom resource standing in for GPUs, serving the emulator.
 One sweep (three variants, one task each, so both nodes get work) has the task measuring
 `eagle`'s first cell killed mid-cell: that cell is failed with cause "worker", its next cell
 is not run, everything else is written; `--resume --ray` runs those two and the sweep is
-complete. The cells match a local sweep's in form. Needs the `ray` extra (in `test`);
+complete. The cells match a local sweep's in form. And one `loadgen run --workers 2 --ray`
+sends its load from an actor on each node. Needs the `ray` extra (in `test`);
 LOADGEN_REQUIRE_RAY=1 (as in .ci/run) makes its absence a failure instead of a skip.
 """
 from __future__ import annotations
@@ -204,3 +205,23 @@ def test_without_a_cluster_or_the_resource_it_says_so_in_one_line(cluster, tmp_p
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("loadgen: error: --ray 127.0.0.1:") and "no Ray cluster answers there" in last
+
+
+def test_one_runs_load_from_actors_on_two_nodes(cluster, server, tmp_path):
+    """`loadgen run --workers 2 --ray`: one actor per node, the one schedule split, the records
+    merged onto this process's clock and measured as a local run's."""
+    address, env, _ = cluster
+    url = server("--ttft-ms", "40", "--prefill-us-per-token", "0", "--step-ms", "10", "--chunk-tokens", "1")
+    res = run_cli("run", "--base-url", url, "--workers", "2", "--ray", address, "--concurrency", "4",
+                  "--num-requests", "40", "--output-len", "8", "--quiet", "--output", str(tmp_path), env=env)
+    assert res.returncode == 0, res.stderr
+    s = json.loads((tmp_path / "summary.json").read_text())
+    f = pd.read_parquet(tmp_path / "requests.parquet")
+    assert s["completed"] == 40 and sorted(f["index"]) == list(range(40))
+    assert (f["worker"] == f["index"] % 2).all() and (f["completion_tokens"] == 8).all()
+    nodes = s["sending"]["worker_nodes"]
+    assert len({n["node_id"] for n in nodes.values()}) == 2  # spread over both nodes
+    assert abs(s["ttft_ms"]["p50"] - 40) < 3 and abs(s["tpot_ms"]["p50"] - 10) < 2
+    t0 = s["config"]["clock"]["t0_ns"]
+    assert (f["t_send_ns"] >= t0 - 1_000_000).all() and (f["t_end_ns"] > f["t_send_ns"]).all()
+    assert set(s["self_check"]["workers"]) == {"0", "1"} and s["config"]["workers_on_ray"]

@@ -61,6 +61,10 @@ def run_options(f):
         click.option("--workers", type=click.IntRange(1), default=1, show_default=True,
                      help="Generate the load from N processes on this host, one event loop and "
                      "connection pool each, the one schedule split between them (docs/metrics.md)."),
+        click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
+                     help="Run the --workers as Ray actors spread over a cluster's nodes (ADDRESS: the "
+                     "cluster's [default: RAY_ADDRESS, one on this host, else a new local one]); the server "
+                     "must be reachable from every node."),
         click.option("--lateness-threshold-ms", type=float, default=5.0, show_default=True,
                      help="Mark the run client_bound when send lateness or loop lag p99 exceeds this."),
         click.option("--timing-threshold-ms", type=float, default=4.0, show_default=True,
@@ -117,23 +121,26 @@ def measure(o: dict, nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool
         except EndpointError as e:
             raise Failure(str(e)) from None
         spec.metrics_url = metrics_url(spec.api_base, o["metrics_url"])
-        if o["workers"] > 1 and o["metrics_port"] is not None:
-            raise click.UsageError("--metrics-port is not available with --workers (the requests are "
-                                   "sent by other processes); drop one of them")
+        if (o["workers"] > 1 or o["ray_address"] is not None) and o["metrics_port"] is not None:
+            raise click.UsageError("--metrics-port is not available with --workers or --ray (the requests "
+                                   "are sent by other processes); drop one of them")
         try:
             check_workers(o["workers"], spec)
         except ValueError as e:
             raise click.UsageError("--" + str(e).replace("max_concurrency", "--max-concurrency")
                                    .replace("the concurrency", "the --concurrency")) from None
         source = WorkloadRef(wl.spec, o["data_dir"], o["skip_bad"], o["category"], o["tokenizer"])
+        cluster = _join_ray(o)
         live = options.live_metrics(o["metrics_port"])
         try:
             result = asyncio.run(_run(spec, o["model"], requests, o["quiet"], o["keep_alive"],
                                       live and (live, wl.spec.split(",")[0], _level(spec)),
-                                      workers=(o["workers"], source)))
+                                      workers=(o["workers"], source, cluster)))
         finally:
             if live is not None:
                 live.close()
+            if cluster is not None:
+                cluster.shutdown()
     frame = request_frame(result.records, tokenizer)
 
     def summary() -> dict:
@@ -166,15 +173,28 @@ def _server(base_url: str | None, servers: str | None = None, variant: str | Non
         raise Failure(str(e), code=1) from None
 
 
+def _join_ray(o: dict):
+    """With --ray: the joined cluster (Ray's module, initialised), else None."""
+    if o["ray_address"] is None:
+        return None
+    from loadgen.raycluster import ClusterError, connect
+    try:
+        return connect(o["ray_address"] or None, "CPU", o["workers"], what=f"--workers {o['workers']} (a CPU each)",
+                       fix="add nodes, or give fewer --workers")
+    except ClusterError as e:
+        raise Failure(str(e)) from None
+
+
 def _level(spec: RunSpec) -> str:
     return f"c{spec.load.concurrency}" if spec.load.closed else f"r{spec.load.rate:g}"
 
 
 async def _run(spec: RunSpec, model: str | None, requests, quiet: bool, keep_alive: bool | None,
-               live=None, workers: tuple[int, WorkloadRef | None] = (1, None)) -> RunResult:
+               live=None, workers: tuple = (1, None, None)) -> RunResult:
     """Check the server and model (setting `spec.model`, and `spec.keep_alive` unless given),
-    then run the load (from `workers[0]` processes, which open the workload `workers[1]`) with
-    a progress bar; SIGINT and SIGTERM stop it early and keep what finished."""
+    then run the load (from `workers[0]` processes, or Ray actors on the joined cluster
+    `workers[2]`, which open the workload `workers[1]`) with a progress bar; SIGINT and SIGTERM
+    stop it early and keep what finished."""
     session = session_for(spec.load)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -212,7 +232,7 @@ async def _run(spec: RunSpec, model: str | None, requests, quiet: bool, keep_ali
                 metrics.finished(rec)
                 shown(rec)
             progress = both
-        if workers[0] > 1:
+        if workers[0] > 1 or workers[2] is not None:
             def counts(done: int, failed_now: int) -> None:
                 nonlocal failed
                 failed += failed_now
@@ -221,6 +241,10 @@ async def _run(spec: RunSpec, model: str | None, requests, quiet: bool, keep_ali
                     bar.set_postfix(failed=failed, refresh=False)
             await session.close()  # the workers have their own
             try:
+                if workers[2] is not None:
+                    from loadgen.fanout import execute_on_ray
+                    return await execute_on_ray(workers[2], spec, workers[1], workers[0], stop=stop,
+                                                on_progress=counts)
                 return await execute_workers(spec, workers[1], workers[0], stop=stop, on_progress=counts)
             except WorkerError as e:
                 raise Failure(str(e)) from None
@@ -247,6 +271,7 @@ def _config(o: dict, spec: RunSpec, result: RunResult, wl) -> dict:
         "api_key_provided": bool(spec.headers), "keep_alive": spec.keep_alive,
         "lateness_threshold_ms": o["lateness_threshold_ms"],
         "timing_threshold_ms": o["timing_threshold_ms"], "workers": o["workers"],
+        "workers_on_ray": o["ray_address"] is not None,
         "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},
         "host": options.host_config(), "argv": options.argv_without_secrets(),
     }

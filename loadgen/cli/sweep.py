@@ -297,7 +297,7 @@ def _join_ray(o: dict, plan: Plan, dep):
     """With --ray: the joined cluster (Ray's module, initialised), else None."""
     if o["ray_address"] is None or o["worker"]:
         return None
-    from loadgen.sweep.cluster import ClusterError, connect
+    from loadgen.raycluster import ClusterError, connect
     if o["metrics_port"] is not None:
         raise Failure("--metrics-port is not available with --ray (the load runs on the cluster's "
                       "nodes); drop one of them")

@@ -27,55 +27,6 @@ from loadgen.sweep import results
 from loadgen.sweep.plan import Cell, Plan
 from loadgen.sweep.runner import Reporter, _cell_info, variant_events, write_result
 
-INSTALL = "pip install 'loadgen[ray]'"
-
-
-class ClusterError(Exception):
-    """Ray missing, the cluster unreachable, or short of the resource the servers need."""
-
-
-def _ray():
-    try:
-        import ray
-    except ImportError:
-        raise ClusterError(f"--ray needs Ray, which is not installed here: {INSTALL}") from None
-    return ray
-
-
-def connect(address: str | None, resource: str, per_server: int):
-    """Join the cluster at `address` (None: RAY_ADDRESS, a cluster already running on this
-    host, else a new local one); its total of `resource`."""
-    ray = _ray()
-    _reachable(address)
-    try:
-        ray.init(address=address, ignore_reinit_error=True, logging_level="WARNING",
-                 log_to_driver=False, configure_logging=False)
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        where = address or "RAY_ADDRESS / this host"
-        raise ClusterError(f"--ray {where}: cannot join the Ray cluster ({str(e).splitlines()[0]}); "
-                           "start one with `ray start --head`, or give its address") from None
-    have = ray.cluster_resources().get(resource, 0)
-    if have < per_server:
-        ray.shutdown()
-        raise ClusterError(f"--ray: the cluster has {have:g} {resource!r} in all and each server needs "
-                           f"{per_server}; add nodes with that resource, or name the resource its nodes "
-                           "have with --ray-resource")
-    return ray
-
-
-def _reachable(address: str | None) -> None:
-    """A HOST:PORT that accepts no connection is said at once (Ray itself retries for minutes)."""
-    if not address or "://" in address or address == "auto" or ":" not in address:
-        return
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=5.0):
-            pass
-    except (OSError, ValueError) as e:
-        raise ClusterError(f"--ray {address}: no Ray cluster answers there ({getattr(e, 'strerror', None) or e}); "
-                           "start one with `ray start --head`, or give its HOST:PORT") from None
-
-
 def _variant_task(plan_dict: dict, variant: str, keys: list[str], resource: str, api_key: str | None):
     """In a Ray worker: one variant's cells, yielded as events (see the module docstring)."""
     import ray

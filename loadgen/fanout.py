@@ -1,0 +1,136 @@
+"""One run's load from several client nodes: the workers as Ray actors
+(`loadgen run --workers N --ray [ADDRESS]`).
+
+Each actor sends one share of the load (executors.Share), exactly as a `--workers` process
+does, on whichever node Ray puts it (SPREAD: across nodes while there are nodes). Hosts do not
+share CLOCK_MONOTONIC, so the start is agreed in wall-clock time: the driver names a start
+instant a moment ahead, each actor turns it into its own monotonic time. Afterwards each actor's
+timestamps are moved onto the driver's monotonic clock by the difference between the two hosts'
+(wall - monotonic) offsets. Every latency (TTFT, ITL, E2E) is a difference of two times taken on
+one host and stays exact; only how runs on different hosts line up (the steady window, the send
+rate) depends on their clocks agreeing (NTP within a data centre: well under a millisecond).
+Actors on the driver's own host share its clock and are not moved.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import time
+from typing import Callable
+
+from loadgen.executors import Share
+from loadgen.run import RunResult, RunSpec, execute, session_for
+from loadgen.scrape import Recorder
+from loadgen.workers import WorkloadRef, check_workers, merge
+
+START_MARGIN_S = 1.0  # from naming the start to it: the calls must reach every node first
+
+
+def _offset_ns() -> int:
+    """This host's wall clock minus its monotonic clock."""
+    return time.time_ns() - time.monotonic_ns()
+
+
+class Worker:
+    """A Ray actor (async: its methods share one event loop) sending one share of a run."""
+
+    def __init__(self, spec: RunSpec, workload: WorkloadRef, share: Share) -> None:
+        self.spec, self.workload, self.share = spec, workload, share
+        self.done = self.failed = 0
+
+    async def prepare(self) -> dict:
+        import ray
+        self.requests = self.workload.open().requests(None, self.spec.seed)
+        self.session = session_for(self.spec.load, self.share)
+        self.stop = asyncio.Event()
+        return {"host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(),
+                "offset_ns": _offset_ns()}
+
+    async def run(self, t0_unix_ns: int) -> RunResult:
+        def counted(rec) -> None:
+            self.done += 1
+            self.failed += not rec.ok
+        try:
+            return await execute(self.spec, self.requests, session=self.session, stop=self.stop,
+                                 on_record=counted, share=self.share, t0_ns=t0_unix_ns - _offset_ns())
+        finally:
+            await self.session.close()
+
+    async def progress(self) -> tuple[int, int]:
+        out = (self.done, self.failed)
+        self.done = self.failed = 0
+        return out
+
+    async def halt(self) -> None:
+        self.stop.set()
+
+
+def shift(result: RunResult, delta_ns: int) -> RunResult:
+    """`result` with every timestamp moved by `delta_ns` (onto another host's clock)."""
+    if delta_ns:
+        for rec in result.records:
+            for name in ("t_scheduled_ns", "t_call_ns", "t_send_ns", "t_headers_ns", "t_end_ns"):
+                if getattr(rec, name):
+                    setattr(rec, name, getattr(rec, name) + delta_ns)
+            for i in range(len(rec.chunk_t_ns)):
+                rec.chunk_t_ns[i] += delta_ns
+        result.loop_lag_at_ns = [t + delta_ns for t in result.loop_lag_at_ns]
+        first = result.load_info.get("first_sends_ns")
+        if first:
+            result.load_info["first_sends_ns"] = [t + delta_ns for t in first]
+    return result
+
+
+async def execute_on_ray(ray, spec: RunSpec, workload: WorkloadRef, workers: int, *,
+                         stop: asyncio.Event | None = None,
+                         on_progress: Callable[[int, int], None] | None = None,
+                         start_timeout_s: float = 300.0) -> RunResult:
+    """`execute` with the load split over `workers` Ray actors; one merged result on this
+    process's clock. An actor lost mid-run (its node gone) loses only its own requests
+    (`load_info["workers_lost"]`)."""
+    check_workers(workers, spec)
+    actor = ray.remote(Worker)
+    worker_spec = dataclasses.replace(spec, metrics_url=None)  # this process scrapes the server
+    actors = [actor.options(num_cpus=1, scheduling_strategy="SPREAD", name=None).remote(
+        worker_spec, workload, Share(w, workers)) for w in range(workers)]
+    recorder = Recorder(spec.metrics_url, spec.scrape_interval_s) if spec.metrics_url else None
+    try:
+        infos = await asyncio.wait_for(asyncio.gather(*[_get(a.prepare.remote()) for a in actors]),
+                                       start_timeout_s)
+        if recorder is not None:  # from the start: the actors do not say when warm-up ends
+            await recorder.begin()
+        here, mine = socket.gethostname(), _offset_ns()
+        t0_unix = time.time_ns() + int(START_MARGIN_S * 1e9)
+        runs = {w: asyncio.ensure_future(_get(a.run.remote(t0_unix))) for w, a in enumerate(actors)}
+        results, lost, halted = {}, {}, False
+        while runs:
+            done, _ = await asyncio.wait(runs.values(), timeout=0.5)
+            for w, fut in list(runs.items()):
+                if fut in done:
+                    del runs[w]
+                    try:
+                        info = infos[w]
+                        results[w] = shift(fut.result(), 0 if info["host"] == here else info["offset_ns"] - mine)
+                    except Exception as e:  # the actor died (its node lost, its process killed)
+                        lost[w] = f"worker {w} on {infos[w]['host']} was lost mid-run ({type(e).__name__}); its requests are lost"
+            if stop is not None and stop.is_set() and not halted:
+                halted = True
+                for w in runs:
+                    actors[w].halt.remote()
+            if on_progress is not None and runs:
+                for got in await asyncio.gather(*[_get(actors[w].progress.remote()) for w in runs],
+                                                return_exceptions=True):
+                    if not isinstance(got, BaseException):
+                        on_progress(*got)
+        window = await recorder.end() if recorder is not None else None
+        out = merge(results, lost, workers, t0_unix - mine, t0_unix / 1e9, window)
+        out.load_info["worker_nodes"] = {w: {"host": i["host"], "node_id": i["node_id"]} for w, i in enumerate(infos)}
+        return out
+    finally:
+        for a in actors:
+            ray.kill(a)
+
+
+async def _get(ref):
+    return await ref
