@@ -135,10 +135,15 @@ def test_a_sweep_over_a_llamacpp_deployment(deployment, tmp_path):
     keys = [f"{v}/{w}/c{c}" for v in ("baseline", "ngram-simple", "ngram-mod") for w in ("code-edit", "chat")
             for c in (1, 2)]
     assert sorted(table["path"]) == sorted(keys) and (table["status"] == "ok").all()
+    drafts: dict[str, int] = {}
     for key in keys:
         s = json.loads((out / results.CELLS / key / "summary.json").read_text())
         assert s["completed"] == 3 and s["server"]["generation_tokens"] == 3 * 32, key
-        assert (s["spec_decode"]["drafts"] == 0) == key.startswith("baseline"), key
+        variant = key.split("/")[0]
+        drafts[variant] = drafts.get(variant, 0) + s["spec_decode"]["drafts"]
+    # n-gram drafting fires only where the text repeats: one cell of three short sampled chat
+    # answers may draft nothing (seen once in CI), so each variant is judged over its cells
+    assert drafts["baseline"] == 0 and drafts["ngram-simple"] > 0 and drafts["ngram-mod"] > 0, drafts
     speedups = analysis.speedup(table)
     assert len(speedups) == 8 and (speedups["speedup"] > 0).all()  # 2 SD variants x 2 workloads x 2 levels
     assert "Speedup over baseline" in res.stdout and "ngram-mod" in res.stdout
