@@ -1,0 +1,131 @@
+"""Acceptance traces: per request, its prompt and generated token ids and, per drafter, the
+tokens one verification step starting at each output position would emit (`acc_len[i]`:
+accepted drafts + the bonus token, with as many drafts as the drafter would make right).
+
+JSONL, one request per line:
+
+    {"id": "r0", "prompt_token_ids": [...], "generated_token_ids": [...],
+     "acc_ngram": {"acc_len": [...], "proposed": [...]},
+     "acc_eagle": {"acc_len": [...], "censored_at": 4}}
+
+`proposed` (optional, n-gram): whether the drafter proposed anything at that position (a
+drafter with no match costs nothing there). `censored_at` (optional): the trace was estimated
+from a fixed-k run, where a step that accepted all k drafts only says acc_len >= k + 1; such
+values are recorded as k + 1.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+PREFIX = "acc_"
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read; the message names the file, line and field."""
+
+
+@dataclass
+class Acceptance:
+    acc_len: np.ndarray
+    proposed: np.ndarray | None = None
+    censored_at: int | None = None
+
+    def to_json(self) -> dict:
+        out: dict = {"acc_len": self.acc_len.tolist()}
+        if self.proposed is not None:
+            out["proposed"] = self.proposed.astype(int).tolist()
+        if self.censored_at is not None:
+            out["censored_at"] = self.censored_at
+        return out
+
+
+@dataclass
+class Trace:
+    id: str
+    prompt_token_ids: list[int]
+    generated_token_ids: list[int]
+    drafters: dict[str, Acceptance] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """ValueError naming what is wrong: an acc_len of the wrong length, or one that would
+        emit past the end or less than one token."""
+        n = len(self.generated_token_ids)
+        rest = n - np.arange(n)
+        for method, a in self.drafters.items():
+            if len(a.acc_len) != n:
+                raise ValueError(f"{PREFIX}{method}.acc_len has {len(a.acc_len)} values for {n} generated tokens")
+            if n and (a.acc_len.min() < 1 or (a.acc_len > rest).any()):
+                raise ValueError(f"{PREFIX}{method}.acc_len values must be between 1 and the tokens left "
+                                 "(acc_len[i] <= n - i)")
+            if a.proposed is not None and len(a.proposed) != n:
+                raise ValueError(f"{PREFIX}{method}.proposed has {len(a.proposed)} values for {n} generated tokens")
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "prompt_token_ids": self.prompt_token_ids,
+                "generated_token_ids": self.generated_token_ids,
+                **{PREFIX + m: a.to_json() for m, a in self.drafters.items()}}
+
+
+def _acceptance(d) -> Acceptance:
+    if not isinstance(d, dict) or "acc_len" not in d:
+        raise ValueError('must be an object with "acc_len"')
+    proposed = d.get("proposed")
+    return Acceptance(np.asarray(d["acc_len"], dtype=np.int64),
+                      None if proposed is None else np.asarray(proposed, dtype=bool),
+                      d.get("censored_at"))
+
+
+def parse(line: str) -> Trace:
+    d = json.loads(line)
+    if not isinstance(d, dict):
+        raise ValueError("not a JSON object")
+    for key in ("id", "prompt_token_ids", "generated_token_ids"):
+        if key not in d:
+            raise ValueError(f"no {key!r}")
+    drafters = {}
+    for key, value in d.items():
+        if key.startswith(PREFIX):
+            try:
+                drafters[key[len(PREFIX):]] = _acceptance(value)
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{key}: {e}") from None
+    t = Trace(str(d["id"]), [int(x) for x in d["prompt_token_ids"]],
+              [int(x) for x in d["generated_token_ids"]], drafters)
+    t.check()
+    return t
+
+
+def read(path: str | Path) -> list[Trace]:
+    """Every trace in a JSONL file; TraceError (one line: file, line, what) on the first bad one."""
+    out = []
+    try:
+        with open(path) as f:
+            for no, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        out.append(parse(line))
+                    except (ValueError, TypeError) as e:
+                        raise TraceError(f"{path}:{no}: {e}") from None
+    except OSError as e:
+        raise TraceError(f"cannot read traces {str(path)!r}: {e.strerror or e}") from None
+    return out
+
+
+def write(path: str | Path, traces: list[Trace]) -> None:
+    with open(path, "w") as f:
+        for t in traces:
+            f.write(json.dumps(t.to_json()) + "\n")
+
+
+def ngram(prompt: list[int], output: list[int], *, min_n: int = 1, max_n: int = 4) -> Acceptance:
+    """The n-gram drafter's acceptance over a recorded request, exactly as the engine's
+    prompt-lookup drafter (servers.emulator.ngram) decides it, proposing as far as it can."""
+    from servers.emulator.ngram import acceptance_lengths
+    acc, matched = acceptance_lengths(prompt, output, min_n=min_n, max_n=max_n, k=max(1, len(output)),
+                                      with_matches=True)
+    rest = len(output) - np.arange(len(output))  # a step cannot emit past the request's end
+    return Acceptance(np.minimum(np.asarray(acc, dtype=np.int64), rest), np.asarray(matched, dtype=bool))
