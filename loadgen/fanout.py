@@ -17,7 +17,10 @@ import asyncio
 import dataclasses
 import socket
 import time
+from array import array
 from typing import Callable
+
+import numpy as np
 
 from loadgen.executors import Share
 from loadgen.run import RunResult, RunSpec, execute, session_for
@@ -73,8 +76,8 @@ def shift(result: RunResult, delta_ns: int) -> RunResult:
             for name in ("t_scheduled_ns", "t_call_ns", "t_send_ns", "t_headers_ns", "t_end_ns"):
                 if getattr(rec, name):
                     setattr(rec, name, getattr(rec, name) + delta_ns)
-            for i in range(len(rec.chunk_t_ns)):
-                rec.chunk_t_ns[i] += delta_ns
+            if len(rec.chunk_t_ns):
+                rec.chunk_t_ns = array("q", (np.frombuffer(rec.chunk_t_ns, dtype=np.int64) + delta_ns).tobytes())
         result.loop_lag_at_ns = [t + delta_ns for t in result.loop_lag_at_ns]
         first = result.load_info.get("first_sends_ns")
         if first:

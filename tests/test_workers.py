@@ -203,3 +203,17 @@ def test_a_sweep_measures_each_cell_with_its_workers(tmp_path):
         assert s["server"] is not None  # the parent scraped the server around the workers' run
     assert list(frames["c1"].columns) == list(frames["c4"].columns)
     assert frames["c1"]["request_id"].tolist() == frames["c4"]["request_id"].tolist()
+
+
+def test_an_actors_times_are_moved_onto_the_drivers_clock():
+    """loadgen.fanout.shift: every timestamp of a run on another host moves by the clocks'
+    difference; durations (what latencies are made of) do not change."""
+    from loadgen.fanout import shift
+    from loadgen.run import RunResult
+    rec = _rec(0, 1, [1_000, 1_500, 2_500])
+    result = RunResult([rec], [900, 2_000], [0, 5], 0, 0.0, load_info={"first_sends_ns": [990, 990]})
+    shift(result, 10_000)
+    assert rec.t_send_ns == 10_990 and rec.t_scheduled_ns == 10_990 and rec.t_end_ns == 12_500
+    assert list(rec.chunk_t_ns) == [11_000, 11_500, 12_500]
+    assert result.loop_lag_at_ns == [10_900, 12_000] and result.loop_lag_ns == [0, 5]
+    assert result.load_info["first_sends_ns"] == [10_990, 10_990]
