@@ -22,10 +22,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-from loadgen.measure import request_frame
 from loadgen.sweep import results
 from loadgen.sweep.plan import Cell, Plan
-from loadgen.sweep.runner import Reporter, _cell_info, variant_events, write_result
+from loadgen.sweep.runner import Reporter, failed_event, variant_events, write_result
 
 def _variant_task(plan_dict: dict, variant: str, keys: list[str], resource: str, api_key: str | None):
     """In a Ray worker: one variant's cells, yielded as events (see the module docstring)."""
@@ -131,9 +130,9 @@ def _lost(root: Path, plan: Plan, variant: str, key: str | None, why: str, by_ke
     "worker": --resume runs it again); cells it had not begun stay pending."""
     if key is not None:
         cell = by_key[key]
-        summary = {"cell": {**_cell_info(cell, plan, "failed", f"the Ray task measuring it died ({why})", None),
-                            "cause": "worker"}, "completed": 0, "failed": 0}
-        write_result(root, cell, request_frame([]), summary, order)
+        _, _, frame, summary = failed_event(plan, cell, f"the Ray task measuring it died ({why})", None)
+        summary["cell"]["cause"] = "worker"
+        write_result(root, cell, frame, summary, order)
         reporter.cell_done(cell, "failed")
         reporter.note(f"{key}: failed, its Ray task died ({why}); --resume runs it again")
     left = [k for k, c in by_key.items() if c.variant == variant and not results.cell_dir(root, c).exists()]

@@ -65,7 +65,8 @@ def _cell_info(cell: Cell, plan: Plan, status: str, error: str | None, server: S
                 "starts": server.starts}}
 
 
-def _failed(plan: Plan, cell: Cell, error: str, server: Server | None) -> tuple:
+def failed_event(plan: Plan, cell: Cell, error: str, server: Server | None) -> tuple:
+    """The "done" event of a cell that failed before measuring anything."""
     return ("done", cell, request_frame([]),
             {"cell": _cell_info(cell, plan, "failed", error, server), "completed": 0, "failed": 0})
 
@@ -126,7 +127,7 @@ def variant_events(plan: Plan, server: Server, cells: list[Cell], workloads: dic
     except LaunchError as e:
         yield "note", f"{la.variant}: {e}; its {len(cells)} cell(s) are recorded as failed"
         for cell in cells:
-            yield _failed(plan, cell, str(e), server)
+            yield failed_event(plan, cell, str(e), server)
         return
     for i, cell in enumerate(cells):
         if not server.alive():
@@ -135,7 +136,7 @@ def variant_events(plan: Plan, server: Server, cells: list[Cell], workloads: dic
                 server.restart()
             except LaunchError as e:
                 for rest in cells[i:]:
-                    yield _failed(plan, rest, f"restart failed: {e}", server)
+                    yield failed_event(plan, rest, f"restart failed: {e}", server)
                 return
         yield "started", cell
         res = run_cell(plan, cell, workloads[cell.workload], la.url, la.served_model_name,
