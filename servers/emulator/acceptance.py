@@ -57,18 +57,27 @@ def _regimes(n: int, p: RegimeParams, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
+DEPTH = 16  # drafts every position is drawn for, whatever k asks
+
+
 def acceptance_lengths(n: int, k: int, p: RegimeParams, rng: np.random.Generator) -> np.ndarray:
     """For n positions: 1 + the number of the k drafts a step starting there would have
-    accepted (int16)."""
+    accepted (int16).
+
+    The draws do not depend on k (up to DEPTH): the same request and seed give, for any
+    k <= DEPTH, min(acceptance_lengths(n, DEPTH), k + 1), as one model proposing more or fewer
+    drafts would. So a run at one k and a run at another see the same text being easy or hard,
+    and an exact trace (`acceptance_lengths(n, DEPTH)`) predicts both."""
     if n <= 0 or k <= 0:
         return np.ones(max(n, 0), dtype=np.int16)
-    easy = _regimes(n + k, p, rng)
+    d = max(k, DEPTH)
+    easy = _regimes(n + d, p, rng)
     rate = np.where(easy, p.easy_accept, p.hard_accept)
-    depth = np.full(k, p.depth_factor)
+    depth = np.full(d, p.depth_factor)
     depth[0] = 1.0
-    window = np.lib.stride_tricks.sliding_window_view(rate, k)[:n]
-    right = rng.random((n, k)) < window * depth
-    return (1 + np.cumprod(right, axis=1).sum(axis=1)).astype(np.int16)
+    window = np.lib.stride_tricks.sliding_window_view(rate, d)[:n]
+    right = rng.random((n, d)) < window * depth
+    return np.minimum(1 + np.cumprod(right, axis=1).sum(axis=1), k + 1).astype(np.int16)
 
 
 def trace_stats(acc_lens, ks=(1, 3, 5), depth: int = 5) -> dict:
