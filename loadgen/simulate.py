@@ -13,7 +13,7 @@ import heapq
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from loadgen import arrivals
 from loadgen.record import RequestRecord
@@ -53,8 +53,16 @@ def _ns(t: float) -> int:
     return _T0_NS + int(round(t * 1e9))
 
 
-def simulate(sim: SimSpec, requests: Iterator[Request]) -> SimResult:
-    engine = Engine(profiles.load(sim.profile), sim.spec, sim.engine)
+Submit = Callable[[Engine, Request, float, object], None]
+
+
+def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None = None,
+             submit: Submit | None = None) -> SimResult:
+    """`engine`: one to drive instead of a new serving engine (e.g. a ReplayEngine);
+    `submit(engine, request, t_send, sink)` hands it a request (default: the request's text,
+    as the server would get it)."""
+    if engine is None:
+        engine = Engine(profiles.load(sim.profile), sim.spec, sim.engine)
     load = sim.load
     limit = None if sim.num_requests is None else sim.num_requests + sim.warmup
     deadline = sim.duration_s
@@ -81,11 +89,8 @@ def simulate(sim: SimSpec, requests: Iterator[Request]) -> SimResult:
                             queue_delay_ns=_ns(t_send) - _ns(t_sched))
         rec.t_call_ns = rec.t_send_ns = _ns(t_send)
         records.append(rec)
-        text = chat_prompt(req.as_messages()) if sim.endpoint == "chat" else (
-            req.prompt if req.prompt is not None else chat_prompt(req.as_messages()))
         try:
-            engine.submit(req.id, text, req.max_tokens, arrival=t_send, ignore_eos=req.ignore_eos,
-                          min_tokens=req.min_tokens, sink=(rec, user))
+            (submit or _submit_text)(engine, req, t_send, (rec, user))
         except EngineError as e:
             rec.status, rec.error_type, rec.error_message = 400, "http_400", f"HTTP 400: {e}"
             rec.t_end_ns = _ns(t_send + _REFUSAL_S)
@@ -94,6 +99,12 @@ def simulate(sim: SimSpec, requests: Iterator[Request]) -> SimResult:
             return
         rec.status = 200
         in_flight += 1
+
+    def _submit_text(engine: Engine, req: Request, t_send: float, sink) -> None:
+        text = chat_prompt(req.as_messages()) if sim.endpoint == "chat" else (
+            req.prompt if req.prompt is not None else chat_prompt(req.as_messages()))
+        engine.submit(req.id, text, req.max_tokens, arrival=t_send, ignore_eos=req.ignore_eos,
+                      min_tokens=req.min_tokens, sink=sink)
 
     def take() -> Request | None:
         if limit is not None and len(records) + len(capped) >= limit:

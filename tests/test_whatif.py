@@ -17,8 +17,9 @@ def test_every_position_accepting_two_drafts():
     a = _every_position_accepts(2, 30)  # a step anywhere emits 3 tokens (2 drafts + the bonus)
     k1, k3, k5 = (policies.fixed_k("eagle", a, k) for k in (1, 3, 5))
     assert [s.emitted for s in k1] == [2] * 15 and all(s.drafts == 1 for s in k1)
-    assert [s.emitted for s in k3] == [3] * 10 and all(s.drafts == 3 for s in k3)
-    assert [s.emitted for s in k5] == [3] * 10 and sum(s.drafts for s in k5) == 50  # 2 of 5 wasted per step
+    # the last step (position 27) has only 2 tokens after its bonus: it proposes 2
+    assert [s.emitted for s in k3] == [3] * 10 and [s.drafts for s in k3] == [3] * 9 + [2]
+    assert [s.emitted for s in k5] == [3] * 10 and sum(s.drafts for s in k5) == 9 * 5 + 2  # 3 of 5 wasted per step
     best = policies.oracle("eagle", a)
     assert [(s.emitted, s.drafts) for s in best] == [(3, 2)] * 10
     assert policies.tokens_per_step(k1) == 2 and policies.tokens_per_step(best) == 3
@@ -37,8 +38,13 @@ def test_ngram_is_perfect_on_a_copied_span():
     assert a.acc_len[5] == 1
     assert [(s.position, s.drafter, s.drafts, s.emitted) for s in policies.oracle("ngram", a)] == \
         [(0, "", 0, 1), (1, "ngram", 4, 5)]
+    assert a.proposed[1] == 6  # after the match "14": 15 16 17 18 19 14
     k3 = policies.fixed_k("ngram", a, 3)
-    assert [(s.drafts, s.emitted) for s in k3] == [(0, 1), (3, 4), (3, 1)]
+    # 0: no match; 1: three drafts, all right, plus the bonus; 5: the last token, nothing to draft
+    assert [(s.drafts, s.emitted) for s in k3] == [(0, 1), (3, 4), (0, 1)]
+    # served, the prefill writes position 0 and decoding starts at 1
+    assert [(s.position, s.drafts, s.emitted) for s in policies.fixed_k("ngram", a, 3, start=1)] == \
+        [(1, 3, 4), (5, 0, 1)]
 
 
 def test_the_combination_takes_the_best_drafter_at_each_position():
@@ -55,20 +61,20 @@ def test_the_combination_takes_the_best_drafter_at_each_position():
 def test_adaptive_k_settles_on_what_is_accepted_and_stays_within_k_max():
     steps = policies.adaptive("eagle", _every_position_accepts(2, 60), k_max=5)
     assert steps[0].drafts == 1  # starts cautious
-    assert {s.drafts for s in steps[-5:]} == {3}  # two accepted each time: k = 2 + 1
+    assert {s.drafts for s in steps[-5:-1]} == {3}  # two accepted each time: k = 2 + 1 (the last step has fewer left)
     assert max(s.drafts for s in policies.adaptive("eagle", _every_position_accepts(9, 60), k_max=5)) == 5
     assert sum(s.emitted for s in steps) == 60
 
 
 def test_traces_round_trip_and_a_bad_line_is_named(tmp_path):
-    t = Trace("r0", [1, 2, 3], [4, 5, 6, 7], {"ngram": Acceptance(np.array([1, 3, 2, 1]), np.array([0, 1, 1, 1], dtype=bool)),
+    t = Trace("r0", [1, 2, 3], [4, 5, 6, 7], {"ngram": Acceptance(np.array([1, 3, 2, 1]), np.array([0, 2, 2, 1])),
                                               "eagle": Acceptance(np.array([2, 2, 2, 1]), censored_at=1)})
     path = tmp_path / "traces.jsonl"
     write(path, [t, t])
     back = read(path)
     assert len(back) == 2 and back[0].id == "r0" and back[0].generated_token_ids == [4, 5, 6, 7]
     assert back[0].drafters["ngram"].acc_len.tolist() == [1, 3, 2, 1]
-    assert back[0].drafters["ngram"].proposed.tolist() == [False, True, True, True]
+    assert back[0].drafters["ngram"].proposed.tolist() == [0, 2, 2, 1]
     assert back[0].drafters["eagle"].censored_at == 1
     path.write_text(path.read_text().splitlines()[0] + "\n" +
                     '{"id": "r1", "prompt_token_ids": [1], "generated_token_ids": [2, 3], "acc_eagle": {"acc_len": [1]}}\n')

@@ -2,7 +2,9 @@
 and summary as a real run, in seconds."""
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import click
 
@@ -24,13 +26,15 @@ from loadgen.summary import summarize
 @click.option("--max-num-seqs", type=int, default=256, show_default=True)
 @click.option("--max-num-batched-tokens", type=int, default=8192, show_default=True)
 @click.option("--kv-cache-tokens", type=int, default=None, help="KV cache size [default: the profile's].")
+@click.option("--acceptance-traces", "traces_path", type=click.Path(dir_okay=False),
+              help="Also write every finished request's exact acceptance trace here (JSONL, for loadgen whatif).")
 @options.load_options
 @options.workload_options
 @options.result_options
 def simulate(**o) -> None:
     """Run a load against the emulated engine in virtual time (no server, no waiting)."""
     from servers.emulator import profile as profiles
-    from servers.emulator.engine import EngineConfig, EngineError
+    from servers.emulator.engine import Engine, EngineConfig, EngineError
     from servers.emulator.spec import SpecError, parse
 
     load, num = options.load_shape(o)
@@ -54,11 +58,20 @@ def simulate(**o) -> None:
                                       max_num_batched_tokens=o["max_num_batched_tokens"],
                                       kv_capacity_tokens=o["kv_cache_tokens"], seed=o["seed"]))
     out = options.prepare_output(o, "simulate")
+    traces: list[dict] = []
+    engine = Engine(prof, spec, sim.engine, trace_sink=traces.append if o["traces_path"] else None)
     wall = time.monotonic()
     try:
-        result = run_simulation(sim, requests)
+        result = run_simulation(sim, requests, engine=engine)
     except EngineError as e:
         raise Failure(str(e)) from None
+    if o["traces_path"]:
+        try:
+            Path(o["traces_path"]).parent.mkdir(parents=True, exist_ok=True)
+            with open(o["traces_path"], "w") as f:
+                f.writelines(json.dumps(t, separators=(",", ":")) + "\n" for t in traces)
+        except OSError as e:
+            raise Failure(f"cannot write --acceptance-traces {o['traces_path']!r}: {e.strerror or e}") from None
     wall = time.monotonic() - wall
     frame = request_frame(result.run.records)
     config = {

@@ -8,8 +8,8 @@ JSONL, one request per line:
      "acc_ngram": {"acc_len": [...], "proposed": [...]},
      "acc_eagle": {"acc_len": [...], "censored_at": 4}}
 
-`proposed` (optional, n-gram): whether the drafter proposed anything at that position (a
-drafter with no match costs nothing there). `censored_at` (optional): the trace was estimated
+`proposed` (optional, n-gram): how many drafts the drafter has to offer at that position (the
+tokens after its match; 0: no match, and then it proposes nothing and nothing is verified). `censored_at` (optional): the trace was estimated
 from a fixed-k run, where a step that accepted all k drafts only says acc_len >= k + 1; such
 values are recorded as k + 1.
 """
@@ -37,7 +37,7 @@ class Acceptance:
     def to_json(self) -> dict:
         out: dict = {"acc_len": self.acc_len.tolist()}
         if self.proposed is not None:
-            out["proposed"] = self.proposed.astype(int).tolist()
+            out["proposed"] = self.proposed.tolist()
         if self.censored_at is not None:
             out["censored_at"] = self.censored_at
         return out
@@ -63,6 +63,8 @@ class Trace:
                                  "(acc_len[i] <= n - i)")
             if a.proposed is not None and len(a.proposed) != n:
                 raise ValueError(f"{PREFIX}{method}.proposed has {len(a.proposed)} values for {n} generated tokens")
+            if a.proposed is not None and n and (a.proposed < a.acc_len - 1).any():
+                raise ValueError(f"{PREFIX}{method}.proposed must be at least acc_len - 1 (the drafts accepted)")
 
     def to_json(self) -> dict:
         return {"id": self.id, "prompt_token_ids": self.prompt_token_ids,
@@ -75,7 +77,7 @@ def _acceptance(d) -> Acceptance:
         raise ValueError('must be an object with "acc_len"')
     proposed = d.get("proposed")
     return Acceptance(np.asarray(d["acc_len"], dtype=np.int64),
-                      None if proposed is None else np.asarray(proposed, dtype=bool),
+                      None if proposed is None else np.asarray(proposed, dtype=np.int64),
                       d.get("censored_at"))
 
 
@@ -128,4 +130,4 @@ def ngram(prompt: list[int], output: list[int], *, min_n: int = 1, max_n: int = 
     acc, matched = acceptance_lengths(prompt, output, min_n=min_n, max_n=max_n, k=max(1, len(output)),
                                       with_matches=True)
     rest = len(output) - np.arange(len(output))  # a step cannot emit past the request's end
-    return Acceptance(np.minimum(np.asarray(acc, dtype=np.int64), rest), np.asarray(matched, dtype=bool))
+    return Acceptance(np.minimum(np.asarray(acc, dtype=np.int64), rest), np.asarray(matched, dtype=np.int64))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 
@@ -39,6 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--kv-cache-tokens", type=int, help="KV cache size in tokens (default: the profile's)")
     s.add_argument("--time-scale", type=float, default=1.0,
                    help="run steps at this multiple of their modeled time (0.5: twice as fast)")
+    s.add_argument("--acceptance-traces", metavar="FILE",
+                   help="append each finished request's exact acceptance trace (JSONL, docs/whatif.md): "
+                        "its token ids and, for every drafter of the profile, what a step at each position "
+                        "would emit")
     s.add_argument("--exit-after-requests", type=int, metavar="N",
                    help="fault injection: crash (exit 70 at once, streams cut) when request N+1 arrives")
     return p
@@ -66,13 +71,24 @@ def build(args) -> tuple[Engine, list[str]]:
         engine = Engine(prof, spec, EngineConfig(max_num_seqs=args.max_num_seqs,
                                                  max_num_batched_tokens=args.max_num_batched_tokens,
                                                  max_model_len=args.max_model_len,
-                                                 kv_capacity_tokens=args.kv_cache_tokens, seed=args.seed))
+                                                 kv_capacity_tokens=args.kv_cache_tokens, seed=args.seed),
+                        trace_sink=_trace_writer(args.acceptance_traces) if args.acceptance_traces else None)
     except (profiles.ProfileError, SpecError, EngineError, ValueError) as e:
         _fail(str(e))
+    except OSError as e:
+        _fail(f"cannot write --acceptance-traces {args.acceptance_traces!r}: {e.strerror or e}")
     if args.tensor_parallel_size != prof.tensor_parallel_size:
         log.warning("--tensor-parallel-size %d, but profile %s models tensor parallel %d; its "
                     "timings are for that", args.tensor_parallel_size, name, prof.tensor_parallel_size)
     return engine, args.served_model_name or [args.model]
+
+
+def _trace_writer(path: str):
+    f = open(path, "a", buffering=1)  # a line per finished request, flushed as written
+
+    def write(trace: dict) -> None:
+        f.write(json.dumps(trace, separators=(",", ":")) + "\n")
+    return write
 
 
 async def _serve(args, engine: Engine, served: list[str]) -> None:

@@ -23,7 +23,8 @@ from typing import Callable
 import numpy as np
 
 from servers.emulator import content
-from servers.emulator.acceptance import acceptance_lengths
+from servers.emulator import ngram
+from servers.emulator.acceptance import DEPTH, acceptance_lengths
 from servers.emulator.ngram import NgramIndex
 from servers.emulator.profile import Profile
 from servers.emulator.spec import SpecConfig
@@ -61,6 +62,9 @@ class Sequence:
     drafts: list[int] | int = 0       # drafts proposed for the next step (tokens, or a count)
     acc: np.ndarray | None = None     # model drafter: tokens a step at each position yields
     ngram: NgramIndex | None = None
+    plan: list | None = None          # a replayed request's steps (servers/emulator/replay.py)
+    step_no: int = -1                 # its plan's next step
+    trace: dict | None = None         # exact acceptance per drafter, when the engine keeps traces
     first_scheduled: float | None = None
     first_token: float | None = None
     last_token: float | None = None
@@ -96,7 +100,8 @@ class Step:
 
 
 class Engine:
-    def __init__(self, profile: Profile, spec: SpecConfig | None, cfg: EngineConfig = EngineConfig()) -> None:
+    def __init__(self, profile: Profile, spec: SpecConfig | None, cfg: EngineConfig = EngineConfig(),
+                 *, trace_sink: Callable[[dict], None] | None = None) -> None:
         if spec is not None and spec.method not in profile.drafters:
             raise EngineError(f"profile {profile.name!r} has no {spec.method} drafter "
                               f"(it has: {', '.join(sorted(profile.drafters)) or 'none'})")
@@ -109,6 +114,7 @@ class Engine:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.stats = EngineStats(spec_accepted_per_pos=[0] * (spec.k if spec else 0))
+        self.trace_sink = trace_sink  # gets each finished request's exact acceptance trace
         self._kv_used = 0
 
     # -- requests ---------------------------------------------------------------------------
@@ -136,11 +142,52 @@ class Engine:
             if self.spec.method == "ngram":
                 seq.ngram = NgramIndex(self.spec.prompt_lookup_min, self.spec.prompt_lookup_max, ids)
             else:
-                acc_rng = content.rng_for(self.cfg.seed, "acceptance\0" + prompt_text)
-                seq.acc = acceptance_lengths(n, self.spec.k, self.profile.acceptance(self.spec.method, kind), acc_rng)
+                seq.acc = self._acceptance(self.spec.method, n, self.spec.k, prompt_text, kind)
+        if self.trace_sink is not None:
+            seq.trace = self._exact_trace(seq, prompt_text)
+        return self._enqueue(seq)
+
+    def _enqueue(self, seq: Sequence) -> Sequence:
         self.waiting.append(seq)
         self.stats.waiting = len(self.waiting)
         return seq
+
+    def _acceptance(self, method: str, n: int, k: int, prompt_text: str, kind: str) -> np.ndarray:
+        """A model drafter's acceptance over the request: drawn from (seed, prompt), the same
+        draws at every k (acceptance.py), so the same request is as easy at any k."""
+        acc_rng = content.rng_for(self.cfg.seed, "acceptance\0" + prompt_text)
+        return acceptance_lengths(n, k, self.profile.acceptance(method, kind), acc_rng)
+
+    def _exact_trace(self, seq: Sequence, prompt_text: str) -> dict:
+        """Per drafter of the profile, the tokens a step starting at each output position would
+        emit (at most the tokens left): model drafters as drawn for this request (DEPTH drafts
+        deep, so a value of DEPTH + 1 means at least that), the n-gram drafter by running its
+        lookup over the tokens (the served settings, else prompt_lookup_min = max = 5), with
+        how many drafts it has to offer at each position."""
+        n = len(seq.output)
+        rest = n - np.arange(n)
+        out: dict = {}
+        for method in self.profile.drafters:
+            if method == "ngram":
+                lo, hi = ((self.spec.prompt_lookup_min, self.spec.prompt_lookup_max)
+                          if self.spec is not None and self.spec.method == "ngram" else (5, 5))
+                acc, offered = ngram.acceptance_lengths(seq.prompt, seq.output, min_n=lo, max_n=hi,
+                                                        k=max(1, n), with_matches=True)
+                out[method] = {"acc_len": np.minimum(acc, rest).tolist(), "proposed": offered,
+                               "prompt_lookup_min": lo, "prompt_lookup_max": hi}
+            else:
+                acc = self._acceptance(method, n, DEPTH, prompt_text, seq.kind)
+                out[method] = {"acc_len": np.minimum(acc, rest).tolist(), "censored_at": DEPTH}
+        return out
+
+    def trace(self, seq: Sequence) -> dict:
+        """The request as an acceptance trace (docs/whatif.md's JSONL form), with the exact
+        acceptance of every drafter this engine's profile has; needs a trace_sink."""
+        if seq.trace is None:
+            raise EngineError("this engine keeps no traces (give it a trace_sink)")
+        return {"id": seq.request_id, "prompt_token_ids": list(seq.prompt),
+                "generated_token_ids": list(seq.output),
+                **{f"acc_{m}": a for m, a in seq.trace.items()}}
 
     def abort(self, seq: Sequence) -> None:
         if seq.finished:
@@ -199,12 +246,17 @@ class Engine:
         batched = sum(n for _, n in batch)
         kv = sum(seq.computed + n for seq, n in batch)
         verify = self.profile.forward.time(kv, batched)
-        duration = verify + self.profile.step_overhead
-        if self.drafter is not None:
-            drafting = [seq for seq, n in batch if seq.computed + n >= seq.context and seq.remaining > 1]
-            duration += self.drafter.time(self.spec.k, len(drafting), kv, verify)
+        duration = verify + self.profile.step_overhead + self._drafting_time(batch, kv, verify)
         self._gauges()
         return Step(batch, duration, batched, now)
+
+    def _drafting_time(self, batch: list[tuple[Sequence, int]], kv: int, verify: float) -> float:
+        """Proposing the next step's drafts for every sequence that emits this step and will
+        go on."""
+        if self.drafter is None:
+            return 0.0
+        drafting = [seq for seq, n in batch if seq.computed + n >= seq.context and seq.remaining > 1]
+        return self.drafter.time(self.spec.k, len(drafting), kv, verify)
 
     def commit(self, step: Step, now: float) -> list[Emission]:
         """The step is over at `now`: apply what it computed; return the emitted tokens."""
@@ -235,21 +287,27 @@ class Engine:
         """How many of the drafts the target accepts, and count them."""
         if drafts <= 0:
             return 0
-        pos = seq.emitted
-        if seq.acc is not None:
-            accepted = min(int(seq.acc[pos]) - 1, drafts)
-        else:
-            accepted = 0
-            for d, tok in zip(seq.drafts, seq.output[pos:pos + drafts]):
-                if d != tok:
-                    break
-                accepted += 1
+        accepted = self._accepted(seq, drafts)
         stats = self.stats
         stats.spec_drafts += 1
         stats.spec_draft_tokens += drafts
         stats.spec_accepted_tokens += accepted
+        per_pos = stats.spec_accepted_per_pos
+        if accepted > len(per_pos):
+            per_pos.extend([0] * (accepted - len(per_pos)))
         for j in range(accepted):
-            stats.spec_accepted_per_pos[j] += 1
+            per_pos[j] += 1
+        return accepted
+
+    def _accepted(self, seq: Sequence, drafts: int) -> int:
+        pos = seq.emitted
+        if seq.acc is not None:
+            return min(int(seq.acc[pos]) - 1, drafts)
+        accepted = 0
+        for d, tok in zip(seq.drafts, seq.output[pos:pos + drafts]):
+            if d != tok:
+                break
+            accepted += 1
         return accepted
 
     def _emit(self, seq: Sequence, count: int, now: float) -> Emission:
@@ -298,6 +356,8 @@ class Engine:
         stats.request_generation_tokens.observe(seq.emitted)
         if seq.emitted > 1:
             stats.tpot.observe((now - seq.first_token) / (seq.emitted - 1))
+        if seq.trace is not None and self.trace_sink is not None:
+            self.trace_sink(self.trace(seq))
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)

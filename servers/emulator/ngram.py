@@ -60,7 +60,7 @@ def acceptance_lengths(prompt, output, *, min_n: int, max_n: int, k: int,
                        with_matches: bool = False):
     """For every output position i: the tokens one n-gram step starting there would emit
     (accepted drafts + the bonus token), proposing up to k drafts. With `with_matches`, also
-    whether anything was proposed there (a draft that was then rejected still costs)."""
+    how many drafts were proposed there (0: no match; a draft then rejected still costs)."""
     index = NgramIndex(min_n, max_n, prompt)
     out, matched = [], []
     for i in range(len(output)):
@@ -71,7 +71,7 @@ def acceptance_lengths(prompt, output, *, min_n: int, max_n: int, k: int,
                 break
             accepted += 1
         out.append(accepted + 1)
-        matched.append(bool(drafts))
+        matched.append(len(drafts))
         index.extend((output[i],))
     return (out, matched) if with_matches else out
 

@@ -1,0 +1,186 @@
+"""What each speculation policy would give, under load, over a set of acceptance traces.
+
+Every policy becomes a step plan per request (policies.py); the replaying engine
+(servers/emulator/replay.py) serves those requests in virtual time with the profile's cost
+model, closed loop at each batch size (B users, each sending its next request when its last
+ends, the traces taken in order and cycled until at least 4 x B requests were sent); the run
+is measured exactly as a real run is (loadgen.summary: output tokens per second over the
+steady window). Speedup: a policy's throughput over no speculation's at the same batch size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from loadgen.measure import request_frame
+from loadgen.run import LoadShape
+from loadgen.simulate import SimSpec, simulate
+from loadgen.summary import summarize
+from loadgen.whatif import policies
+from loadgen.whatif.policies import Step
+from loadgen.whatif.traces import Trace
+from servers.emulator import profile as profiles
+from servers.emulator.engine import EngineConfig
+from servers.emulator.replay import ReplayEngine
+from workloads import Request
+
+START = 1  # served, the prefill writes output position 0; decoding steps start after it
+
+
+class WhatIfError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    kind: str          # none | fixed | oracle | combination | adaptive | hybrid
+    realisable: bool   # a server could run it without knowing the future
+    plan: Callable[[Trace], list[Step]]
+    price_as: str | None = None  # charge every drafter at this one's price
+
+    def steps(self, trace: Trace) -> list[Step]:
+        return self.plan(trace)
+
+
+@dataclass
+class Outcome:
+    """One policy at one batch size."""
+    policy: str
+    kind: str
+    realisable: bool
+    batch: int
+    requests: int
+    output_tok_s: float
+    speedup: float | None
+    tokens_per_step: float      # tokens per decoding step, over the plans served
+    drafts_per_step: float
+    tpot_ms: float | None
+
+
+def order_drafters(methods) -> list[str]:
+    """n-gram first (the cheaper drafter wins ties in a combination), then the rest by name."""
+    return sorted(methods, key=lambda m: (m != "ngram", m))
+
+
+def oracle_caps(methods: list[str], depth: int | None) -> dict[str, int | None]:
+    """How deep each drafter's oracle may propose: a model drafter pays a sequential pass per
+    draft, so its oracle stops at `depth`; n-gram drafts cost nothing to propose, so its
+    oracle takes the whole run its match gets right."""
+    return {m: None if m == "ngram" else depth for m in methods}
+
+
+def candidates(methods: list[str], ks=(1, 3, 5), k_max: int = 5, oracle_depth: int | None = None) -> list[Policy]:
+    """No speculation; per drafter fixed k for each k, its oracle and adaptive k; with the
+    n-gram drafter and a model drafter, the realisable hybrid; with two or more drafters, the
+    combination oracle charged at each step's own drafter's price and at the n-gram price.
+    Oracles of model drafters propose at most `oracle_depth` drafts (default k_max; 0: no limit)."""
+    methods = order_drafters(methods)
+    caps = oracle_caps(methods, k_max if oracle_depth is None else (oracle_depth or None))
+    out = [Policy("none", "none", True, lambda t: policies.none(len(t.generated_token_ids), START))]
+    for m in methods:
+        for k in ks:
+            out.append(Policy(f"{m} k={k}", "fixed", True,
+                              lambda t, m=m, k=k: policies.fixed_k(m, t.drafters[m], k, START)))
+        out.append(Policy(f"{m} adaptive k<={k_max}", "adaptive", True,
+                          lambda t, m=m: policies.adaptive(m, t.drafters[m], k_max=k_max, start=START)))
+        depth = f" <={caps[m]}" if caps[m] else ""
+        out.append(Policy(f"{m} oracle{depth}", "oracle", False,
+                          lambda t, m=m: policies.oracle(m, t.drafters[m], START, caps[m])))
+    if "ngram" in methods:
+        for m in methods:
+            if m != "ngram":
+                out.append(Policy(f"ngram k={k_max} where it matches, else {m} k=3", "hybrid", True,
+                                  lambda t, m=m: policies.hybrid("ngram", t.drafters["ngram"], m, t.drafters[m],
+                                                                 k_ngram=k_max, k_model=3, start=START)))
+    if len(methods) > 1:
+        both = "+".join(methods)
+        comb = lambda t: policies.combination({m: t.drafters[m] for m in methods}, START, caps)  # noqa: E731
+        out.append(Policy(f"combination oracle ({both})", "combination", False, comb))
+        if "ngram" in methods:
+            out.append(Policy(f"combination oracle ({both}), n-gram price", "combination", False, comb,
+                              price_as="ngram"))
+    return out
+
+
+def drafters_of(traces: list[Trace], profile: profiles.Profile, wanted: list[str] | None = None) -> list[str]:
+    """The drafters every trace has (or those asked for); each must be one the profile prices."""
+    if not traces:
+        raise WhatIfError("no traces to evaluate")
+    common = set(traces[0].drafters)
+    for t in traces[1:]:
+        common &= set(t.drafters)
+    if wanted:
+        missing = [m for m in wanted if m not in common]
+        if missing:
+            raise WhatIfError(f"not every trace has acc_{missing[0]}; the traces all have: "
+                              f"{', '.join(sorted(common)) or 'none'}")
+        common = set(wanted)
+    unpriced = sorted(m for m in common if m not in profile.drafters)
+    if unpriced:
+        raise WhatIfError(f"profile {profile.name!r} has no cost for drafter {unpriced[0]!r} "
+                          f"(it prices: {', '.join(sorted(profile.drafters))}); pick --drafters among those")
+    return order_drafters(common)
+
+
+def evaluate(traces: list[Trace], profile: str, batches: list[int], chosen: list[Policy], *,
+             requests: int | None = None, engine: EngineConfig = EngineConfig(),
+             progress: Callable[[str], None] | None = None) -> list[Outcome]:
+    prof = profiles.load(profile)
+    served = [t for t in traces if len(t.generated_token_ids) >= 1]
+    if not served:
+        raise WhatIfError("no trace has generated tokens")
+    plans = {p.name: [[(s.drafter, s.drafts, s.emitted) for s in p.steps(t)] for t in served] for p in chosen}
+    out: list[Outcome] = []
+    for batch in batches:
+        count = requests or max(len(served), 4 * batch)
+        baseline = None
+        for p in chosen:
+            tok_s, tpot = _serve(prof, served, plans[p.name], batch, count, engine, p.price_as)
+            steps = [s for i in range(count) for s in plans[p.name][i % len(served)]]
+            if p.kind == "none":
+                baseline = tok_s
+            out.append(Outcome(p.name, p.kind, p.realisable, batch, count, tok_s,
+                               tok_s / baseline if baseline else None,
+                               float(np.mean([e for _, _, e in steps])) if steps else float("nan"),
+                               float(np.mean([d for _, d, _ in steps])) if steps else float("nan"), tpot))
+            if progress:
+                progress(f"batch {batch}: {p.name}: {tok_s:,.0f} tok/s")
+    return out
+
+
+def _serve(prof, traces: list[Trace], plans: list[list], batch: int, count: int, cfg: EngineConfig,
+           price_as: str | None) -> tuple[float, float | None]:
+    """Output tokens per second (and mean TPOT, ms) of `count` requests served closed loop by
+    `batch` users, each request the next trace in turn with its plan."""
+    engine = ReplayEngine(prof, cfg, price_as=price_as)
+    reqs = (Request(id=str(i), prompt="", max_tokens=len(traces[i % len(traces)].generated_token_ids),
+                    workload="traces") for i in range(count))
+
+    def submit(eng: ReplayEngine, req: Request, t_send: float, sink) -> None:
+        i = int(req.id)
+        t = traces[i % len(traces)]
+        eng.submit_plan(req.id, t.prompt_token_ids, t.generated_token_ids, plans[i % len(traces)],
+                        arrival=t_send, sink=sink)
+
+    sim = SimSpec(prof.name, None, LoadShape(concurrency=batch), engine=cfg, num_requests=count)
+    result = simulate(sim, reqs, engine=engine, submit=submit)
+    frame = request_frame(result.run.records)
+    failed = frame[~frame["ok"]]
+    if len(failed):
+        raise WhatIfError(f"{len(failed)} of the traces' requests cannot be served on {prof.name}: "
+                          f"{failed['error_message'].iloc[0]}")
+    s = summarize(frame, ([], []), config={"clock": {"t0_ns": result.run.t0_ns}})
+    tpot = s["tpot_ms"].get("mean") if s["tpot_ms"] else None
+    return float(s["output_throughput_tok_s"]), tpot
+
+
+def best_realisable(outcomes: list[Outcome]) -> dict[int, Outcome]:
+    """Per batch size, the realisable policy (speculating) with the highest throughput."""
+    best: dict[int, Outcome] = {}
+    for o in outcomes:
+        if o.realisable and o.kind != "none" and (o.batch not in best or o.output_tok_s > best[o.batch].output_tok_s):
+            best[o.batch] = o
+    return best

@@ -1,0 +1,84 @@
+"""What-if results as plain data (whatif.json) and as text: a table per batch size, with the
+trace-level figures and what the figures assume."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from loadgen.whatif import policies
+from loadgen.whatif.evaluate import START, Outcome, best_realisable, oracle_caps
+from loadgen.whatif.traces import Trace
+
+PRICING = ("combination oracle: each step is charged at the price of the drafter it used "
+           "(a batch whose next steps use two drafters pays for both); the 'n-gram price' row "
+           "charges every step at the n-gram drafter's price, as the study did, which flatters it")
+
+
+def _trace_figures(traces: list[Trace], methods: list[str], ks, caps: dict) -> dict:
+    """Per drafter, tokens per decoding step of fixed k and the oracle over the traces alone
+    (no costs, no batching), and of the combination oracle."""
+    def tps(plan) -> float:
+        steps = [s for t in traces for s in plan(t)]
+        return policies.tokens_per_step(steps)
+    out = {m: {**{f"k={k}": tps(lambda t, m=m, k=k: policies.fixed_k(m, t.drafters[m], k, START)) for k in ks},
+               "oracle": tps(lambda t, m=m: policies.oracle(m, t.drafters[m], START, caps[m]))} for m in methods}
+    if len(methods) > 1:
+        out["combination"] = {"oracle": tps(lambda t: policies.combination({m: t.drafters[m] for m in methods},
+                                                                           START, caps))}
+    return out
+
+
+def notes(traces: list[Trace], methods: list[str], caps: dict, ks) -> list[str]:
+    out = []
+    for m in methods:
+        cens = {t.drafters[m].censored_at for t in traces} - {None}
+        if not cens:
+            continue
+        c = min(cens)
+        affected = [f"k > {c}"] if max(ks) > c else []
+        if caps[m] is None or caps[m] > c:
+            affected = ["its oracle", "the combination"] + affected
+        if affected:
+            out.append(f"acc_{m} is censored at {c} drafts (a step that accepted all {c} only says at "
+                       f"least {c + 1} tokens): {', '.join(affected)} are lower bounds")
+    out.append(PRICING)
+    capped = sorted({d for d in caps.values() if d})
+    out.append("oracle: proposes exactly what will be accepted, never a rejected draft"
+               + (f"; a model drafter at most {capped[0]} (each draft is one more sequential drafting "
+                  "pass, and in a batch the deepest proposal sets the drafting time; --oracle-depth)"
+                  if capped else "") + "; n-gram drafts cost nothing to propose, so its oracle takes the whole run")
+    return out
+
+
+def to_json(traces: list[Trace], methods: list[str], profile: str, outcomes: list[Outcome], *,
+            source: str, ks, oracle_depth: int | None) -> dict:
+    best = best_realisable(outcomes)
+    caps = oracle_caps(methods, oracle_depth)
+    return {"source": source, "profile": profile, "traces": len(traces), "drafters": methods,
+            "output_tokens": int(sum(len(t.generated_token_ids) for t in traces)),
+            "tokens_per_step": _trace_figures(traces, methods, ks, caps),
+            "results": [asdict(o) for o in outcomes],
+            "best_realisable": {str(b): o.policy for b, o in best.items()},
+            "oracle_depth": oracle_depth, "notes": notes(traces, methods, caps, ks)}
+
+
+def render(doc: dict) -> str:
+    lines = [f"What-if over {doc['traces']} traces ({doc['output_tokens']:,} output tokens) from "
+             f"{doc['source']}, on profile {doc['profile']}; drafters: {', '.join(doc['drafters'])}", "",
+             "Tokens per decoding step from the traces alone:"]
+    for m, figs in doc["tokens_per_step"].items():
+        lines.append(f"  {m:12s} " + "  ".join(f"{k} {v:.2f}" for k, v in figs.items()))
+    by_batch: dict[int, list[dict]] = {}
+    for r in doc["results"]:
+        by_batch.setdefault(r["batch"], []).append(r)
+    width = max((len(r["policy"]) for r in doc["results"]), default=10)
+    for batch, rows in by_batch.items():
+        best = doc["best_realisable"].get(str(batch))
+        lines += ["", f"Batch {batch} ({rows[0]['requests']} requests):",
+                  f"  {'policy':{width}s}  {'tok/s':>9s}  {'speedup':>7s}  {'tok/step':>8s}  {'drafts/step':>11s}"]
+        for r in rows:
+            mark = " <- best realisable" if r["policy"] == best else ("" if r["realisable"] else " (oracle)")
+            speed = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "-"
+            lines.append(f"  {r['policy']:{width}s}  {r['output_tok_s']:9,.0f}  {speed:>7s}  "
+                         f"{r['tokens_per_step']:8.2f}  {r['drafts_per_step']:11.2f}{mark}")
+    lines += [""] + [f"note: {n}" for n in doc["notes"]]
+    return "\n".join(lines)

@@ -1,0 +1,91 @@
+"""The engine replaying recorded requests, each with its own plan of speculation steps.
+
+Same scheduler, same step costs as the engine that serves (engine.py); what differs is who
+decides the drafts: a request arrives with its prompt and output token ids and a plan, one
+entry per decoding step (the first output token comes from the prefill alone), each saying
+which drafter proposes how many drafts and how many tokens the step emits. So any policy a
+trace allows (fixed k, an oracle, a per-position combination of drafters, k adapted per step)
+runs under load, in virtual time, as the engine would run it.
+
+What a step costs: the target's forward over every scheduled token (drafts included) plus the
+fixed overhead, as in engine.py, plus, for every drafter that proposes for the next step of at
+least one request in the batch, that drafter's price (profile.Drafter.time) for the requests
+it drafts for, at the largest k among them, over the batch's KV (as the serving engine charges
+its one drafter). `price_as` charges every drafter at one drafter's price instead (the study
+charged its combined steps at the n-gram price).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence as Seq
+
+from servers.emulator.engine import Engine, EngineConfig, EngineError, Sequence
+from servers.emulator.profile import Profile
+
+
+class ReplayEngine(Engine):
+    def __init__(self, profile: Profile, cfg: EngineConfig = EngineConfig(), *,
+                 price_as: str | None = None) -> None:
+        super().__init__(profile, None, cfg)
+        if price_as is not None and price_as not in profile.drafters:
+            raise EngineError(f"profile {profile.name!r} has no {price_as} drafter to price steps at")
+        self.price_as = price_as
+
+    def submit_plan(self, request_id: str, prompt: list[int], output: list[int],
+                    plan: Seq[tuple[str, int, int]], *, arrival: float,
+                    sink: Callable | None = None) -> Sequence:
+        """`plan`: (drafter, drafts, emitted) per decoding step, from output position 1; the
+        emitted tokens add up to len(output) - 1. Drafter "" proposes nothing."""
+        n = len(output)
+        if n < 1:
+            raise EngineError(f"request {request_id!r} has no output tokens")
+        if sum(e for _, _, e in plan) != n - 1:
+            raise EngineError(f"request {request_id!r}: the plan emits {sum(e for _, _, e in plan)} "
+                              f"tokens after the first, the output has {n - 1}")
+        for drafter, drafts, emitted in plan:
+            if not 1 <= emitted <= drafts + 1:
+                raise EngineError(f"request {request_id!r}: a step with {drafts} drafts cannot emit {emitted}")
+            if drafter and drafter not in self.profile.drafters:
+                raise EngineError(f"profile {self.profile.name!r} has no {drafter} drafter "
+                                  f"(it has: {', '.join(sorted(self.profile.drafters))})")
+        if len(prompt) + n > self.max_model_len:
+            raise EngineError(f"This model's maximum context length is {self.max_model_len} tokens. "
+                              f"However, you requested {len(prompt) + n} tokens.")
+        if len(prompt) + n > self.kv_capacity:
+            raise EngineError(f"the request needs {len(prompt) + n} tokens of KV cache; "
+                              f"this engine holds {self.kv_capacity}")
+        seq = Sequence(request_id, list(prompt), list(output), [""] * n, "length", "replay", arrival, sink)
+        seq.plan = list(plan)
+        return self._enqueue(seq)
+
+    def _next_step(self, seq: Sequence):
+        """The plan step a sequence that emits now will take next (None: it ends)."""
+        i = seq.step_no + 1
+        return seq.plan[i] if i < len(seq.plan) else None
+
+    def _drafting_time(self, batch, kv: int, verify: float) -> float:
+        groups: dict[str, list[int]] = {}
+        for seq, n in batch:
+            if seq.computed + n < seq.context:
+                continue  # a prefill chunk: it does not emit yet
+            nxt = self._next_step(seq)
+            if nxt is not None and nxt[0]:
+                groups.setdefault(nxt[0], []).append(nxt[1])
+        total = 0.0
+        for drafter, drafts in groups.items():
+            price = self.profile.drafters[self.price_as or drafter]
+            total += price.time(max(1, max(drafts)), len(drafts), kv, verify)
+        return total
+
+    def _accepted(self, seq: Sequence, drafts: int) -> int:
+        emitted = seq.plan[seq.step_no][2]
+        accepted = min(emitted - 1, drafts)
+        if accepted < emitted - 1:
+            # the token budget cut this step's drafts: the tokens it could not emit are
+            # written one per step, so the plan's later steps start where they should
+            seq.plan[seq.step_no + 1:seq.step_no + 1] = [("", 0, 1)] * (emitted - 1 - accepted)
+        return accepted
+
+    def _propose(self, seq: Sequence, new_tokens: list[int]) -> None:
+        seq.step_no += 1
+        step = seq.plan[seq.step_no] if seq.step_no < len(seq.plan) else None
+        seq.drafts = step[1] if step is not None else 0
