@@ -2,6 +2,8 @@
 each speculation policy, pinned with hand-made traces whose answers are worked out by hand."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -85,3 +87,136 @@ def test_traces_round_trip_and_a_bad_line_is_named(tmp_path):
         read(path)
     with pytest.raises(TraceError, match="cannot read traces"):
         read(tmp_path / "none.jsonl")
+
+
+# -- the virtual-time evaluation ---------------------------------------------------------------
+
+PROFILE = "h100-llama-3.1-8b"
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def _eagle(k: int) -> str:
+    return '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": %d}' % k
+
+
+def _policy(name: str, methods=("ngram", "eagle"), ks=(1, 3, 5)):
+    from loadgen.whatif import evaluate as ev
+    return next(p for p in ev.candidates(list(methods), ks) if p.name == name)
+
+
+def test_one_request_at_batch_1_costs_what_the_profile_says():
+    """Worked by hand from the cost model: prefill, then two steps of 2 drafts each emitting 3."""
+    from loadgen.whatif import evaluate as ev
+    from servers.emulator import profile as profiles
+    prof = profiles.load(PROFILE)
+    prompt, output = list(range(10)), list(range(100, 107))
+    t = Trace("r", prompt, output, {"eagle": _every_position_accepts(2, 7)})
+    fwd, eagle, over = prof.forward, prof.drafters["eagle"], prof.step_overhead
+    # step 1: prefill of 10 tokens (KV 10), then 2 drafts proposed for the first decoding step
+    v1 = fwd.time(10, 10)
+    t1 = v1 + over + eagle.time(2, 1, 10, v1)
+    # step 2 at position 1: the last token + 2 drafts, over the prompt's KV: 10 + 3; emits 3;
+    # proposes 2 more (a token's KV is written by the step that reads it as input)
+    v2 = fwd.time(13, 3)
+    t2 = v2 + over + eagle.time(2, 1, 13, v2)
+    # step 3 at position 4: KV 13 + 3, emits the last 3 tokens; nothing left to draft
+    v3 = fwd.time(16, 3)
+    t3 = v3 + over
+    [o] = ev.evaluate([t], PROFILE, [1], [_policy("eagle k=2", ("eagle",), (2,))], requests=1)
+    assert o.output_tok_s == pytest.approx(7 / (t1 + t2 + t3), rel=1e-6)
+    assert o.tokens_per_step == 3 and o.drafts_per_step == 2
+
+
+def test_the_combination_is_charged_per_drafter_and_at_the_ngram_price():
+    from loadgen.whatif import evaluate as ev
+    n = 40
+    ngram_acc = Acceptance(np.minimum(6, n - np.arange(n)), np.full(n, 8))  # n-gram: 5 right everywhere
+    eagle_acc = _every_position_accepts(1, n)
+    traces = [Trace(str(i), list(range(50)), list(range(n)), {"ngram": ngram_acc, "eagle": eagle_acc}) for i in range(4)]
+    names = ["eagle k=1", "combination oracle (ngram+eagle)", "combination oracle (ngram+eagle), n-gram price"]
+    out = {o.policy: o for o in ev.evaluate(traces, PROFILE, [4], [_policy("none")] + [_policy(p) for p in names])}
+    own, cheap = out[names[1]], out[names[2]]
+    # n-gram wins every position here: both rows are the same steps, and the n-gram price is
+    # the price of the drafter used, so they are equal
+    assert own.tokens_per_step == cheap.tokens_per_step == pytest.approx((n - 1) / 7, rel=0.2)
+    assert own.output_tok_s == pytest.approx(cheap.output_tok_s, rel=1e-9)
+    assert own.output_tok_s > out["eagle k=1"].output_tok_s > out["none"].output_tok_s
+    # with EAGLE better everywhere the combination is EAGLE's oracle, and the n-gram price flatters it
+    traces = [Trace(str(i), list(range(50)), list(range(n)),
+                    {"ngram": Acceptance(np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)),
+                     "eagle": _every_position_accepts(3, n)}) for i in range(4)]
+    out = {o.policy: o for o in ev.evaluate(traces, PROFILE, [4], [_policy("eagle oracle <=5")] + [_policy(p) for p in names[1:]])}
+    assert out[names[1]].output_tok_s == pytest.approx(out["eagle oracle <=5"].output_tok_s, rel=1e-9)
+    assert out[names[2]].output_tok_s > out[names[1]].output_tok_s * 1.05
+
+
+def test_replayed_fixed_k_reproduces_the_engine_at_that_k(tmp_path):
+    """The simulator writes exact traces at k=3; replayed at k=1 and k=5 they give the
+    throughput the simulator itself gives at k=1 and k=5 (one engine, one cost model)."""
+    from tests.conftest import run_cli
+    common = ["--profile", PROFILE, "--concurrency", "8", "--num-requests", "48", "--workload", "synthetic:chat",
+              "--seed", "4"]
+    res = run_cli("simulate", *common, "--speculative-config", _eagle(3), "--acceptance-traces",
+                  str(tmp_path / "traces.jsonl"), "--output", str(tmp_path / "k3"))
+    assert res.returncode == 0, res.stderr
+    res = run_cli("whatif", str(tmp_path / "traces.jsonl"), "--profile", PROFILE, "--batch", "8",
+                  "--drafters", "eagle", "--k", "1,5", "--requests", "48", "--output", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    predicted = {r["policy"]: r["output_tok_s"] for r in json.loads((tmp_path / "whatif.json").read_text())["results"]}
+    for k in (1, 5):
+        res = run_cli("simulate", *common, "--speculative-config", _eagle(k), "--output", str(tmp_path / f"k{k}"))
+        assert res.returncode == 0, res.stderr
+        actual = json.loads((tmp_path / f"k{k}" / "summary.json").read_text())["output_throughput_tok_s"]
+        assert predicted[f"eagle k={k}"] == pytest.approx(actual, rel=0.02)
+    res = run_cli("simulate", *common, "--output", str(tmp_path / "none"))
+    actual = json.loads((tmp_path / "none" / "summary.json").read_text())["output_throughput_tok_s"]
+    assert predicted["none"] == pytest.approx(actual, rel=0.02)
+
+
+def test_whatif_predicts_an_unseen_k_of_the_real_time_emulator(tmp_path):
+    """The acceptance line: traces written by the emulator serving EAGLE at k=3 over HTTP
+    predict the throughput of k=1 and k=5 within 10% of the emulator actually serving them."""
+    from servers.embedded import emulator_server
+    from tests.conftest import run_cli
+    load = ["--concurrency", "8", "--num-requests", "32", "--workload", "synthetic:chat", "--output-len", "128",
+            "--seed", "2", "--quiet"]
+    traces = tmp_path / "traces.jsonl"
+
+    def serve_and_run(k: int, out: str, *extra: str) -> dict:
+        with emulator_server(LLAMA, "--speculative-config", _eagle(k), "--seed", "2", *extra) as srv:
+            res = run_cli("run", "--base-url", srv.url, *load, "--output", str(tmp_path / out))
+            assert res.returncode == 0, res.stderr
+        return json.loads((tmp_path / out / "summary.json").read_text())
+
+    recorded = serve_and_run(3, "k3", "--acceptance-traces", str(traces))
+    assert len(read(traces)) == 32
+    res = run_cli("whatif", str(traces), "--profile", PROFILE, "--batch", "8", "--drafters", "eagle",
+                  "--k", "1,3,5", "--requests", "32", "--output", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert "Batch 8" in res.stdout and "eagle k=5" in res.stdout
+    predicted = {r["policy"]: r["output_tok_s"] for r in json.loads((tmp_path / "whatif.json").read_text())["results"]}
+    print(f"whatif eagle k=3: predicted {predicted['eagle k=3']:.0f}, emulator {recorded['output_throughput_tok_s']:.0f} tok/s")
+    assert predicted["eagle k=3"] == pytest.approx(recorded["output_throughput_tok_s"], rel=0.10)
+    for k in (1, 5):
+        actual = serve_and_run(k, f"k{k}")["output_throughput_tok_s"]
+        print(f"whatif eagle k={k}: predicted {predicted[f'eagle k={k}']:.0f}, emulator {actual:.0f} tok/s")
+        assert predicted[f"eagle k={k}"] == pytest.approx(actual, rel=0.10), (k, predicted, actual)
+
+
+def test_whatif_bad_input_is_one_line(tmp_path):
+    from tests.conftest import run_cli
+    t = Trace("r0", [1, 2, 3], [4, 5, 6, 7], {"eagle": Acceptance(np.array([2, 2, 2, 1]))})
+    write(tmp_path / "t.jsonl", [t])
+    cases = [
+        (["whatif", str(tmp_path / "none.jsonl"), "--profile", PROFILE], "cannot read traces"),
+        (["whatif", str(tmp_path / "t.jsonl"), "--profile", PROFILE, "--batch", "0,8"], "--batch '0,8'"),
+        (["whatif", str(tmp_path / "t.jsonl"), "--profile", "nope"], "unknown profile 'nope'"),
+        (["whatif", str(tmp_path / "t.jsonl")], "give --profile"),
+        (["whatif", str(tmp_path / "t.jsonl"), "--profile", PROFILE, "--drafters", "ngram"],
+         "not every trace has acc_ngram; the traces all have: eagle"),
+        (["whatif", str(tmp_path / "t.jsonl"), "--profile", "h100-glm-4.5-air-tp4"], "has no cost for drafter 'eagle'"),
+    ]
+    for args, message in cases:
+        res = run_cli(*args)
+        assert res.returncode == 2, (args, res.stderr)
+        assert res.stderr.count("\n") == 1 and message in res.stderr, (args, res.stderr)
