@@ -37,6 +37,8 @@ def _row(rec: RequestRecord, tokenizer) -> dict:
         "step_tokens": steps, "steps_source": steps_source,
         "server_draft_tokens": rec.server_draft_tokens,
         "server_accepted_tokens": rec.server_accepted_tokens,
+        "prompt_token_ids": rec.prompt_token_ids,
+        "output_token_ids": rec.token_ids if rec.token_ids else None,
     }
     nan = float("nan")
     if len(t):

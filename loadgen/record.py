@@ -44,6 +44,10 @@ class RequestRecord:
     chunk_usage: array = field(default_factory=lambda: array("q"))
     chunk_chars: array = field(default_factory=lambda: array("q"))
     chunk_text: list[str] | None = None
+    # the token ids the server returned (vLLM's return_token_ids; `run --token-ids`), None
+    # unless asked for (and never for a sensitive request)
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
 
     @property
     def ok(self) -> bool:

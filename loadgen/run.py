@@ -77,6 +77,7 @@ class RunSpec:
     request_timeout_s: float = 600.0
     continuous_usage: bool = True
     keep_text: bool = False
+    token_ids: bool = False  # ask for and keep each request's token ids (return_token_ids)
     extra_body: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)  # secrets live here: never serialise
     keep_alive: bool = True  # reuse connections; False: `Connection: close`, one per request
@@ -169,9 +170,10 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     client = StreamClient(session, spec.api_base, spec.endpoint, headers,
                           spec.request_timeout_s, keep_text=spec.keep_text)
 
+    extra = {**(spec.extra_body or {}), "return_token_ids": True} if spec.token_ids else spec.extra_body
+
     def encode(req: Request) -> bytes:
-        return build_body(req, endpoint=spec.endpoint, model=spec.model, options=opts,
-                          extra=spec.extra_body)
+        return build_body(req, endpoint=spec.endpoint, model=spec.model, options=opts, extra=extra)
 
     records: list[RequestRecord] = []
 
@@ -181,6 +183,8 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
                             t_scheduled_ns=t_sched or 0, workload=req.workload,
                             category=req.category, max_tokens=req.max_tokens,
                             queue_delay_ns=queue_delay, worker=share.worker)
+        if spec.token_ids and not req.sensitive:
+            rec.token_ids = []
         records.append(rec)
         if on_start is not None:
             on_start(rec)

@@ -35,6 +35,10 @@ class StreamRenderer:
     created: int
     prompt_tokens: int
     continuous_usage: bool
+    # vLLM's return_token_ids: the prompt's ids once (chat: on the role event, top level;
+    # completions: on the first choice), each chunk's generated ids on its choice
+    prompt_token_ids: list[int] | None = None
+    return_token_ids: bool = False
 
     def _base(self) -> dict:
         return {
@@ -53,9 +57,13 @@ class StreamRenderer:
         ]
         if self.continuous_usage:
             payload["usage"] = usage(self.prompt_tokens, 0)
+        if self.return_token_ids:
+            payload["prompt_token_ids"] = self.prompt_token_ids
+            self.prompt_token_ids = None
         return sse(payload)
 
-    def chunk(self, text: str, completion_tokens: int, finish_reason: str | None) -> bytes:
+    def chunk(self, text: str, completion_tokens: int, finish_reason: str | None,
+              token_ids: list[int] | None = None) -> bytes:
         """One engine step's tokens; `completion_tokens` is the running total after it."""
         payload = self._base()
         if self.chat:
@@ -64,6 +72,11 @@ class StreamRenderer:
         else:
             choice = {"index": 0, "text": text, "logprobs": None,
                       "finish_reason": finish_reason, "stop_reason": None}
+        if self.return_token_ids:
+            if self.prompt_token_ids is not None:  # completions: the first chunk carries them
+                choice["prompt_token_ids"] = self.prompt_token_ids
+                self.prompt_token_ids = None
+            choice["token_ids"] = token_ids or []
         payload["choices"] = [choice]
         if self.continuous_usage:
             payload["usage"] = usage(self.prompt_tokens, completion_tokens)

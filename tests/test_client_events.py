@@ -79,3 +79,24 @@ def test_a_final_usage_after_chunks_without_is_a_total_not_a_chunk(keep_text):
     assert len(rec.chunk_t_ns) == 3 and list(rec.chunk_chars) == [3, 2, 3]  # the text-less last is no token
     assert rec.usage_completion_tokens == 3 and rec.prompt_tokens == 9 and rec.finish_reason == "length"
     assert (rec.server_draft_tokens, rec.server_accepted_tokens) == (4, 1)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_returned_token_ids_are_kept_in_both_stream_forms(chat):
+    """vLLM's return_token_ids: chat puts the prompt's ids at the top level of its first (role)
+    event, completions on the first chunk's choice; every chunk's choice carries its own ids."""
+    r = StreamRenderer(chat=chat, request_id="x", model="m", created=1, prompt_tokens=3,
+                       continuous_usage=True, prompt_token_ids=[7, 8, 9], return_token_ids=True)
+    ev = [r.role()] if chat else []
+    ev += [r.chunk(" a", 1, None, [11]), r.chunk(" b c", 3, None, [12, 13]), r.chunk(" d", 4, "stop", [14]),
+           r.final_usage(4)]
+    first = json.loads(ev[0][len(b"data: "):-2])
+    assert ("prompt_token_ids" in first) == chat and ("prompt_token_ids" in first["choices"][0]) == (not chat)
+    rec = RequestRecord(0, "r", False, 0)
+    rec.token_ids = []  # asked for (run --token-ids)
+    for i, p in enumerate([e[len(b"data: "):-2] for e in ev] + [b"[DONE]"]):
+        on_event(rec, p, 1000 + i)
+    assert rec.prompt_token_ids == [7, 8, 9] and rec.token_ids == [11, 12, 13, 14]
+    assert list(rec.chunk_usage) == [1, 3, 4]  # counting is unchanged
+    plain = _feed([e[len(b"data: "):-2] for e in ev] + [b"[DONE]"])
+    assert plain.token_ids is None and plain.prompt_token_ids is None  # not asked for: not kept

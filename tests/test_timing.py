@@ -116,9 +116,14 @@ def test_a_user_tokenizer_recovers_exact_chunk_tokens_without_usage(server, tmp_
     tok.save(str(tmp_path / "tokenizer.json"))
     url = server(*SERVER_ARGS, "--no-usage")
     frame = _run(url, tmp_path / "out", "--concurrency", "8", "--num-requests", "16",
-                 "--tokenizer", str(tmp_path / "tokenizer.json"))
+                 "--tokenizer", str(tmp_path / "tokenizer.json"), "--token-ids")
     assert (frame["token_count_source"] == "tokenizer").all()
     cfg = ScriptConfig(**SCRIPT)
     prompts = synthetic_prompts(len(frame), input_len=INPUT_LEN, output_len=OUTPUT_LEN, seed=SEED)
     for row in frame.itertuples():
         assert list(row.chunk_tokens) == list(script_for(cfg, prompts[row.index], OUTPUT_LEN).tokens)
+        # --token-ids from a server that returns none: the tokenizer's ids of the text
+        assert len(row.output_token_ids) == row.completion_tokens and 0 not in set(row.output_token_ids)
+        assert list(row.prompt_token_ids) == tok.encode(prompts[row.index], add_special_tokens=False).ids
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["config"]["token_ids_from_tokenizer"] == 16

@@ -220,3 +220,39 @@ def test_whatif_bad_input_is_one_line(tmp_path):
         res = run_cli(*args)
         assert res.returncode == 2, (args, res.stderr)
         assert res.stderr.count("\n") == 1 and message in res.stderr, (args, res.stderr)
+
+
+def test_traces_from_a_run_with_token_ids_match_the_emulators_exact_ones(tmp_path):
+    """A chat run asking for token ids against the emulator serving EAGLE k=3, turned into
+    traces: the ids and the n-gram acceptance are the emulator's exactly; EAGLE's estimate is
+    exact wherever a step started (censored at k + 1); inside steps it is an assumption (the
+    same drafts right, the same one wrong), which the emulator's independent draws per step
+    start do not follow, so it is not checked here."""
+    import pandas as pd
+
+    from servers.embedded import emulator_server
+    from tests.conftest import run_cli
+    exact_path, out = tmp_path / "exact.jsonl", tmp_path / "run"
+    with emulator_server(LLAMA, "--speculative-config", _eagle(3), "--acceptance-traces", str(exact_path)) as srv:
+        res = run_cli("run", "--base-url", srv.url, "--endpoint", "chat", "--concurrency", "4", "--num-requests", "12",
+                      "--workload", "synthetic:chat", "--output-len", "96", "--token-ids", "--quiet", "--output", str(out))
+        assert res.returncode == 0, res.stderr
+    res = run_cli("traces", str(out), "--drafter", "eagle:3")
+    assert res.returncode == 0, res.stderr
+    assert "Wrote 12 traces" in res.stdout and "estimated from this run at k=3" in res.stderr
+    exact = {tuple(t.generated_token_ids): t for t in read(exact_path)}
+    built = read(out / "traces.jsonl")
+    frame = pd.read_parquet(out / "requests.parquet")
+    steps = {str(r.request_id): list(r.step_tokens) for r in frame.itertuples()}
+    assert len(built) == 12
+    for t in built:
+        e = exact[tuple(t.generated_token_ids)]
+        assert t.prompt_token_ids == e.prompt_token_ids
+        assert t.drafters["ngram"].acc_len.tolist() == e.drafters["ngram"].acc_len.tolist()
+        assert t.drafters["ngram"].proposed.tolist() == e.drafters["ngram"].proposed.tolist()
+        est, truth = t.drafters["eagle"], e.drafters["eagle"].acc_len
+        assert est.censored_at == 3 and est.acc_len.max() <= 4
+        starts = np.cumsum([0] + steps[t.id][:-1])[1:]  # decoding steps start after the prefill's token
+        assert est.acc_len[starts].tolist() == np.minimum(truth[starts], 4).tolist()
+    res = run_cli("traces", str(out / "none"))
+    assert res.returncode == 2 and "holds no run results" in res.stderr

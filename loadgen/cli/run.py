@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import signal
 import sys
@@ -51,6 +52,8 @@ def run_options(f):
         click.option("--tokenizer", help="tokenizer.json (or its directory): tokens per chunk when the server "
                      "sends no per-chunk usage, and exact synthetic prompt lengths."),
         click.option("--extra-body", help="JSON object merged into every request body."),
+        click.option("--token-ids", is_flag=True, help="Ask for and keep every request's prompt and output "
+                     "token ids (vLLM's return_token_ids): for loadgen traces and whatif (docs/whatif.md)."),
         click.option("--keep-alive/--no-keep-alive", default=None,
                      help="Reuse connections between requests, or open one per request (Connection: close) "
                      "[default: reuse, except with servers that close after every stream: llama.cpp]."),
@@ -111,7 +114,8 @@ def measure(o: dict, nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool
                        duration_s=o["duration"], warmup=o["warmup"], seed=o["seed"],
                        request_timeout_s=o["request_timeout"],
                        continuous_usage=not o["no_continuous_usage"],
-                       keep_text=o["tokenizer"] is not None, extra_body=extra, headers=headers)
+                       keep_text=o["tokenizer"] is not None, token_ids=o["token_ids"], extra_body=extra,
+                       headers=headers)
     except ValueError as e:
         raise click.UsageError(options.flagged(str(e))) from None
     out = options.prepare_output(o, "run")
@@ -141,17 +145,35 @@ def measure(o: dict, nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool
                 live.close()
             if cluster is not None:
                 cluster.shutdown()
+    tokenized = _tokenize_ids(result.records, wl, o, tokenizer) if o["token_ids"] and tokenizer else 0
     frame = request_frame(result.records, tokenizer)
 
     def summary() -> dict:
         return summarize(frame, result.loop_lag(),
-                         config=_config(o, spec, result, wl), interrupted=result.interrupted,
+                         config={**_config(o, spec, result, wl), "token_ids_from_tokenizer": tokenized},
+                         interrupted=result.interrupted,
                          goodput=objectives, lateness_threshold_ms=o["lateness_threshold_ms"],
                          timing_threshold_ms=o["timing_threshold_ms"],
                          load_info=result.load_info, server_window=result.server_window)
 
     return options.write_and_report(out, frame, summary, interrupted=result.interrupted, nothing_code=nothing_code,
                                     to_stderr=to_stderr)
+
+
+def _tokenize_ids(records, wl, o: dict, tokenizer) -> int:
+    """Token ids from the tokenizer for the requests the server returned none for (the
+    workload's requests regenerated: the same seed gives the same requests, in order)."""
+    from loadgen.tokens import fill_token_ids
+    missing = [r for r in records if r.token_ids == [] and r.ok]
+    if not missing:
+        return 0
+    last = max(r.index for r in missing)
+    prompts = {i: req.text() for i, req in enumerate(itertools.islice(wl.requests(None, o["seed"]), last + 1))
+               if not req.sensitive}
+    n = fill_token_ids(records, prompts, tokenizer)
+    click.echo(f"note: the server returned no token ids for {n} requests: tokenized their text with --tokenizer "
+               "(prompts without the chat template)", err=True)
+    return n
 
 
 @contextlib.contextmanager
@@ -266,7 +288,8 @@ def _config(o: dict, spec: RunSpec, result: RunResult, wl) -> dict:
         "seed": spec.seed, "workload": wl.describe(),
         "request_timeout_s": spec.request_timeout_s,
         "continuous_usage_requested": spec.continuous_usage,
-        "tokenizer": o["tokenizer"], "extra_body": spec.extra_body,
+        "tokenizer": o["tokenizer"], "extra_body": spec.extra_body, "token_ids": spec.token_ids,
+        "speculative_config": EMBEDDED_SPEC if o["base_url"] is None and not o.get("servers") else None,
         "metrics_url": spec.metrics_url and _public_url(spec.metrics_url),
         "api_key_provided": bool(spec.headers), "keep_alive": spec.keep_alive,
         "lateness_threshold_ms": o["lateness_threshold_ms"],

@@ -81,3 +81,47 @@ def whatif(traces: Path, profile: str | None, model: str | None, batches: str, k
             raise Failure(f"cannot write {output / 'whatif.json'}: {e.strerror or e}; choose another --output") from None
         click.echo(f"Wrote {output / 'whatif.json'}", err=True)
 
+
+
+def _drafter(text: str | None) -> tuple[str, int] | None:
+    if text is None:
+        return None
+    from loadgen.whatif.fromrun import MODEL_DRAFTERS
+    method, _, k = text.partition(":")
+    if method not in MODEL_DRAFTERS or not k.isdigit() or int(k) < 1:
+        raise click.UsageError(f"--drafter {text!r}: give METHOD:K, METHOD one of {', '.join(MODEL_DRAFTERS)} "
+                               "and K the run's num_speculative_tokens, like eagle:3")
+    return method, int(k)
+
+
+@main.command()
+@click.argument("results", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the traces [default: RESULTS/traces.jsonl].")
+@click.option("--drafter", help="The model drafter the server ran at fixed k, as METHOD:K (eagle:3), to "
+              "estimate its acceptance from the run's steps [default: what the run's config says].")
+@click.option("--ngram", "lookup", default="5,5", show_default=True,
+              help="prompt_lookup_min,prompt_lookup_max of the n-gram drafter to replay.")
+def traces(results: Path, output: Path | None, drafter: str | None, lookup: str) -> None:
+    """Acceptance traces from a run made with --token-ids: per request its token ids, the
+    n-gram drafter's acceptance (exact, replayed) and the served model drafter's (estimated from
+    the tokens each step emitted, censored at its k). Input for loadgen whatif."""
+    from loadgen.whatif.fromrun import from_results
+    from loadgen.whatif.traces import TraceError, write
+
+    lo_hi = _positive_ints(lookup, "--ngram")
+    if len(lo_hi) != 2 or lo_hi[0] > lo_hi[1]:
+        raise click.UsageError(f"--ngram {lookup!r}: give MIN,MAX with MIN <= MAX, like 5,5")
+    try:
+        built, notes = from_results(results, drafter=_drafter(drafter), ngram_lookup=(lo_hi[0], lo_hi[1]))
+    except TraceError as e:
+        raise Failure(str(e)) from None
+    path = output or results / "traces.jsonl"
+    try:
+        write(path, built)
+    except OSError as e:
+        raise Failure(f"cannot write {path}: {e.strerror or e}; choose another --output") from None
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(f"Wrote {len(built)} traces to {path} (drafters: "
+               f"{', '.join(built[0].drafters) if built else 'none'})")

@@ -36,7 +36,8 @@ def on_events(rec: RequestRecord, payloads: list[bytes], t: int) -> None:
     usages = rec.chunk_usage
     done = bool(payloads) and payloads[-1] == b"[DONE]"
     body = payloads[:-1] if done else payloads
-    if len(body) > 1 and not rec.done and rec.chunk_text is None and not (usages and usages[-1] < 0):
+    if len(body) > 1 and not rec.done and rec.chunk_text is None and rec.token_ids is None \
+            and not (usages and usages[-1] < 0):
         if _all_counted(rec, body, t):
             body = ()
         elif _all_counted(rec, body[:-1], t):
@@ -93,8 +94,8 @@ def on_event(rec: RequestRecord, payload: bytes, t: int) -> None:
         rec.done = True
         rec.t_end_ns = t
         return
-    if rec.chunk_text is None and payload[:1] == b"{" and payload[-1:] == b"}" \
-            and b'"error"' not in payload:
+    if rec.chunk_text is None and rec.token_ids is None and payload[:1] == b"{" \
+            and payload[-1:] == b"}" and b'"error"' not in payload:
         m = _COMPLETION_TOKENS.search(payload)
         if m is not None:
             _on_usage_chunk(rec, payload, int(m.group(1)), t)
@@ -161,6 +162,8 @@ def _on_parsed(rec: RequestRecord, obj: dict, t: int) -> None:
         if isinstance(pt, int):
             rec.prompt_tokens = pt
     choices = obj.get("choices")
+    if rec.token_ids is not None:
+        _token_ids(rec, obj, choices[0] if choices else None)
     if not choices:
         return
     choice = choices[0]
@@ -177,6 +180,17 @@ def _on_parsed(rec: RequestRecord, obj: dict, t: int) -> None:
         rec.chunk_chars.append(chars)
         if rec.chunk_text is not None:
             rec.chunk_text.append(text or "")
+
+
+def _token_ids(rec: RequestRecord, obj: dict, choice: dict | None) -> None:
+    """vLLM's return_token_ids: the prompt's ids once (chat: top level of the first event;
+    completions: on the first choice), every chunk's generated ids on its choice."""
+    if rec.prompt_token_ids is None:
+        ids = obj.get("prompt_token_ids") or (choice or {}).get("prompt_token_ids")
+        if isinstance(ids, list):
+            rec.prompt_token_ids = ids
+    if choice and isinstance(ids := choice.get("token_ids"), list):
+        rec.token_ids.extend(ids)
 
 
 def _delta_text(delta) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen import store
-from loadgen.report import plots, tables
+from loadgen.report import plots, tables, whatif
 from loadgen.report.data import ReportError, Sweep, read
 from loadgen.report.render import Section, markdown, page
 
@@ -106,6 +106,14 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
     }
     notes = _notes(sw)
     sections = _sections(sw, t, fig, notes, profile_name)
+    doc, what_notes = whatif.load(sw.root, sw.model)
+    notes += what_notes
+    if doc is not None:
+        section, wide, fig["whatif"] = whatif.section(doc, out)
+        sections.append(section)
+        paths["whatif"] = out / "whatif.csv"
+        store.atomic(paths["whatif"], lambda tmp: wide.to_csv(tmp, index=False))
+        store.atomic(out / "whatif.parquet", lambda tmp: wide.to_parquet(tmp, index=False))
     dep = sw.manifest.get("deployment") or {}
     title = f"loadgen report: {dep.get('name', sw.root.name)} on {dep.get('engine', '?')}"
     md, html_path = out / "report.md", out / "report.html"

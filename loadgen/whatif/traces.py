@@ -33,9 +33,12 @@ class Acceptance:
     acc_len: np.ndarray
     proposed: np.ndarray | None = None
     censored_at: int | None = None
+    source: str | None = None  # how it was obtained, in words (exact replay, estimated from a run)
 
     def to_json(self) -> dict:
         out: dict = {"acc_len": self.acc_len.tolist()}
+        if self.source is not None:
+            out["source"] = self.source
         if self.proposed is not None:
             out["proposed"] = self.proposed.tolist()
         if self.censored_at is not None:
@@ -78,7 +81,7 @@ def _acceptance(d) -> Acceptance:
     proposed = d.get("proposed")
     return Acceptance(np.asarray(d["acc_len"], dtype=np.int64),
                       None if proposed is None else np.asarray(proposed, dtype=np.int64),
-                      d.get("censored_at"))
+                      d.get("censored_at"), d.get("source"))
 
 
 def parse(line: str) -> Trace:
@@ -130,4 +133,22 @@ def ngram(prompt: list[int], output: list[int], *, min_n: int = 1, max_n: int = 
     acc, matched = acceptance_lengths(prompt, output, min_n=min_n, max_n=max_n, k=max(1, len(output)),
                                       with_matches=True)
     rest = len(output) - np.arange(len(output))  # a step cannot emit past the request's end
-    return Acceptance(np.minimum(np.asarray(acc, dtype=np.int64), rest), np.asarray(matched, dtype=np.int64))
+    return Acceptance(np.minimum(np.asarray(acc, dtype=np.int64), rest), np.asarray(matched, dtype=np.int64),
+                      source=f"exact: prompt lookup {min_n}..{max_n} replayed over the token ids")
+
+
+def estimate(step_tokens, n: int, k: int) -> Acceptance:
+    """A model drafter's acceptance estimated from a run at fixed k, from the tokens each
+    engine step emitted (the first step: the prefill's). Where a step started, acc_len is what
+    it emitted (exact, except that a step emitting all k + 1 only says at least k + 1:
+    censored); inside a step, the acceptance its drafts imply for a step starting there, with
+    the same drafts right and the same one wrong: acc_len[i + j] = emitted - j."""
+    steps = [int(e) for e in step_tokens]
+    if sum(steps) != n or min(steps, default=1) < 1:
+        raise ValueError(f"the steps emit {sum(steps)} tokens, the output has {n}")
+    acc = np.empty(n, dtype=np.int64)
+    i = 0
+    for e in steps:
+        acc[i:i + e] = e - np.arange(e)
+        i += e
+    return Acceptance(acc, censored_at=k, source=f"estimated from a run at k={k}: tokens per engine step")

@@ -134,8 +134,12 @@ class EmulatorAPI:
         ignore_eos = body.get("ignore_eos", False)
         if not isinstance(ignore_eos, bool):
             raise BadRequest(f"ignore_eos must be a boolean, got {ignore_eos!r}")
+        return_ids = body.get("return_token_ids", False)
+        if not isinstance(return_ids, bool):
+            raise BadRequest(f"return_token_ids must be a boolean, got {return_ids!r}")
         return {"model": body["model"], "text": text, "stream": stream, "opts": opts or {},
-                "max_tokens": max_tokens, "min_tokens": min_tokens, "ignore_eos": ignore_eos}
+                "max_tokens": max_tokens, "min_tokens": min_tokens, "ignore_eos": ignore_eos,
+                "return_token_ids": return_ids}
 
     async def _complete(self, req: HttpRequest, conn: HttpConnection, chat: bool) -> None:
         p = self._parse(req, chat)
@@ -166,9 +170,13 @@ class EmulatorAPI:
             choice = ({"index": 0, "message": {"role": "assistant", "content": text},
                        "finish_reason": seq.finish_reason} if chat else
                       {"index": 0, "text": text, "finish_reason": seq.finish_reason})
-            _json(conn, 200, {"id": rid, "object": "chat.completion" if chat else "text_completion",
-                              "created": int(time.time()), "model": p["model"], "choices": [choice],
-                              "usage": usage(len(seq.prompt), seq.emitted)})
+            whole = {"id": rid, "object": "chat.completion" if chat else "text_completion",
+                     "created": int(time.time()), "model": p["model"], "choices": [choice],
+                     "usage": usage(len(seq.prompt), seq.emitted)}
+            if p["return_token_ids"]:  # vLLM: the prompt's ids on the response (chat) or choice
+                choice["token_ids"] = list(seq.output[:seq.emitted])
+                (whole if chat else choice)["prompt_token_ids"] = list(seq.prompt)
+            _json(conn, 200, whole)
 
     @staticmethod
     def _whole_sink(state: dict, done: asyncio.Future):
@@ -193,12 +201,14 @@ class EmulatorAPI:
             if not renderer:  # first output: vLLM sends the role first (chat), then content
                 renderer.append(StreamRenderer(chat=chat, request_id=rid, model=p["model"],
                                                created=int(time.time()), prompt_tokens=len(seq.prompt),
-                                               continuous_usage=continuous))
+                                               continuous_usage=continuous,
+                                               prompt_token_ids=list(seq.prompt) if p["return_token_ids"] else None,
+                                               return_token_ids=p["return_token_ids"]))
                 if chat:
                     conn.write_chunk(renderer[0].role())
             r = renderer[0]
             text = "".join(" " + w for w in em.words)
-            out = r.chunk(text, seq.emitted, seq.finish_reason if em.finished else None)
+            out = r.chunk(text, seq.emitted, seq.finish_reason if em.finished else None, em.tokens)
             if em.finished:
                 out += (r.final_usage(seq.emitted) if include_usage else b"") + DONE
             conn.write_chunk(out)

@@ -174,10 +174,11 @@ class Engine:
                 acc, offered = ngram.acceptance_lengths(seq.prompt, seq.output, min_n=lo, max_n=hi,
                                                         k=max(1, n), with_matches=True)
                 out[method] = {"acc_len": np.minimum(acc, rest).tolist(), "proposed": offered,
-                               "prompt_lookup_min": lo, "prompt_lookup_max": hi}
+                               "source": f"exact: the emulator's prompt lookup {lo}..{hi}"}
             else:
                 acc = self._acceptance(method, n, DEPTH, prompt_text, seq.kind)
-                out[method] = {"acc_len": np.minimum(acc, rest).tolist(), "censored_at": DEPTH}
+                out[method] = {"acc_len": np.minimum(acc, rest).tolist(), "censored_at": DEPTH,
+                               "source": f"exact: the emulator's draws, {DEPTH} drafts deep"}
         return out
 
     def trace(self, seq: Sequence) -> dict:

@@ -1,0 +1,74 @@
+"""The report's what-if section, when the results directory holds what-if results
+(`whatif.json`, from `loadgen whatif TRACES --output DIR`) or acceptance traces
+(`traces.jsonl`, evaluated here on the cost profile of the sweep's model and kept as
+whatif.json)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from loadgen import store
+from loadgen.report import plots
+from loadgen.report.render import Section
+
+BATCHES = [1, 8, 16, 32, 64, 128]
+
+
+def load(root: Path, model: str | None) -> tuple[dict | None, list[str]]:
+    """The what-if results for this directory, and notes on where they came from."""
+    done = root / "whatif.json"
+    if done.is_file():
+        try:
+            return json.loads(done.read_text()), []
+        except ValueError as e:
+            return None, [f"whatif.json is unreadable ({e}): no what-if section; run loadgen whatif again"]
+    traces_path = root / "traces.jsonl"
+    if not traces_path.is_file():
+        return None, []
+    from loadgen.whatif import evaluate as ev
+    from loadgen.whatif.report import to_json
+    from loadgen.whatif.traces import TraceError, read
+    from servers.emulator import profile as profiles
+    name = profiles.for_model(model) if model else None
+    if name is None:
+        return None, [f"traces.jsonl is here but no cost profile serves {model!r}: run "
+                      f"loadgen whatif {traces_path} --profile NAME --output {root} to add the what-if section"]
+    try:
+        traces = read(traces_path)
+        prof = profiles.load(name)
+        methods = ev.drafters_of(traces, prof)
+        outcomes = ev.evaluate(traces, name, BATCHES, ev.candidates(methods))
+    except (TraceError, ev.WhatIfError) as e:
+        return None, [f"what-if over traces.jsonl failed: {e}"]
+    doc = to_json(traces, methods, name, outcomes, source=str(traces_path), ks=(1, 3, 5), oracle_depth=5)
+    store.atomic(done, lambda tmp: Path(tmp).write_text(json.dumps(doc, indent=1)))
+    return doc, [f"what-if evaluated here over traces.jsonl on profile {name} (kept as whatif.json)"]
+
+
+def table(doc: dict) -> pd.DataFrame:
+    """Speedup over no speculation: a row per policy, a column per batch size."""
+    res = pd.DataFrame(doc["results"])
+    wide = res.pivot_table(index=["policy", "realisable"], columns="batch", values="speedup", sort=False)
+    wide.columns = [f"B={b}" for b in wide.columns]
+    return wide.reset_index()
+
+
+def section(doc: dict, out: Path) -> tuple[Section, pd.DataFrame, Path | None]:
+    res = pd.DataFrame(doc["results"])
+    frame = res.assign(variant=res["policy"], workload="traces", level=res["batch"], mode="closed")
+    policies = list(dict.fromkeys(res["policy"]))
+    fig = plots.lines_vs_load(frame, "speedup", "speedup over no speculation (x)",
+                              "What-if: speedup of each policy over the traces", plots.colours(policies, "none"),
+                              out / "whatif.png", hline=1.0)
+    best = ", ".join(f"B={b}: {p}" for b, p in doc["best_realisable"].items())
+    text = "\n".join([
+        f"{doc['traces']} acceptance traces ({doc['source']}) replayed in virtual time on the {doc['profile']} "
+        "cost profile, closed loop at each batch size (docs/whatif.md). Oracles are upper bounds no server "
+        "can run; realisable policies could be deployed.",
+        f"Best realisable policy per batch size: {best}.",
+        *[f"Note: {n}" for n in doc["notes"]]])
+    wide = table(doc)
+    return Section("What-if: fixed k, oracles and combined drafters", text,
+                   [("Speedup over no speculation by batch size", wide)], [fig] if fig else []), wide, fig
