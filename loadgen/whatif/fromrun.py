@@ -75,7 +75,7 @@ def from_results(directory: Path, *, drafter: tuple[str, int] | None = None,
         traces.append(Trace(str(row.request_id), prompt, output, acc))
     if drafter is not None:
         notes.append(f"acc_{drafter[0]}: estimated from this run at k={drafter[1]} (tokens per engine step); "
-                     f"censored at {drafter[1]} drafts: figures for more drafts are lower bounds")
+                     f"censored at {drafter[1]} drafts: figures for more drafts are extrapolated (docs/whatif.md)")
     if inexact:
         notes.append(f"tokens per step were not counted per chunk by the server ({', '.join(sorted(inexact))}): "
                      "the estimate inherits their error (docs/metrics.md)")

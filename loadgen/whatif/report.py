@@ -42,7 +42,8 @@ def notes(traces: list[Trace], methods: list[str], caps: dict, ks) -> list[str]:
             affected = ["its oracle", "the combination"] + affected
         if affected:
             out.append(f"acc_{m} is censored at {c} drafts (a step that accepted all {c} only says at "
-                       f"least {c + 1} tokens): {', '.join(affected)} are lower bounds")
+                       f"least {c + 1} tokens): {', '.join(affected)} go beyond what was observed "
+                       "(lower bounds from exact traces, extrapolations from estimated ones)")
     out.append(PRICING)
     capped = sorted({d for d in caps.values() if d})
     out.append("oracle: proposes exactly what will be accepted, never a rejected draft"

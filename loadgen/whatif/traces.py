@@ -139,16 +139,23 @@ def ngram(prompt: list[int], output: list[int], *, min_n: int = 1, max_n: int = 
 
 def estimate(step_tokens, n: int, k: int) -> Acceptance:
     """A model drafter's acceptance estimated from a run at fixed k, from the tokens each
-    engine step emitted (the first step: the prefill's). Where a step started, acc_len is what
-    it emitted (exact, except that a step emitting all k + 1 only says at least k + 1:
-    censored); inside a step, the acceptance its drafts imply for a step starting there, with
-    the same drafts right and the same one wrong: acc_len[i + j] = emitted - j."""
+    engine step emitted (the first step: the prefill's).
+
+    Where a step started, what it emitted is exact up to k + 1: a step that emitted fewer
+    accepted exactly that many drafts; one that emitted all k + 1 only says at least k + 1
+    (censored). Inside a step, the same drafts are taken to be right and the same one wrong for
+    a step starting there: acc_len[i + j] = emitted - j. A censored step's run is taken to go
+    on into the next step's accepted drafts (the bonus token between them assumed draftable):
+    its positions get the next step start's acc_len - 1 more, so longer k than the run's is an
+    extrapolation, not an observation."""
     steps = [int(e) for e in step_tokens]
     if sum(steps) != n or min(steps, default=1) < 1:
         raise ValueError(f"the steps emit {sum(steps)} tokens, the output has {n}")
+    starts = np.cumsum([0] + steps[:-1])
     acc = np.empty(n, dtype=np.int64)
-    i = 0
-    for e in steps:
-        acc[i:i + e] = e - np.arange(e)
-        i += e
+    following = 1  # acc_len at the next step's start (nothing after the last)
+    for s, e in zip(reversed(starts.tolist()), reversed(steps)):
+        acc[s:s + e] = e - np.arange(e) + (following - 1 if e == k + 1 else 0)
+        following = int(acc[s])
+    acc = np.minimum(acc, n - np.arange(n))
     return Acceptance(acc, censored_at=k, source=f"estimated from a run at k={k}: tokens per engine step")
