@@ -65,7 +65,8 @@ def whatif(traces: Path, profile: str | None, model: str | None, batches: str, k
         methods = ev.drafters_of(loaded, prof, [d.strip() for d in drafters.split(",") if d.strip()] if drafters else None)
         chosen = ev.candidates(methods, tuple(k_values), k_max=max(k_values), oracle_depth=depth or 0)
         wall = time.monotonic()
-        outcomes = ev.evaluate(loaded, name, batch_sizes, chosen, requests=num_requests)
+        outcomes = ev.evaluate(loaded, name, batch_sizes, chosen, requests=num_requests,
+                               progress=lambda line: click.echo(line, err=True))
     except (profiles.ProfileError, TraceError, ev.WhatIfError) as e:
         raise Failure(str(e)) from None
     wall = time.monotonic() - wall

@@ -106,7 +106,8 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
     }
     notes = _notes(sw)
     sections = _sections(sw, t, fig, notes, profile_name)
-    doc, what_notes = whatif.load(sw.root, sw.model)
+    closed = sw.cells[sw.cells["mode"] == "closed"] if len(sw.cells) and "mode" in sw.cells else sw.cells.iloc[:0]
+    doc, what_notes = whatif.load(sw.root, sw.model, sorted({int(v) for v in closed.get("level", [])}))
     notes += what_notes
     if doc is not None:
         section, wide, fig["whatif"] = whatif.section(doc, out)

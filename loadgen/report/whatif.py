@@ -1,7 +1,7 @@
 """The report's what-if section, when the results directory holds what-if results
 (`whatif.json`, from `loadgen whatif TRACES --output DIR`) or acceptance traces
-(`traces.jsonl`, evaluated here on the cost profile of the sweep's model and kept as
-whatif.json)."""
+(`traces.jsonl`, evaluated here on the cost profile of the sweep's model at the sweep's
+concurrency levels, and kept as whatif.json)."""
 from __future__ import annotations
 
 import json
@@ -13,10 +13,10 @@ from loadgen import store
 from loadgen.report import plots
 from loadgen.report.render import Section
 
-BATCHES = [1, 8, 16, 32, 64, 128]
+BATCHES = [1, 8, 16, 32, 64, 128]  # for a sweep without closed-loop levels
 
 
-def load(root: Path, model: str | None) -> tuple[dict | None, list[str]]:
+def load(root: Path, model: str | None, levels: list[int] | None = None) -> tuple[dict | None, list[str]]:
     """The what-if results for this directory, and notes on where they came from."""
     done = root / "whatif.json"
     if done.is_file():
@@ -39,7 +39,7 @@ def load(root: Path, model: str | None) -> tuple[dict | None, list[str]]:
         traces = read(traces_path)
         prof = profiles.load(name)
         methods = ev.drafters_of(traces, prof)
-        outcomes = ev.evaluate(traces, name, BATCHES, ev.candidates(methods))
+        outcomes = ev.evaluate(traces, name, levels or BATCHES, ev.candidates(methods))
     except (TraceError, ev.WhatIfError) as e:
         return None, [f"what-if over traces.jsonl failed: {e}"]
     doc = to_json(traces, methods, name, outcomes, source=str(traces_path), ks=(1, 3, 5), oracle_depth=5)

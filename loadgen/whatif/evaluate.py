@@ -146,8 +146,8 @@ def evaluate(traces: list[Trace], profile: str, batches: list[int], chosen: list
                                tok_s / baseline if baseline else None,
                                float(np.mean([e for _, _, e in steps])) if steps else float("nan"),
                                float(np.mean([d for _, d, _ in steps])) if steps else float("nan"), tpot))
-            if progress:
-                progress(f"batch {batch}: {p.name}: {tok_s:,.0f} tok/s")
+        if progress:
+            progress(f"batch {batch}: {len(chosen)} policies over {count} requests")
     return out
 
 

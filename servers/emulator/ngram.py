@@ -40,20 +40,25 @@ class NgramIndex:
                     first[key] = e - n + 1
         self._indexed = max(self._indexed, end)
 
-    def propose(self, k: int) -> list[int]:
-        """The drafts for the next position: up to k tokens, or [] when nothing matches."""
+    def match(self) -> int | None:
+        """Where the drafts for the next position would start in the context (the token after
+        the matched n-gram's earliest occurrence), or None when nothing matches."""
         toks = self._tokens
         total = len(toks)
-        if total < self.min_n or k <= 0:
-            return []
+        if total < self.min_n:
+            return None
         self._index_upto(total - 1)  # occurrences must end before the suffix's last token
         first = self._first
         for n in range(min(self.max_n, total - 1), self.min_n - 1, -1):
             start = first.get(tuple(toks[total - n:]))
             if start is not None:
-                begin = start + n
-                return toks[begin:begin + k]
-        return []
+                return start + n
+        return None
+
+    def propose(self, k: int) -> list[int]:
+        """The drafts for the next position: up to k tokens, or [] when nothing matches."""
+        begin = self.match() if k > 0 else None
+        return [] if begin is None else self._tokens[begin:begin + k]
 
 
 def acceptance_lengths(prompt, output, *, min_n: int, max_n: int, k: int,
@@ -62,16 +67,17 @@ def acceptance_lengths(prompt, output, *, min_n: int, max_n: int, k: int,
     (accepted drafts + the bonus token), proposing up to k drafts. With `with_matches`, also
     how many drafts were proposed there (0: no match; a draft then rejected still costs)."""
     index = NgramIndex(min_n, max_n, prompt)
+    toks = index.tokens
     out, matched = [], []
-    for i in range(len(output)):
-        drafts = index.propose(k)
-        accepted = 0
-        for d, tok in zip(drafts, output[i:]):
-            if d != tok:
-                break
+    n_out = len(output)
+    for i in range(n_out):
+        begin = index.match() if k > 0 else None
+        offered = 0 if begin is None else min(k, len(toks) - begin)
+        accepted = 0  # compared in place: the drafts are toks[begin:begin + offered]
+        while accepted < offered and i + accepted < n_out and toks[begin + accepted] == output[i + accepted]:
             accepted += 1
         out.append(accepted + 1)
-        matched.append(len(drafts))
+        matched.append(offered)
         index.extend((output[i],))
     return (out, matched) if with_matches else out
 
