@@ -6,9 +6,11 @@ the client's own lag samples. Nothing here computes a figure; `loadgen.measure` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import resource
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -62,6 +64,24 @@ class LoadShape:
                 "rate": self.rate, "arrival": None if self.closed else self.arrival,
                 "burstiness": self.burstiness if self.arrival == "gamma" and not self.closed else None,
                 "max_concurrency": self.max_concurrency}
+
+
+@contextlib.contextmanager
+def stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event):
+    """SIGINT and SIGTERM set `stop` inside the block; after it the handlers from before are
+    back. (asyncio's remove_signal_handler leaves SIGTERM at its default, which kills the
+    process: a sweep between two cells, or a run writing its results, would die at SIGTERM
+    instead of stopping and keeping what finished.)"""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            loop.remove_signal_handler(sig)
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 @dataclass(slots=True)

@@ -84,7 +84,7 @@ def _worker_main(conn, spec: RunSpec, workload: WorkloadRef, share: Share) -> No
 async def _work(conn, spec: RunSpec, workload: WorkloadRef, share: Share) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the worker's last loop: nothing to give back after it
         loop.add_signal_handler(sig, stop.set)
     inbox: asyncio.Queue = asyncio.Queue()
 

@@ -287,3 +287,27 @@ def test_resume_rules(tmp_path):
     res = run_cli("sweep", "--resume", "--concurrency", "4", "--output", str(tmp_path))
     assert res.returncode == 2 and "drop --concurrency" in res.stderr
     assert os.listdir(tmp_path) == [results.MANIFEST]
+
+
+def test_a_measurement_gives_the_signal_handlers_back():
+    """Between two cells SIGTERM must still reach the sweep's own handler (stop, keep what
+    finished, exit 130). asyncio's remove_signal_handler leaves SIGTERM at its default, which
+    killed the sweep outright when the signal fell between cells (seen in CI as exit -15)."""
+    import asyncio
+
+    from loadgen.run import stop_on_signals
+
+    def mine(signum, frame):
+        pass
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        async def measure() -> bool:
+            stop = asyncio.Event()
+            with stop_on_signals(asyncio.get_running_loop(), stop):
+                os.kill(os.getpid(), signal.SIGTERM)
+                await asyncio.wait_for(stop.wait(), 5)
+            return stop.is_set()
+        assert asyncio.run(measure())  # inside: the signal stops the measurement
+        assert signal.getsignal(signal.SIGTERM) is mine  # after: the handler from before is back
+    finally:
+        signal.signal(signal.SIGTERM, before)

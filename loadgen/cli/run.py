@@ -5,7 +5,6 @@ import asyncio
 import contextlib
 import itertools
 import json
-import signal
 import sys
 from urllib.parse import urlsplit, urlunsplit
 
@@ -16,7 +15,7 @@ from loadgen.cli import options
 from loadgen.cli.app import EXIT_NOTHING_SUCCEEDED, Failure, main
 from loadgen.endpoint import EndpointError, api_base, metrics_url, probe
 from loadgen.measure import request_frame
-from loadgen.run import RunResult, RunSpec, execute, session_for
+from loadgen.run import RunResult, RunSpec, execute, session_for, stop_on_signals
 from loadgen.summary import summarize
 from loadgen.tokens import TokenizerError, load_tokenizer
 from loadgen.workers import WorkerError, WorkloadRef, check_workers, execute_workers
@@ -217,11 +216,14 @@ async def _run(spec: RunSpec, model: str | None, requests, quiet: bool, keep_ali
     then run the load (from `workers[0]` processes, or Ray actors on the joined cluster
     `workers[2]`, which open the workload `workers[1]`) with a progress bar; SIGINT and SIGTERM
     stop it early and keep what finished."""
-    session = session_for(spec.load)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    with stop_on_signals(asyncio.get_running_loop(), stop):
+        return await _run_load(spec, model, requests, quiet, keep_alive, live, workers, stop)
+
+
+async def _run_load(spec: RunSpec, model: str | None, requests, quiet: bool, keep_alive: bool | None,
+                    live, workers: tuple, stop: asyncio.Event) -> RunResult:
+    session = session_for(spec.load)
     bar = None
     try:
         try:
@@ -274,8 +276,6 @@ async def _run(spec: RunSpec, model: str | None, requests, quiet: bool, keep_ali
     finally:
         if bar is not None:
             bar.close()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
         await session.close()
 
 

@@ -4,7 +4,6 @@ ended."""
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -14,7 +13,7 @@ import pandas as pd
 from loadgen import __version__
 from loadgen.endpoint import EndpointError, probe
 from loadgen.measure import request_frame
-from loadgen.run import LoadShape, RunSpec, execute, session_for
+from loadgen.run import LoadShape, RunSpec, execute, session_for, stop_on_signals
 from loadgen.summary import summarize
 from loadgen.sweep.plan import Cell, Plan
 from loadgen.workers import WorkloadRef, execute_workers
@@ -40,10 +39,13 @@ async def _measure(plan: Plan, cell: Cell, workload, url: str, model: str,
                   request_timeout_s=plan.request_timeout_s,
                   headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    session = session_for(load)
+    with stop_on_signals(asyncio.get_running_loop(), stop):
+        return await _measure_cell(plan, cell, workload, url, model, on_record, on_start, common, stop)
+
+
+async def _measure_cell(plan: Plan, cell: Cell, workload, url: str, model: str, on_record, on_start,
+                        common: dict, stop: asyncio.Event) -> tuple:
+    session = session_for(common["load"])
     try:
         try:  # llama.cpp wants a connection per request (loadgen.endpoint.CLOSE_AFTER_STREAM)
             common["keep_alive"] = (await probe(session, common["api_base"], common["headers"], model)).keep_alive
@@ -67,8 +69,6 @@ async def _measure(plan: Plan, cell: Cell, workload, url: str, model: str,
         return spec, result
     finally:
         await session.close()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
 
 
 def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
