@@ -166,6 +166,25 @@ def test_the_combination_is_charged_per_drafter_and_at_the_ngram_price():
     assert out[names[2]].output_tok_s > out[names[1]].output_tok_s * 1.05
 
 
+def test_a_step_mixing_drafters_pays_each_once_or_the_ngram_price_once():
+    """Two requests whose next steps use n-gram and EAGLE: the step that prefills them pays
+    both drafters' prices; priced as n-gram, it pays the n-gram price once for both."""
+    from servers.emulator import profile as profiles
+    from servers.emulator.replay import ReplayEngine
+    prof = profiles.load(PROFILE)
+    fwd, over = prof.forward, prof.step_overhead
+    verify = fwd.time(8, 8)  # two prompts of 4 tokens, prefilled together
+    own = prof.drafters["ngram"].time(2, 1, 8, verify) + prof.drafters["eagle"].time(2, 1, 8, verify)
+    cheap = prof.drafters["ngram"].time(2, 2, 8, verify)
+    for price_as, drafting in ((None, own), ("ngram", cheap)):
+        engine = ReplayEngine(prof, price_as=price_as)
+        engine.submit_plan("a", [1, 2, 3, 4], [5, 6, 7, 8, 9], [("ngram", 2, 3), ("", 0, 1)], arrival=0.0)
+        engine.submit_plan("b", [1, 2, 3, 5], [5, 6, 7, 8, 9], [("eagle", 2, 3), ("", 0, 1)], arrival=0.0)
+        step = engine.plan(0.0)
+        assert step.duration == pytest.approx(verify + over + drafting, rel=1e-12), price_as
+    assert own > cheap
+
+
 def test_replayed_fixed_k_reproduces_the_engine_at_that_k(tmp_path):
     """The simulator writes exact traces at k=3; replayed at k=1 and k=5 they give the
     throughput the simulator itself gives at k=1 and k=5 (one engine, one cost model)."""

@@ -68,13 +68,10 @@ class ReplayEngine(Engine):
             if seq.computed + n < seq.context:
                 continue  # a prefill chunk: it does not emit yet
             nxt = self._next_step(seq)
-            if nxt is not None and nxt[0]:
-                groups.setdefault(nxt[0], []).append(nxt[1])
-        total = 0.0
-        for drafter, drafts in groups.items():
-            price = self.profile.drafters[self.price_as or drafter]
-            total += price.time(max(1, max(drafts)), len(drafts), kv, verify)
-        return total
+            if nxt is not None and nxt[0]:  # priced as one drafter: one group
+                groups.setdefault(self.price_as or nxt[0], []).append(nxt[1])
+        return sum(self.profile.drafters[drafter].time(max(1, max(drafts)), len(drafts), kv, verify)
+                   for drafter, drafts in groups.items())
 
     def _accepted(self, seq: Sequence, drafts: int) -> int:
         emitted = seq.plan[seq.step_no][2]
