@@ -53,8 +53,8 @@ def from_results(directory: Path, *, drafter: tuple[str, int] | None = None,
     drafter = drafter or served_drafter(config)
     notes = []
     if drafter is None:
-        notes.append("no model drafter: the run's server speculation is not known (give --drafter METHOD:K "
-                     "for a run at fixed k to estimate its acceptance); n-gram only")
+        notes.append("n-gram only: no model drafter to estimate (if the server ran one at fixed k, "
+                     "give --drafter METHOD:K)")
     lo, hi = ngram_lookup
     traces, mismatched = [], 0
     inexact = set()
