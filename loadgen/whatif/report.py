@@ -10,7 +10,7 @@ from loadgen.whatif.traces import Trace
 
 PRICING = ("combination oracle: each step is charged at the price of the drafter it used "
            "(a batch whose next steps use two drafters pays for both); the 'n-gram price' row "
-           "charges every step at the n-gram drafter's price, as the study did, which flatters it")
+           "charges each step's drafting once at the n-gram drafter's price, as the study did, which flatters it")
 
 
 def _trace_figures(traces: list[Trace], methods: list[str], ks, caps: dict) -> dict:
@@ -49,7 +49,7 @@ def notes(traces: list[Trace], methods: list[str], caps: dict, ks) -> list[str]:
     out.append("oracle: proposes exactly what will be accepted, never a rejected draft"
                + (f"; a model drafter at most {capped[0]} (each draft is one more sequential drafting "
                   "pass, and in a batch the deepest proposal sets the drafting time; --oracle-depth)"
-                  if capped else "") + "; n-gram drafts cost nothing to propose, so its oracle takes the whole run")
+                  if capped else "") + "; n-gram drafting costs the same however deep, so its oracle takes the whole run")
     return out
 
 
