@@ -242,7 +242,11 @@ def test_whatif_bad_input_is_one_line(tmp_path):
     from tests.conftest import run_cli
     t = Trace("r0", [1, 2, 3], [4, 5, 6, 7], {"eagle": Acceptance(np.array([2, 2, 2, 1]))})
     write(tmp_path / "t.jsonl", [t])
+    (tmp_path / "binary.parquet").write_bytes(b"PAR1\x80\x81\xfe")
     cases = [
+        (["whatif", str(tmp_path / "binary.parquet"), "--profile", PROFILE], "is not a text file of JSON lines"),
+        (["simulate", "--profile", PROFILE, "--concurrency", "1", "--num-requests", "1", "--output",
+          str(tmp_path / "sim"), "--acceptance-traces", "/proc/no/traces.jsonl"], "cannot write --acceptance-traces"),
         (["whatif", str(tmp_path / "none.jsonl"), "--profile", PROFILE], "cannot read traces"),
         (["whatif", str(tmp_path / "t.jsonl"), "--profile", PROFILE, "--batch", "0,8"], "--batch '0,8'"),
         (["whatif", str(tmp_path / "t.jsonl"), "--profile", "nope"], "unknown profile 'nope'"),

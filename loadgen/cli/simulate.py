@@ -16,6 +16,15 @@ from loadgen.simulate import SimSpec, simulate as run_simulation
 from loadgen.summary import summarize
 
 
+def _open_traces(path: str):
+    """The --acceptance-traces file, opened before the simulation so a bad path costs nothing."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "w")
+    except OSError as e:
+        raise Failure(f"cannot write --acceptance-traces {path!r}: {e.strerror or e}") from None
+
+
 @main.command()
 @click.option("--profile", help="Emulator cost profile (default: the one whose models include --model).")
 @click.option("--model", default=None, help="Model name to record [default: the profile's first].")
@@ -58,20 +67,17 @@ def simulate(**o) -> None:
                                       max_num_batched_tokens=o["max_num_batched_tokens"],
                                       kv_capacity_tokens=o["kv_cache_tokens"], seed=o["seed"]))
     out = options.prepare_output(o, "simulate")
+    traces_file = _open_traces(o["traces_path"]) if o["traces_path"] else None
     traces: list[dict] = []
-    engine = Engine(prof, spec, sim.engine, trace_sink=traces.append if o["traces_path"] else None)
+    engine = Engine(prof, spec, sim.engine, trace_sink=traces.append if traces_file else None)
     wall = time.monotonic()
     try:
         result = run_simulation(sim, requests, engine=engine)
     except EngineError as e:
         raise Failure(str(e)) from None
-    if o["traces_path"]:
-        try:
-            Path(o["traces_path"]).parent.mkdir(parents=True, exist_ok=True)
-            with open(o["traces_path"], "w") as f:
-                f.writelines(json.dumps(t, separators=(",", ":")) + "\n" for t in traces)
-        except OSError as e:
-            raise Failure(f"cannot write --acceptance-traces {o['traces_path']!r}: {e.strerror or e}") from None
+    if traces_file is not None:
+        with traces_file:
+            traces_file.writelines(json.dumps(t, separators=(",", ":")) + "\n" for t in traces)
     wall = time.monotonic() - wall
     frame = request_frame(result.run.records)
     config = {

@@ -117,6 +117,8 @@ def read(path: str | Path) -> list[Trace]:
                         raise TraceError(f"{path}:{no}: {e}") from None
     except OSError as e:
         raise TraceError(f"cannot read traces {str(path)!r}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"{path} is not a text file of JSON lines (acceptance traces, docs/whatif.md)") from None
     return out
 
 
