@@ -10,7 +10,7 @@ import click
 
 from loadgen.cli.app import Failure, main
 
-DEFAULT_BATCHES = "1,8,16,32,64,128"
+from loadgen.whatif import BATCHES, KS
 
 
 def _positive_ints(text: str, flag: str) -> list[int]:
@@ -28,9 +28,9 @@ def _positive_ints(text: str, flag: str) -> list[int]:
 @click.option("--profile", help="Cost profile of the model and hardware to evaluate on "
               "(servers/emulator/profiles) [default: the one whose models include --model].")
 @click.option("--model", help="Pick the profile by the model it serves.")
-@click.option("--batch", "batches", default=DEFAULT_BATCHES, show_default=True,
+@click.option("--batch", "batches", default=",".join(map(str, BATCHES)), show_default=True,
               help="Batch sizes (closed-loop users) to evaluate at.")
-@click.option("--k", "ks", default="1,3,5", show_default=True, help="Fixed numbers of drafts to evaluate.")
+@click.option("--k", "ks", default=",".join(map(str, KS)), show_default=True, help="Fixed numbers of drafts to evaluate.")
 @click.option("--drafters", help="Drafters to consider, comma-separated [default: all the traces have].")
 @click.option("--oracle-depth", type=int,
               help="Most drafts a model drafter's oracle proposes [default: the largest --k; 0: no limit].")

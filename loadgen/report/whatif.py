@@ -13,8 +13,6 @@ from loadgen import store
 from loadgen.report import plots
 from loadgen.report.render import Section
 
-BATCHES = [1, 8, 16, 32, 64, 128]  # for a sweep without closed-loop levels
-
 
 def load(root: Path, model: str | None, levels: list[int] | None = None) -> tuple[dict | None, list[str]]:
     """The what-if results for this directory, and notes on where they came from."""
@@ -39,10 +37,10 @@ def load(root: Path, model: str | None, levels: list[int] | None = None) -> tupl
         traces = read(traces_path)
         prof = profiles.load(name)
         methods = ev.drafters_of(traces, prof)
-        outcomes = ev.evaluate(traces, name, levels or BATCHES, ev.candidates(methods))
+        outcomes = ev.evaluate(traces, name, levels or list(ev.BATCHES), ev.candidates(methods))  # open loop: the study's
     except (TraceError, ev.WhatIfError) as e:
         return None, [f"what-if over traces.jsonl failed: {e}"]
-    doc = to_json(traces, methods, name, outcomes, source=str(traces_path), ks=(1, 3, 5), oracle_depth=5)
+    doc = to_json(traces, methods, name, outcomes, source=str(traces_path), ks=ev.KS, oracle_depth=max(ev.KS))
     store.atomic(done, lambda tmp: Path(tmp).write_text(json.dumps(doc, indent=1)))
     return doc, [f"what-if evaluated here over traces.jsonl on profile {name} (kept as whatif.json)"]
 

@@ -1,3 +1,7 @@
-"""What-if analysis from acceptance traces (issue 12; in progress): the trace form
-(`traces`) and how speculation policies step through a request (`policies`). The virtual-time
-evaluation over batch sizes and the `loadgen whatif` command are not built yet."""
+"""What-if analysis from acceptance traces (docs/whatif.md): the trace form (`traces`), traces
+from a measured run (`fromrun`), how speculation policies step through a request
+(`policies`), their evaluation in virtual time over batch sizes (`evaluate`) and the results
+as data and text (`report`)."""
+
+BATCHES = (1, 8, 16, 32, 64, 128)  # the study's batch sizes: whatif's default
+KS = (1, 3, 5)  # the study's fixed k: whatif's default

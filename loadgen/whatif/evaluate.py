@@ -18,7 +18,7 @@ from loadgen.measure import request_frame
 from loadgen.run import LoadShape
 from loadgen.simulate import SimSpec, simulate
 from loadgen.summary import summarize
-from loadgen.whatif import policies
+from loadgen.whatif import BATCHES, KS, policies  # noqa: F401  (BATCHES: for callers)
 from loadgen.whatif.policies import Step
 from loadgen.whatif.traces import Trace
 from servers.emulator import profile as profiles
@@ -72,7 +72,7 @@ def oracle_caps(methods: list[str], depth: int | None) -> dict[str, int | None]:
     return {m: None if m == "ngram" else depth for m in methods}
 
 
-def candidates(methods: list[str], ks=(1, 3, 5), k_max: int = 5, oracle_depth: int | None = None) -> list[Policy]:
+def candidates(methods: list[str], ks=KS, k_max: int = max(KS), oracle_depth: int | None = None) -> list[Policy]:
     """No speculation; per drafter fixed k for each k, its oracle and adaptive k; with the
     n-gram drafter and a model drafter, the realisable hybrid; with two or more drafters, the
     combination oracle charged at each step's own drafter's price and at the n-gram price.
