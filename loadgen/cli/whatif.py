@@ -63,7 +63,7 @@ def whatif(traces: Path, profile: str | None, model: str | None, batches: str, k
         prof = profiles.load(name)
         loaded = read(traces)
         methods = ev.drafters_of(loaded, prof, [d.strip() for d in drafters.split(",") if d.strip()] if drafters else None)
-        chosen = ev.candidates(methods, tuple(k_values), k_max=max(k_values), oracle_depth=depth or 0)
+        chosen = ev.candidates(methods, tuple(k_values), k_max=max(k_values), oracle_depth=depth)
         wall = time.monotonic()
         outcomes = ev.evaluate(loaded, name, batch_sizes, chosen, requests=num_requests,
                                progress=lambda line: click.echo(line, err=True))

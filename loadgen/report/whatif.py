@@ -12,6 +12,7 @@ import pandas as pd
 from loadgen import store
 from loadgen.report import plots
 from loadgen.report.render import Section
+from loadgen.whatif import BATCHES, KS
 
 
 def load(root: Path, model: str | None, levels: list[int] | None = None) -> tuple[dict | None, list[str]]:
@@ -37,10 +38,10 @@ def load(root: Path, model: str | None, levels: list[int] | None = None) -> tupl
         traces = read(traces_path)
         prof = profiles.load(name)
         methods = ev.drafters_of(traces, prof)
-        outcomes = ev.evaluate(traces, name, levels or list(ev.BATCHES), ev.candidates(methods))  # open loop: the study's
+        outcomes = ev.evaluate(traces, name, levels or list(BATCHES), ev.candidates(methods))  # open loop: the study's
     except (TraceError, ev.WhatIfError) as e:
         return None, [f"what-if over traces.jsonl failed: {e}"]
-    doc = to_json(traces, methods, name, outcomes, source=str(traces_path), ks=ev.KS, oracle_depth=max(ev.KS))
+    doc = to_json(traces, methods, name, outcomes, source=str(traces_path), ks=KS, oracle_depth=max(KS))
     store.atomic(done, lambda tmp: Path(tmp).write_text(json.dumps(doc, indent=1)))
     return doc, [f"what-if evaluated here over traces.jsonl on profile {name} (kept as whatif.json)"]
 

@@ -18,7 +18,7 @@ from loadgen.measure import request_frame
 from loadgen.run import LoadShape
 from loadgen.simulate import SimSpec, simulate
 from loadgen.summary import summarize
-from loadgen.whatif import BATCHES, KS, policies  # noqa: F401  (BATCHES: for callers)
+from loadgen.whatif import KS, policies
 from loadgen.whatif.policies import Step
 from loadgen.whatif.traces import Trace
 from servers.emulator import profile as profiles
@@ -72,13 +72,13 @@ def oracle_caps(methods: list[str], depth: int | None) -> dict[str, int | None]:
     return {m: None if m == "ngram" else depth for m in methods}
 
 
-def candidates(methods: list[str], ks=KS, k_max: int = max(KS), oracle_depth: int | None = None) -> list[Policy]:
+def candidates(methods: list[str], ks=KS, k_max: int = max(KS), oracle_depth: int | None = max(KS)) -> list[Policy]:
     """No speculation; per drafter fixed k for each k, its oracle and adaptive k; with the
     n-gram drafter and a model drafter, the realisable hybrid; with two or more drafters, the
     combination oracle charged at each step's own drafter's price and at the n-gram price.
-    Oracles of model drafters propose at most `oracle_depth` drafts (default k_max; 0: no limit)."""
+    Oracles of model drafters propose at most `oracle_depth` drafts (None: no limit)."""
     methods = order_drafters(methods)
-    caps = oracle_caps(methods, k_max if oracle_depth is None else (oracle_depth or None))
+    caps = oracle_caps(methods, oracle_depth)
     out = [Policy("none", "none", True, lambda t: policies.none(len(t.generated_token_ids), START))]
     for m in methods:
         for k in ks:
@@ -133,19 +133,22 @@ def evaluate(traces: list[Trace], profile: str, batches: list[int], chosen: list
     if not served:
         raise WhatIfError("no trace has generated tokens")
     plans = {p.name: [[(s.drafter, s.drafts, s.emitted) for s in p.steps(t)] for t in served] for p in chosen}
+    # per trace and policy: (steps, drafts, tokens emitted), for the per-step means
+    totals = {name: np.array([(len(pl), sum(d for _, d, _ in pl), sum(e for _, _, e in pl)) for pl in trace_plans])
+              for name, trace_plans in plans.items()}
     out: list[Outcome] = []
     for batch in batches:
         count = requests or max(len(served), 4 * batch)
         baseline = None
         for p in chosen:
             tok_s, tpot = _serve(prof, served, plans[p.name], batch, count, engine, p.price_as)
-            steps = [s for i in range(count) for s in plans[p.name][i % len(served)]]
+            steps, drafts, emitted = totals[p.name][np.arange(count) % len(served)].sum(axis=0)
             if p.kind == "none":
                 baseline = tok_s
             out.append(Outcome(p.name, p.kind, p.realisable, batch, count, tok_s,
                                tok_s / baseline if baseline else None,
-                               float(np.mean([e for _, _, e in steps])) if steps else float("nan"),
-                               float(np.mean([d for _, d, _ in steps])) if steps else float("nan"), tpot))
+                               float(emitted / steps) if steps else float("nan"),
+                               float(drafts / steps) if steps else float("nan"), tpot))
         if progress:
             progress(f"batch {batch}: {len(chosen)} policies over {count} requests")
     return out
