@@ -1,24 +1,34 @@
 """The client measures every request exactly: against a server whose every chunk time and
-token count is known (servers.scripted), TTFT, TPOT and per-token ITL match the script within
+token count is known (servers.scripted), TTFT, TPOT and per-token ITL match the truth within
 2 ms at p99 at concurrency 64, with one-token and multi-token chunks, on both endpoints, from
 one process and from two (--workers 2: the load split, the records merged).
 
-Why one retry: this 2-vCPU VM stalls a running process for 1-7 ms about once or twice a
-second per core (measured with a busy loop; see docs/performance.md). A p99 over 512 requests
-is exactly the level such stalls touch, in either process. A systematic error (per-chunk gaps
-read as per-token ITL, a role chunk taken as the first token, a miscounted chunk) fails both
-attempts; the negative control below shows that such an error does exceed the bound.
+The truth is the server's own record (--trace): when it received each request and when it
+wrote each chunk. Tokens per chunk are checked against the script. Chunk times are not: at
+concurrency 64 on 2 vCPUs the server itself writes up to 1-2 ms behind its script now and
+then, which the client sees correctly and must not be charged with. What is left between the
+client's figures and the server's record is the loopback transport both ways and the client's
+own reading, which is what this test bounds.
+
+Why up to three attempts: this 2-vCPU VM stalls a running process for 1-7 ms about once or
+twice a second per core (measured with a busy loop; see docs/performance.md). A p99 over 512
+requests is exactly the level such stalls touch, in any of the processes (the server, one or
+two clients): one attempt in five to ten fails here by a fraction of a millisecond. A
+systematic error (per-chunk gaps read as per-token ITL, a role chunk taken as the first token,
+a miscounted chunk) fails every attempt; the negative control below shows that such an error
+does exceed the bound.
 """
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from servers.scripted import ScriptConfig, script_for
-from servers.scripted.script import WORDS
+from servers.scripted.script import WORDS, prompt_key
 from tests.conftest import run_cli, synthetic_prompts
 
 SCRIPT = dict(ttft_ms=40.0, step_ms=25.0, step_jitter=0.5, chunk_tokens="sd:3:0.7", seed=3)
@@ -41,45 +51,61 @@ def _token_itl_ms(times_ns, tokens) -> np.ndarray:
     return np.concatenate([np.zeros(n[0] - 1), np.repeat(np.diff(t) / 1e6 / n[1:], n[1:])])
 
 
-def _errors(frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    """|measured - scripted| per request (TTFT, TPOT), per token (ITL); and the error a tool
-    would make reading each inter-chunk gap as one token's latency."""
+def _server_records(trace: Path, skip: int) -> dict[str, dict]:
+    """The scripted server's trace lines after the first `skip`, by prompt key."""
+    lines = trace.read_text().splitlines()[skip:]
+    return {rec["key"]: rec for rec in map(json.loads, lines)}
+
+
+def _errors(frame: pd.DataFrame, served: dict[str, dict]) -> dict[str, np.ndarray]:
+    """|measured - true| per request (TTFT, TPOT), per token (ITL), the truth being the
+    server's record of its writes; and the error a tool would make reading each inter-chunk
+    gap as one token's latency."""
     cfg = ScriptConfig(**SCRIPT)
     prompts = synthetic_prompts(len(frame), input_len=INPUT_LEN, output_len=OUTPUT_LEN, seed=SEED)
     ttft, tpot, itl, per_chunk = [], [], [], []
     for row in frame.itertuples():
-        truth = script_for(cfg, prompts[row.index], OUTPUT_LEN)
-        assert list(row.chunk_tokens) == list(truth.tokens), f"request {row.index}: tokens per chunk"
-        ttft.append(row.ttft_ms - truth.ttft_s * 1e3)
-        tpot.append(row.tpot_ms - truth.tpot_s() * 1e3)
-        true_itl = np.array(truth.token_itl_s()) * 1e3
+        script = script_for(cfg, prompts[row.index], OUTPUT_LEN)
+        tokens = np.asarray(script.tokens)
+        assert list(row.chunk_tokens) == list(tokens), f"request {row.index}: tokens per chunk"
+        rec = served[prompt_key(prompts[row.index])]
+        writes = np.asarray(rec["write_ns"])
+        assert len(writes) == len(tokens), f"request {row.index}: one write per chunk"
+        ttft.append(row.ttft_ms - (writes[0] - rec["t_recv_ns"]) / 1e6)
+        tpot.append(row.tpot_ms - (writes[-1] - writes[0]) / 1e6 / (OUTPUT_LEN - 1))
+        true_itl = _token_itl_ms(writes, tokens)
         itl.extend(_token_itl_ms(row.chunk_t_ns, row.chunk_tokens) - true_itl)
         gaps = np.diff(np.asarray(row.chunk_t_ns)) / 1e6
-        per_chunk.extend(np.repeat(gaps, np.asarray(row.chunk_tokens)[1:]) - true_itl[row.chunk_tokens[0] - 1:])
+        per_chunk.extend(np.repeat(gaps, tokens[1:]) - true_itl[tokens[0] - 1:])
     return {k: np.abs(np.array(v)) for k, v in
             (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("per_chunk_as_itl", per_chunk))}
 
 
 @pytest.mark.parametrize("endpoint,workers", [("completions", 1), ("chat", 1), ("completions", 2)])
-def test_timings_match_the_script_at_concurrency_64(server, tmp_path, endpoint, workers):
-    url = server(*SERVER_ARGS)
+def test_timings_match_the_server_at_concurrency_64(server, tmp_path, endpoint, workers):
+    trace = tmp_path / "server-trace.jsonl"
+    trace.touch()
+    url = server(*SERVER_ARGS, "--trace", str(trace))
     attempts = []
-    for attempt in range(2):
+    for attempt in range(3):
         out = tmp_path / f"attempt{attempt}"
+        before = len(trace.read_text().splitlines())
         frame = _run(url, out, "--endpoint", endpoint, "--concurrency", "64", "--num-requests", "512",
                      "--workers", str(workers))
         assert frame["ok"].all() and len(frame) == 512
         assert sorted(frame["worker"].unique()) == list(range(workers))
         assert (frame["worker"] == frame["index"] % workers).all()
         assert (frame["token_count_source"] == "continuous_usage").all()
-        err = _errors(frame)
+        served = _server_records(trace, before)
+        assert len(served) == 512
+        err = _errors(frame, served)
         # Negative control: reading chunk gaps as per-token ITL is far outside the bound.
         assert np.percentile(err["per_chunk_as_itl"], 99) > 5 * BOUND_MS
         p99 = {k: float(np.percentile(err[k], 99)) for k in ("ttft", "tpot", "itl")}
         attempts.append(p99)
         if max(p99.values()) <= BOUND_MS:
             return
-    pytest.fail(f"p99 |measured - scripted| over {BOUND_MS} ms in both attempts: {attempts}")
+    pytest.fail(f"p99 |measured - true| over {BOUND_MS} ms in every attempt: {attempts}")
 
 
 def test_final_usage_only_gives_exact_totals_and_estimated_chunks(server, tmp_path):
