@@ -12,7 +12,7 @@ profile: the model's throughput. "real/model" is what the real-time emulator del
 and "behind" is the emulator's own flag in the run's summary (server.emulator.behind), so a
 shortfall the flag does not catch shows.
 
-    python bench/emulator_capacity.py              # 16 .. 512 streams, ~4 minutes
+    python bench/emulator_capacity.py              # 16 .. 512 streams, ~80 s here
     python bench/emulator_capacity.py --quick
     python bench/emulator_capacity.py --speculative-config none   # no speculative decoding
 """
