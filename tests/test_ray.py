@@ -107,21 +107,35 @@ def cluster():
         assert not leftover, leftover
 
 
-def _sweep(out: Path, address: str, env: dict, *extra: str) -> tuple[subprocess.Popen, list[str], threading.Event]:
-    proc = subprocess.Popen([sys.executable, "-m", "loadgen", "sweep", "--output", str(out),
-                             "--ray", address, "--ray-resource", RESOURCE, *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            env={**os.environ, **env})
-    lines: list[str] = []
-    seen = threading.Event()
+class _Sweep:
+    """`loadgen sweep --ray` running, its stdout and stderr each read by a thread of their own
+    (one reader per pipe: a second one racing it loses lines)."""
 
-    def read() -> None:
-        for line in proc.stderr:
-            lines.append(line)
+    def __init__(self, out: Path, address: str, env: dict, *extra: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "loadgen", "sweep", "--output", str(out),
+                                      "--ray", address, "--ray-resource", RESOURCE, *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                                     env={**os.environ, **env})
+        self.lines: list[str] = []  # stderr, line by line
+        self.stdout: list[str] = []
+        self.seen = threading.Event()  # the eagle c1 cell has started
+        self._readers = [threading.Thread(target=self._read_stderr, daemon=True),
+                         threading.Thread(target=lambda: self.stdout.extend(self.proc.stdout), daemon=True)]
+        for t in self._readers:
+            t.start()
+
+    def _read_stderr(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
             if "eagle/chat/c1: started on" in line:
-                seen.set()
-    threading.Thread(target=read, daemon=True).start()
-    return proc, lines, seen
+                self.seen.set()
+
+    def wait(self, timeout: float) -> int:
+        """The exit code, once both pipes are read to their end."""
+        self.proc.wait(timeout=timeout)
+        for t in self._readers:
+            t.join(10)
+        return self.proc.returncode
 
 
 def _cells(out: Path) -> dict[str, dict]:
@@ -132,19 +146,20 @@ def _cells(out: Path) -> dict[str, dict]:
 def test_a_sweep_on_ray_spreads_its_cells_and_a_killed_task_is_redone(cluster, tmp_path):
     address, env, sids = cluster
     out = tmp_path / "sweep"
-    proc, lines, seen = _sweep(out, address, env, "--variants", "baseline,ngram,eagle", *PLAN)
+    sweep = _Sweep(out, address, env, "--variants", "baseline,ngram,eagle", *PLAN)
+    lines = sweep.lines
     try:
-        assert seen.wait(120), "".join(lines)
+        assert sweep.seen.wait(120), "".join(lines)
         pid = int(next(x for x in lines if "eagle/chat/c1: started on" in x).rsplit("pid ", 1)[1].rstrip(")\n"))
         time.sleep(0.3)  # mid-cell: six requests of 48 tokens take about a second
         os.kill(pid, signal.SIGKILL)
-        proc.wait(timeout=180)
+        returncode = sweep.wait(timeout=180)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if sweep.proc.poll() is None:
+            sweep.proc.kill()
+            sweep.proc.wait()
     err = "".join(lines)
-    assert proc.returncode == 1, err
+    assert returncode == 1, err
     assert "Traceback" not in err
     cells = _cells(out)
     assert {k for k, s in cells.items() if s["cell"]["status"] == "ok"} == {
@@ -163,10 +178,15 @@ def test_a_sweep_on_ray_spreads_its_cells_and_a_killed_task_is_redone(cluster, t
         time.sleep(0.2)
     assert not _servers(sids)
 
-    proc, lines, _ = _sweep(out, address, env, "--resume")
-    out_text, _ = proc.communicate(timeout=180)
-    err = "".join(lines)
-    assert proc.returncode == 0, err
+    sweep = _Sweep(out, address, env, "--resume")
+    try:
+        returncode = sweep.wait(timeout=180)
+    finally:
+        if sweep.proc.poll() is None:
+            sweep.proc.kill()
+            sweep.proc.wait()
+    out_text, err = "".join(sweep.stdout), "".join(sweep.lines)
+    assert returncode == 0, err
     cells = _cells(out)
     assert len(cells) == 6 and all(s["cell"]["status"] == "ok" for s in cells.values())
     assert cells["eagle/chat/c1"]["completed"] == 6 and "cause" not in cells["eagle/chat/c1"]["cell"]
