@@ -137,6 +137,14 @@ class _Sweep:
             t.join(10)
         return self.proc.returncode
 
+    def __enter__(self) -> "_Sweep":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
 
 def _cells(out: Path) -> dict[str, dict]:
     return {json.loads(p.read_text())["cell"]["key"]: json.loads(p.read_text())
@@ -146,18 +154,13 @@ def _cells(out: Path) -> dict[str, dict]:
 def test_a_sweep_on_ray_spreads_its_cells_and_a_killed_task_is_redone(cluster, tmp_path):
     address, env, sids = cluster
     out = tmp_path / "sweep"
-    sweep = _Sweep(out, address, env, "--variants", "baseline,ngram,eagle", *PLAN)
-    lines = sweep.lines
-    try:
+    with _Sweep(out, address, env, "--variants", "baseline,ngram,eagle", *PLAN) as sweep:
+        lines = sweep.lines
         assert sweep.seen.wait(120), "".join(lines)
         pid = int(next(x for x in lines if "eagle/chat/c1: started on" in x).rsplit("pid ", 1)[1].rstrip(")\n"))
         time.sleep(0.3)  # mid-cell: six requests of 48 tokens take about a second
         os.kill(pid, signal.SIGKILL)
         returncode = sweep.wait(timeout=180)
-    finally:
-        if sweep.proc.poll() is None:
-            sweep.proc.kill()
-            sweep.proc.wait()
     err = "".join(lines)
     assert returncode == 1, err
     assert "Traceback" not in err
@@ -178,13 +181,8 @@ def test_a_sweep_on_ray_spreads_its_cells_and_a_killed_task_is_redone(cluster, t
         time.sleep(0.2)
     assert not _servers(sids)
 
-    sweep = _Sweep(out, address, env, "--resume")
-    try:
+    with _Sweep(out, address, env, "--resume") as sweep:
         returncode = sweep.wait(timeout=180)
-    finally:
-        if sweep.proc.poll() is None:
-            sweep.proc.kill()
-            sweep.proc.wait()
     out_text, err = "".join(sweep.stdout), "".join(sweep.lines)
     assert returncode == 0, err
     cells = _cells(out)
