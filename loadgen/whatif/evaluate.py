@@ -41,9 +41,6 @@ class Policy:
     plan: Callable[[Trace], list[Step]]
     price_as: str | None = None  # charge every drafter at this one's price
 
-    def steps(self, trace: Trace) -> list[Step]:
-        return self.plan(trace)
-
 
 @dataclass
 class Outcome:
@@ -132,7 +129,7 @@ def evaluate(traces: list[Trace], profile: str, batches: list[int], chosen: list
     served = [t for t in traces if len(t.generated_token_ids) >= 1]
     if not served:
         raise WhatIfError("no trace has generated tokens")
-    plans = {p.name: [[(s.drafter, s.drafts, s.emitted) for s in p.steps(t)] for t in served] for p in chosen}
+    plans = {p.name: [[(s.drafter, s.drafts, s.emitted) for s in p.plan(t)] for t in served] for p in chosen}
     # per trace and policy: (steps, drafts, tokens emitted), for the per-step means
     totals = {name: np.array([(len(pl), sum(d for _, d, _ in pl), sum(e for _, _, e in pl)) for pl in trace_plans])
               for name, trace_plans in plans.items()}
