@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 
 DONE = b"data: [DONE]\n\n"
+_dumps = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps' own encoder, without its lookups
 
 
 def sse(payload: dict) -> bytes:
@@ -27,7 +28,11 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
 
 @dataclass(slots=True)
 class StreamRenderer:
-    """Renders the chunks of one streamed response."""
+    """Renders the chunks of one streamed response. A content chunk's bytes are its request's
+    fixed parts (rendered once) around the text and counts (`chunk`): the same bytes as
+    rendering the whole object each time (`chunk_object`), at a fraction of the cost, which a
+    server writing one chunk per request per engine step pays tens of thousands of times a
+    second."""
 
     chat: bool
     request_id: str
@@ -39,6 +44,7 @@ class StreamRenderer:
     # completions: on the first choice), each chunk's generated ids on its choice
     prompt_token_ids: list[int] | None = None
     return_token_ids: bool = False
+    _parts: tuple | None = None  # the chunk template: before the text, between text and reason, ...
 
     def _base(self) -> dict:
         return {
@@ -65,6 +71,36 @@ class StreamRenderer:
     def chunk(self, text: str, completion_tokens: int, finish_reason: str | None,
               token_ids: list[int] | None = None) -> bytes:
         """One engine step's tokens; `completion_tokens` is the running total after it."""
+        if self.return_token_ids:  # token ids change the choice's fields: the whole object
+            return self.chunk_object(text, completion_tokens, finish_reason, token_ids)
+        parts = self._parts
+        if parts is None:
+            parts = self._parts = self._template()
+        head, mid, tail = parts
+        reason = b"null" if finish_reason is None else _dumps(finish_reason).encode()
+        out = head + _dumps(text).encode() + mid + reason + tail
+        if self.continuous_usage:
+            p = self.prompt_tokens
+            out += b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
+                p, p + completion_tokens, completion_tokens)
+        return out + b"}\n\n"
+
+    def _template(self) -> tuple[bytes, bytes, bytes]:
+        """The chunk's bytes around the text and the finish reason, cut out of one rendering."""
+        marker_text, marker_reason = "\x00TEXT\x00", "\x00REASON\x00"
+        saved, self.continuous_usage = self.continuous_usage, False
+        try:
+            whole = self.chunk_object(marker_text, 0, marker_reason).decode()
+        finally:
+            self.continuous_usage = saved
+        head, rest = whole.split(_dumps(marker_text), 1)
+        mid, tail = rest.split(_dumps(marker_reason), 1)
+        assert tail.endswith("}\n\n")
+        return head.encode(), mid.encode(), tail[:-len("}\n\n")].encode()
+
+    def chunk_object(self, text: str, completion_tokens: int, finish_reason: str | None,
+                     token_ids: list[int] | None = None) -> bytes:
+        """`chunk`, rendered from the whole object."""
         payload = self._base()
         if self.chat:
             choice = {"index": 0, "delta": {"content": text}, "logprobs": None,

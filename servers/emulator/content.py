@@ -47,9 +47,21 @@ def word_id(word: str) -> int:
     return _NOVEL_BASE | int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "little")
 
 
+_IDS: dict[str, int] = {}  # word -> id: a workload's prompts come back cell after cell
+_IDS_MAX = 1 << 20
+
+
 def tokenize(text: str) -> tuple[list[str], list[int]]:
     words = text.split()
-    return words, [word_id(w) for w in words]
+    ids, known = [], _IDS
+    for w in words:
+        i = known.get(w)
+        if i is None:
+            if len(known) >= _IDS_MAX:
+                known.clear()
+            i = known[w] = word_id(w)
+        ids.append(i)
+    return words, ids
 
 
 def novel_word(token: int) -> str:
