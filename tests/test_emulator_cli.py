@@ -87,27 +87,38 @@ def _samples(text: str, name: str) -> list:
     return next(f for f in text_string_to_metric_families(text) if f.name == name).samples
 
 
+def _value(text: str, name: str) -> float:
+    return _samples(text, name)[0].value
+
+
 def test_falling_behind_is_measured_and_warned(tmp_path):
-    """At 1/100 of the modeled step time no Python loop keeps up: the slowdown and the lag must
-    show in /metrics and in the log."""
+    """At 1/100 of the modeled step time no Python loop keeps up: the time lost against the
+    model, the slowdown and the lag must show in /metrics, in the log and in the run's summary."""
     with emulator_server(LLAMA, "--time-scale", "0.01") as srv:
         res = run_cli("run", "--base-url", srv.url, "--concurrency", "32", "--num-requests", "96",
                       "--output-len", "64", "--quiet", "--output", str(tmp_path))
         assert res.returncode == 0, res.stderr
         text = urllib.request.urlopen(srv.url + "/metrics").read().decode()
         log = open(srv.log).read()
-    assert "behind its schedule" in log
-    assert _samples(text, "emulator:slowdown")[0].value > 2
+    assert "behind its schedule" in log and "raise --time-scale" in log
+    assert _value(text, "emulator:slowdown") > 2
+    assert _value(text, "emulator:lost_seconds") > 0.1 * _value(text, "emulator:modeled_seconds")
     lag = _samples(text, "emulator:step_lag_seconds")
     assert next(s.value for s in lag if s.name.endswith("_count")) > 0
+    emulator = json.loads((tmp_path / "summary.json").read_text())["server"]["emulator"]
+    assert emulator["behind"] and emulator["delivered_of_model"] < 0.9
 
 
 def test_keeping_up_is_not_warned(tmp_path):
-    with emulator_server(LLAMA) as srv:
+    """A load far below what any machine holds once the emulated GPU runs 4x slower than its
+    model: nothing lost, nothing warned."""
+    with emulator_server(LLAMA, "--time-scale", "4") as srv:
         res = run_cli("run", "--base-url", srv.url, "--concurrency", "4", "--num-requests", "12",
                       "--output-len", "32", "--quiet", "--output", str(tmp_path))
         assert res.returncode == 0, res.stderr
         text = urllib.request.urlopen(srv.url + "/metrics").read().decode()
         log = open(srv.log).read()
     assert "behind its schedule" not in log
-    assert _samples(text, "emulator:slowdown")[0].value < 1.1
+    assert _value(text, "emulator:lost_seconds") == 0 and _value(text, "emulator:modeled_seconds") > 0.2
+    emulator = json.loads((tmp_path / "summary.json").read_text())["server"]["emulator"]
+    assert not emulator["behind"] and emulator["delivered_of_model"] == 1.0

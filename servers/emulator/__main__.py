@@ -39,7 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seeds the emulated model's output")
     s.add_argument("--kv-cache-tokens", type=int, help="KV cache size in tokens (default: the profile's)")
     s.add_argument("--time-scale", type=float, default=1.0,
-                   help="run steps at this multiple of their modeled time (0.5: twice as fast)")
+                   help="run the emulated GPU S times slower than its model (every modeled duration x S; "
+                        "its metrics stay in emulated time); for machines that cannot keep the model's pace. "
+                        "Changed at run time by POST /emulator/clock")
     s.add_argument("--acceptance-traces", metavar="FILE",
                    help="append each finished request's exact acceptance trace (JSONL, docs/whatif.md): "
                         "its token ids and, for every drafter of the profile, what a step at each position "

@@ -15,6 +15,7 @@ from servers.emulator.content import chat_prompt
 from servers.emulator.engine import EngineError, Emission
 from servers.emulator.metrics import CONTENT_TYPE, render
 from servers.emulator.realtime import RealtimeDriver
+from servers.emulator.timeline import TimeScaleError
 from servers.http import HttpConnection, HttpRequest
 from servers.openai_stream import DONE, StreamRenderer, error_body, usage
 
@@ -70,9 +71,11 @@ class EmulatorAPI:
             return conn.respond(200, b"")
         if path == "/metrics" and req.method == "GET":
             return conn.respond(200, render(self.registry), CONTENT_TYPE)
-        if path.startswith("/v1/") and self.api_key and \
+        if path.startswith(("/v1/", "/emulator/")) and self.api_key and \
                 req.headers.get("authorization") != f"Bearer {self.api_key}":
             return _json(conn, 401, {"error": "Unauthorized"})
+        if path == "/emulator/clock":
+            return self._clock(req, conn)
         if path == "/v1/models" and req.method == "GET":
             return _json(conn, 200, {"object": "list", "data": [
                 {"id": name, "object": "model", "created": self.created, "owned_by": "vllm",
@@ -88,6 +91,24 @@ class EmulatorAPI:
             except BadRequest as e:
                 return _json(conn, e.status, error_body(str(e), e.err_type, e.status))
         _json(conn, 404, error_body(f"Not Found: {req.method} {path}", "NotFoundError", 404))
+
+    def _clock(self, req: HttpRequest, conn: HttpConnection) -> None:
+        """The emulated GPU's clock. POST {"time_scale": S}: run at S (at once when idle, else from
+        the next step on; loadgen sweep sets each load level's scale this way). GET: the scale,
+        and the counters a time-scale probe reads, cheaper than /metrics (docs/emulator.md)."""
+        if req.method == "POST":
+            try:
+                body = json.loads(req.body)
+                scale = self.driver.set_time_scale(body["time_scale"] if isinstance(body, dict) else None)
+            except (ValueError, KeyError, UnicodeDecodeError, TimeScaleError) as e:
+                return _json(conn, 400, error_body(f'give {{"time_scale": S}} with S a number > 0 ({e})',
+                                                   "BadRequestError", 400))
+            return _json(conn, 200, {"time_scale": scale})
+        if req.method != "GET":
+            return _json(conn, 405, error_body("use GET or POST", "MethodNotAllowed", 405))
+        s = self.driver.engine.stats
+        _json(conn, 200, {"time_scale": self.driver.time_scale, "modeled_seconds": s.modeled_seconds,
+                          "lost_seconds": s.lost_seconds, "steps": s.steps, "cpu_seconds": time.process_time()})
 
     def _parse(self, req: HttpRequest, chat: bool) -> dict:
         try:

@@ -140,7 +140,7 @@ class Engine:
                        "length" if n >= max_tokens else "stop", kind, arrival, sink)
         if self.spec is not None:
             if self.spec.method == "ngram":
-                seq.ngram = NgramIndex(self.spec.prompt_lookup_min, self.spec.prompt_lookup_max, ids)
+                seq.ngram = NgramIndex(self.spec.prompt_lookup_min, self.spec.prompt_lookup_max, ids).prepare()
             else:
                 seq.acc = self._acceptance(self.spec.method, n, self.spec.k, prompt_text, kind)
         if self.trace_sink is not None:

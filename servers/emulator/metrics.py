@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from servers.emulator.stats import EngineStats, Histogram
@@ -60,13 +60,21 @@ class VllmCollector:
         s = self._stats()
         lv = list(self._labels.values())
         yield _histogram("emulator:step_lag_seconds",
-                         "How long after its modeled end each step's chunks were written.",
+                         "How long after its modeled end each step's chunks were written (emulated seconds).",
                          self._labels, s.lag)
-        g = GaugeMetricFamily("emulator:slowdown", "Actual over modeled time of recent steps (1 = real time).",
-                              labels=list(self._labels))
-        g.add_metric(lv, s.slowdown)
-        yield g
+        for name, doc, value in (
+                ("emulator:slowdown", "Actual over modeled time of recent steps (1 = real time).", s.slowdown),
+                ("emulator:time_scale", "Real seconds per modeled second (--time-scale).", s.time_scale)):
+            g = GaugeMetricFamily(name, doc, labels=list(self._labels))
+            g.add_metric(lv, value)
+            yield g
         yield self._counter("emulator:steps", "Engine steps run.", s.steps)
+        yield self._counter("emulator:modeled_seconds", "Modeled time of the steps run (emulated seconds).",
+                            s.modeled_seconds)
+        yield self._counter("emulator:lost_seconds", "Modeled time lost where the schedule restarted after a "
+                            "step written late (emulated seconds).", s.lost_seconds)
+        yield self._counter("emulator:cpu_seconds", "CPU time of this process, to the microsecond (what "
+                            "loadgen sweep --time-scale auto measures).", time.process_time())
         if not self._vllm:
             return
         for name, doc, value in (("vllm:num_requests_running", "Number of requests in model execution batches.", s.running),
@@ -100,8 +108,11 @@ class VllmCollector:
 
 
 def registry(collector: VllmCollector) -> CollectorRegistry:
+    """The emulator's registry: its collector, and the process's own metrics (CPU seconds,
+    memory), which vLLM's API server exports too (prometheus-client's default registry)."""
     reg = CollectorRegistry(auto_describe=False)
     reg.register(collector)
+    ProcessCollector(registry=reg)
     return reg
 
 

@@ -59,8 +59,12 @@ class EngineStats:
     request_prompt_tokens: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
     request_generation_tokens: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
     iteration_tokens: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
-    lag: Histogram = field(default_factory=lambda: Histogram(LAG_BUCKETS))  # emulator's own
-    slowdown: float = 1.0  # actual / modeled step time, recent steps (real-time driver)
+    # the real-time driver's check on itself (servers/emulator/realtime.py), in emulated time
+    lag: Histogram = field(default_factory=lambda: Histogram(LAG_BUCKETS))  # chunks written late
+    slowdown: float = 1.0  # actual / modeled step time, recent steps
+    modeled_seconds: float = 0.0  # the steps' modeled time, summed
+    lost_seconds: float = 0.0     # modeled time lost where the schedule restarted after a late step
+    time_scale: float = 1.0       # real seconds per modeled second
 
     def spec_summary(self) -> dict:
         """vLLM's acceptance summaries over the counters (vllm.md)."""
