@@ -19,12 +19,16 @@ COUNTERS = {
                              "llamacpp:spec_decode_num_accepted_tokens_total"),
     "spec_accepted_per_pos": ("vllm:spec_decode_num_accepted_tokens_per_pos_total",
                               "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"),  # by position
+    # the emulated engine only (servers/emulator/realtime.py), in emulated seconds
+    "emulator_modeled": ("emulator:modeled_seconds_total",),  # modeled time of the steps run
+    "emulator_lost": ("emulator:lost_seconds_total",),  # lost where its schedule restarted late
 }
 GAUGES = {
     "running": ("vllm:num_requests_running", "llamacpp:requests_processing"),
     "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred"),
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),  # renamed in 0.9-0.11
     "emulator_slowdown": ("emulator:slowdown",),  # the emulated engine only: actual / modeled step time
+    "emulator_time_scale": ("emulator:time_scale",),  # the emulated engine only: real s per modeled s
 }
 HISTOGRAMS = {
     "ttft": ("vllm:time_to_first_token_seconds",),

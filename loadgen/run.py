@@ -103,6 +103,9 @@ class RunSpec:
     keep_alive: bool = True  # reuse connections; False: `Connection: close`, one per request
     metrics_url: str | None = None  # the server's Prometheus /metrics, scraped around the run
     scrape_interval_s: float = 1.0
+    # real seconds per emulated second of a dilated emulator (loadgen.timescale): open-loop gaps,
+    # the duration and the timeout are emulated seconds, stretched by it in real time
+    time_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.num_requests is None and self.duration_s is None:
@@ -115,6 +118,8 @@ class RunSpec:
             raise ValueError(f"request_timeout must be > 0, got {self.request_timeout_s}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if not self.time_scale > 0:
+            raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
 
 
 @dataclass(slots=True)
@@ -128,6 +133,7 @@ class RunResult:
     load_info: dict = field(default_factory=dict)  # what the executor reports (e.g. ramp_s)
     server_window: Window | None = None  # the server's counters over the measurement
     loop_lag_worker: list[int] = field(default_factory=list)  # whose loop each tick was (empty: one)
+    time_scale: float = 1.0  # its timestamps are in emulated time at this scale (loadgen.timescale)
 
     def loop_lag(self) -> tuple[list[int], list[int], list[int] | None]:
         """The self-check's input: tick times, their lags, and which worker's loop each was."""
@@ -187,8 +193,9 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
         session = session_for(spec.load, share)
     opts = stream_options(spec.continuous_usage)
     headers = spec.headers if spec.keep_alive else {**spec.headers, "Connection": "close"}
+    scale = spec.time_scale
     client = StreamClient(session, spec.api_base, spec.endpoint, headers,
-                          spec.request_timeout_s, keep_text=spec.keep_text)
+                          spec.request_timeout_s * scale, keep_text=spec.keep_text)
 
     extra = {**(spec.extra_body or {}), "return_token_ids": True} if spec.token_ids else spec.extra_body
 
@@ -223,7 +230,7 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
         total = None if spec.num_requests is None else spec.num_requests + spec.warmup
         offsets = arrivals.schedule(load.rate, num=total, duration_s=spec.duration_s,
                                     process=load.arrival, burstiness=load.burstiness,
-                                    seed=spec.seed)
+                                    seed=spec.seed) * scale
     # The server window opens when the first measured request goes out (before the run when
     # there is no warm-up) and closes when the last one is done.
     recorder = Recorder(spec.metrics_url, spec.scrape_interval_s) if spec.metrics_url else None
@@ -238,12 +245,13 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     now = time.monotonic_ns()
     t0 = now if t0_ns is None else t0_ns
     t0_unix = time.time() + (t0 - now) / 1e9
-    deadline = None if spec.duration_s is None else t0 + int(spec.duration_s * 1e9)
+    deadline = None if spec.duration_s is None else t0 + int(spec.duration_s * scale * 1e9)
     feed = Feed(requests, encode, num=spec.num_requests, warmup=spec.warmup, deadline_ns=deadline,
                 on_measure_start=recorder.begin_soon if recorder and spec.warmup else on_measure_start,
                 share=share)
     if load.closed:
-        work = closed_loop.run(feed, send, users=load.concurrency, t0_ns=t0, share=share)
+        work = closed_loop.run(feed, send, users=load.concurrency, t0_ns=t0, share=share,
+                               join_gap_s=closed_loop.JOIN_GAP_S * scale)
     else:
         work = open_loop.run(feed, send, offsets_s=offsets, t0_ns=t0,
                              max_concurrency=load.max_concurrency, share=share)

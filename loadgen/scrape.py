@@ -172,16 +172,28 @@ def quantile_bound(hist: dict, q: float) -> float | None:
     return float("inf")
 
 
+LAG_LIMIT_S = 0.005   # emulated seconds: chunks written later than this at p99 (what figures carry)
+LOST_LIMIT = 0.02     # share of the model's throughput lost to a schedule that fell behind
+
+
 def _emulator(w: Window) -> dict | None:
-    """The emulated engine's check on itself: did it keep real time in this window?"""
+    """The emulated engine's check on itself: did it deliver its model's throughput for the
+    steps it ran in this window (modeled time over modeled plus lost time), and write each
+    step's chunks on time? `behind` when it lost more than LOST_LIMIT of the model's throughput
+    or wrote chunks more than LAG_LIMIT_S late at p99 (both in emulated time)."""
     lag = w.histogram("emulator_step_lag")
     slow = w.series("emulator_slowdown", before=False)  # each covers its last 200 steps
     if lag is None and not slow:
         return None
     p99 = quantile_bound(lag, 0.99)
-    max_slow = max(slow) if slow else None
-    return {"step_lag_p99_s_at_most": p99, "slowdown_max": max_slow,
-            "behind": bool((p99 is not None and p99 > 0.005) or (max_slow is not None and max_slow > 1.1))}
+    modeled, lost = w.total("emulator_modeled"), w.total("emulator_lost")
+    delivered = modeled / (modeled + lost) if modeled + lost > 0 else None
+    scales = sorted(set(w.series("emulator_time_scale")))
+    return {"step_lag_p99_s_at_most": p99, "slowdown_max": max(slow) if slow else None,
+            "modeled_s": modeled, "lost_s": lost, "delivered_of_model": delivered,
+            "time_scales": scales,
+            "behind": bool((p99 is not None and p99 > LAG_LIMIT_S)
+                           or (delivered is not None and delivered < 1 - LOST_LIMIT))}
 
 
 class Recorder:

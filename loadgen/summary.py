@@ -148,7 +148,8 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
                        lag_worker=loop_lag[2] if len(loop_lag) > 2 else None)
     check["chunk_times"] = (load_info or {}).get("chunk_times")  # where chunk times were taken
     source, sources = _sources(m)
-    out: dict = {"config": config, "completed": int(len(m)), "failed": int(len(failed)),
+    out: dict = {"config": config, "time_scale": config.get("time_scale") or 1.0,
+                 "completed": int(len(m)), "failed": int(len(failed)),
                  "cancelled": cancelled, "interrupted": interrupted,
                  "errors": dict(Counter(failed["error_type"]))}
     window = steady_window(frame) if not frame.empty else None

@@ -12,6 +12,8 @@ from loadgen import gate, store
 from loadgen.cli import options
 from loadgen.cli.app import Failure, main
 from loadgen.cli.check import slos
+from loadgen.cli.run import with_time_scale
+from loadgen.timescale import TimeScaleError, parse_scale
 from loadgen.sweep.cell import run_cell
 from loadgen.sweep.plan import Cell, Plan
 
@@ -22,7 +24,7 @@ def _probe(plan: Plan, variant: str, workload, url: str, model: str, targets, go
     def probe(level: float) -> cap.Probe:
         count[level] = count.get(level, 0) + 1
         cell = Cell(variant, plan.workload_labels[0], level, plan.mode)
-        res = run_cell(plan, cell, workload, url, model, goodput=goodput)
+        res = run_cell(plan, cell, workload, url, model, goodput=goodput, time_scale=plan.scale_for(cell))
         if res is None:
             raise KeyboardInterrupt
         where = out / variant / f"{cell.level_label}-{count[level]}"
@@ -59,6 +61,8 @@ def _probe(plan: Plan, variant: str, workload, url: str, model: str, targets, go
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True)
 @click.option("--baseline", default="baseline", show_default=True, help="The variant without SD.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--time-scale", help="On the emulator: run the emulated GPU S times slower than its model, for a "
+              "machine that cannot keep its pace; every figure is in the emulated hardware's time [default: 1].")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path),
               help="Results directory [default: results/capacity-YYYYmmdd-HHMMSS].")
 def capacity(**o) -> None:
@@ -78,6 +82,14 @@ def capacity(**o) -> None:
         workload = open_workload(o["workload"], data_dir=o["data_dir"])
     except (DeploymentError, WorkloadError) as e:
         raise Failure(str(e)) from None
+    try:
+        time_scale = parse_scale(o["time_scale"])
+    except TimeScaleError as e:
+        raise click.UsageError(str(e)) from None
+    if time_scale is not None and dep.engine != "emulator":
+        raise click.UsageError(f"--time-scale runs the emulated GPU slower; deployment {dep.name!r} runs on "
+                               f"{dep.engine}, whose hardware keeps its own time: drop --time-scale (or add "
+                               "--engine emulator)")
     if any(s.metric == "goodput" for s in targets) and not goodput:
         raise click.UsageError("--slo goodput needs per-request objectives: add --goodput 'ttft<=2s,tpot<=50ms'")
     closed = o["by"] == "concurrency"
@@ -88,10 +100,13 @@ def capacity(**o) -> None:
     plan = Plan(deployment=o["servers"], engine=o["engine"], variants=variants, workloads=[o["workload"]],
                 workload_labels=[o["workload"].split(",")[0]], mode="closed" if closed else "open", levels=[],
                 num_requests=o["num_requests"], duration_s=o["duration"], warmup=o["warmup"], seed=o["seed"],
-                data_dir=o["data_dir"], baseline=o["baseline"], min_requests=20 if closed else 40)
+                data_dir=o["data_dir"], baseline=o["baseline"], min_requests=20 if closed else 40,
+                time_scale=time_scale)
     results = []
     for variant in variants:
         launch = render(dep, variant, port=8000 if dep.engine == "vllm" else free_port())
+        if time_scale is not None:
+            launch = with_time_scale(launch, time_scale)
         click.echo(f"{variant}: searching {o['by']} {o['start']:g}..{o['limit']:g}", err=True)
         try:
             with Server(launch, out / "servers" / f"{variant}.log") as srv:

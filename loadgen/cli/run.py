@@ -10,13 +10,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from loadgen import __version__
+from loadgen import __version__, timescale
 from loadgen.cli import options
 from loadgen.cli.app import EXIT_NOTHING_SUCCEEDED, Failure, main
 from loadgen.endpoint import EndpointError, api_base, metrics_url, probe
 from loadgen.measure import request_frame
 from loadgen.run import RunResult, RunSpec, execute, session_for, stop_on_signals
 from loadgen.summary import summarize
+from loadgen.timescale import TimeScaleError, parse_scale
 from loadgen.tokens import TokenizerError, load_tokenizer
 from loadgen.workers import WorkerError, WorkloadRef, check_workers, execute_workers
 
@@ -60,6 +61,10 @@ def run_options(f):
                      "(every second) and after the measurement [default: the server's /metrics; 'none': off]."),
         click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve the client's live metrics "
                      "(requests, latency histograms) for Prometheus on 127.0.0.1:PORT/metrics (docs/dashboards.md)."),
+        click.option("--time-scale", help="With the embedded emulator (no --base-url, or --servers on "
+                     "--engine emulator): run the emulated GPU S times slower than its model, for a machine "
+                     "that cannot keep its pace; every figure is reported in the emulated hardware's time. An "
+                     "emulator started elsewhere with --time-scale is read from its /metrics [default: 1]."),
         click.option("--workers", type=click.IntRange(1), default=1, show_default=True,
                      help="Generate the load from N processes on this host, one event loop and "
                      "connection pool each, the one schedule split between them (docs/metrics.md)."),
@@ -117,8 +122,16 @@ def measure(o: dict, nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool
                        headers=headers)
     except ValueError as e:
         raise click.UsageError(options.flagged(str(e))) from None
+    try:
+        given_scale = parse_scale(o["time_scale"])
+    except TimeScaleError as e:
+        raise click.UsageError(str(e)) from None
+    if given_scale is not None and o["base_url"] is not None:
+        raise click.UsageError("--time-scale runs loadgen's own emulator slower; a server at --base-url keeps "
+                               "its own time (an emulator started with --time-scale says so in its /metrics, "
+                               "and loadgen reads it): drop --time-scale")
     out = options.prepare_output(o, "run")
-    with _server(o["base_url"], o.get("servers"), o.get("variant"), o.get("engine")) as url:
+    with _server(o["base_url"], o.get("servers"), o.get("variant"), o.get("engine"), given_scale) as url:
         try:
             spec.api_base = api_base(url)
         except EndpointError as e:
@@ -138,12 +151,13 @@ def measure(o: dict, nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool
         try:
             result = asyncio.run(_run(spec, o["model"], requests, o["quiet"], o["keep_alive"],
                                       live and (live, wl.spec.split(",")[0], _level(spec)),
-                                      workers=(o["workers"], source, cluster)))
+                                      workers=(o["workers"], source, cluster), time_scale=given_scale))
         finally:
             if live is not None:
                 live.close()
             if cluster is not None:
                 cluster.shutdown()
+    timescale.to_emulated(result, spec.time_scale)
     tokenized = _tokenize_ids(result.records, wl, o, tokenizer) if o["token_ids"] and tokenizer else 0
     frame = request_frame(result.records, tokenizer)
 
@@ -177,18 +191,20 @@ def _tokenize_ids(records, wl, o: dict, tokenizer) -> int:
 
 @contextlib.contextmanager
 def _server(base_url: str | None, servers: str | None = None, variant: str | None = None,
-            engine: str | None = None):
+            engine: str | None = None, time_scale: float | None = None):
     if base_url is not None:
         yield base_url
         return
     if servers is not None:  # a catalog variant, started here (loadgen check --servers)
-        yield from _variant_server(servers, variant, engine)
+        yield from _variant_server(servers, variant, engine, time_scale)
         return
     from servers.embedded import ServerStartError, emulator_server
+    scale = [] if time_scale is None else ["--time-scale", str(time_scale)]
     try:
-        with emulator_server(EMBEDDED_MODEL, "--speculative-config", EMBEDDED_SPEC) as srv:
+        with emulator_server(EMBEDDED_MODEL, "--speculative-config", EMBEDDED_SPEC, *scale) as srv:
+            pace = "in real time" if not time_scale or time_scale == 1 else f"{time_scale:g}x slower than real time"
             click.echo(f"No --base-url: measuring the embedded emulator at {srv.url} "
-                       f"({EMBEDDED_MODEL} on one emulated H100, EAGLE k=3, in real time)", err=True)
+                       f"({EMBEDDED_MODEL} on one emulated H100, EAGLE k=3, {pace})", err=True)
             yield srv.url
     except ServerStartError as e:
         raise Failure(str(e), code=1) from None
@@ -211,18 +227,18 @@ def _level(spec: RunSpec) -> str:
 
 
 async def _run(spec: RunSpec, model: str | None, requests, quiet: bool, keep_alive: bool | None,
-               live=None, workers: tuple = (1, None, None)) -> RunResult:
+               live=None, workers: tuple = (1, None, None), time_scale: float | None = None) -> RunResult:
     """Check the server and model (setting `spec.model`, and `spec.keep_alive` unless given),
     then run the load (from `workers[0]` processes, or Ray actors on the joined cluster
     `workers[2]`, which open the workload `workers[1]`) with a progress bar; SIGINT and SIGTERM
     stop it early and keep what finished."""
     stop = asyncio.Event()
     with stop_on_signals(asyncio.get_running_loop(), stop):
-        return await _run_load(spec, model, requests, quiet, keep_alive, live, workers, stop)
+        return await _run_load(spec, model, requests, quiet, keep_alive, live, workers, stop, time_scale)
 
 
 async def _run_load(spec: RunSpec, model: str | None, requests, quiet: bool, keep_alive: bool | None,
-                    live, workers: tuple, stop: asyncio.Event) -> RunResult:
+                    live, workers: tuple, stop: asyncio.Event, time_scale: float | None) -> RunResult:
     session = session_for(spec.load)
     bar = None
     try:
@@ -232,6 +248,11 @@ async def _run_load(spec: RunSpec, model: str | None, requests, quiet: bool, kee
             spec.keep_alive = served.keep_alive if keep_alive is None else keep_alive
         except EndpointError as e:
             raise Failure(str(e)) from None
+        reported = await timescale.server_scale(session, spec.metrics_url)
+        spec.time_scale = reported or time_scale or 1.0
+        if reported and reported != 1 and time_scale is None:
+            click.echo(f"note: the server is an emulator running {reported:g}x slower than its model "
+                       "(its --time-scale); every figure is converted to its emulated time", err=True)
         from tqdm import tqdm
         tqdm.monitor_interval = 0  # no monitor thread in a process that measures latency
         total = None if spec.num_requests is None else spec.num_requests + spec.warmup
@@ -294,13 +315,14 @@ def _config(o: dict, spec: RunSpec, result: RunResult, wl) -> dict:
         "api_key_provided": bool(spec.headers), "keep_alive": spec.keep_alive,
         "lateness_threshold_ms": o["lateness_threshold_ms"],
         "timing_threshold_ms": o["timing_threshold_ms"], "workers": o["workers"],
+        "time_scale": spec.time_scale, "time_scale_requested": o["time_scale"] and float(o["time_scale"]),
         "workers_on_ray": o["ray_address"] is not None,
         "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},
         "host": options.host_config(), "argv": options.argv_without_secrets(),
     }
 
 
-def _variant_server(servers: str, variant: str | None, engine: str | None):
+def _variant_server(servers: str, variant: str | None, engine: str | None, time_scale: float | None = None):
     import tempfile
     from pathlib import Path
 
@@ -313,6 +335,8 @@ def _variant_server(servers: str, variant: str | None, engine: str | None):
         launch = render(dep, variant, port=8000 if dep.engine == "vllm" else free_port())
     except DeploymentError as e:
         raise Failure(str(e)) from None
+    if time_scale is not None:
+        launch = with_time_scale(launch, time_scale)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             with Server(launch, Path(tmp) / "server.log") as srv:
@@ -320,3 +344,13 @@ def _variant_server(servers: str, variant: str | None, engine: str | None):
                 yield srv.launch.url
         except LaunchError as e:
             raise Failure(str(e)) from None
+
+
+def with_time_scale(launch, time_scale: float):
+    """A rendered emulator launch that runs at `time_scale` (a later --time-scale wins over one in
+    the deployment's emulator_args); Failure for any other engine."""
+    import dataclasses
+    if launch.engine != "emulator":
+        raise Failure(f"--time-scale runs the emulated GPU slower; {launch.variant} runs on {launch.engine}, "
+                      "whose hardware keeps its own time: drop --time-scale (or add --engine emulator)")
+    return dataclasses.replace(launch, argv=(*launch.argv, "--time-scale", str(time_scale)))
