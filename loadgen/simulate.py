@@ -4,8 +4,15 @@ No HTTP and no sleeping: the clock jumps from one engine step's end to the next,
 of requests take seconds. Requests arrive as in a real run (closed loop: N users, each sending
 its next request when its last one ends, joining 1 ms apart; open loop: the same seeded
 arrival schedule as `loadgen run`, optionally capped in flight), and each becomes the same
-`RequestRecord` a real run writes, chunk by chunk with exact usage. The client is ideal: it
-sends on time and reads each chunk the moment its step ends.
+`RequestRecord` a real run writes, chunk by chunk with exact usage. The client sends on time and
+reads each chunk the moment its step ends; what it cannot do is answer in no time: a request
+that follows a response (a closed-loop user's next one, an open-loop one waiting for a slot)
+reaches the engine `client_rtt_s` after that response ended, as in a real run, where it
+misses the step that starts right then (the engine plans its next step at once).
+
+`time_scale` runs the simulated GPU S times slower on the records' clock (the same mapping as
+the real-time emulator's, servers/emulator/timeline.py); `loadgen.timescale.to_emulated`
+converts the result back, which is how the invariance of every figure under S is pinned.
 """
 from __future__ import annotations
 
@@ -16,16 +23,19 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from loadgen import arrivals
+from loadgen.executors import closed_loop
 from loadgen.record import RequestRecord
 from loadgen.run import LoadShape, RunResult
 from servers.emulator import profile as profiles
 from servers.emulator.content import chat_prompt
 from servers.emulator.engine import Engine, EngineConfig, EngineError
 from servers.emulator.spec import SpecConfig
+from servers.emulator.timeline import Timeline
 from workloads import Request
 
 _T0_NS = 1_000_000_000  # virtual time 0, in ns (records need positive times)
 _REFUSAL_S = 0.001  # a refused request still costs its user a round trip
+CLIENT_RTT_S = 0.0003  # a response's end to the next request at the engine, over loopback (docs/emulator.md)
 
 
 @dataclass
@@ -39,7 +49,9 @@ class SimSpec:
     warmup: int = 0
     seed: int = 0
     endpoint: str = "completions"
-    join_gap_s: float = 0.001
+    join_gap_s: float = closed_loop.JOIN_GAP_S  # as loadgen run's users join (emulated seconds)
+    client_rtt_s: float = CLIENT_RTT_S  # emulated seconds
+    time_scale: float = 1.0  # the records' clock runs this many times slower than the model
 
 
 @dataclass
@@ -49,8 +61,9 @@ class SimResult:
     makespan_s: float
 
 
-def _ns(t: float) -> int:
-    return _T0_NS + int(round(t * 1e9))
+def _at(line: Timeline):
+    """Modeled seconds -> the records' nanoseconds (the simulated real clock, at line's scale)."""
+    return lambda t: _T0_NS + int(round(line.real(t) * 1e9))
 
 
 Submit = Callable[[Engine, Request, float, object], None]
@@ -63,13 +76,16 @@ def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None
     as the server would get it)."""
     if engine is None:
         engine = Engine(profiles.load(sim.profile), sim.spec, sim.engine)
+    _ns = _at(Timeline(sim.time_scale))
+    rtt = sim.client_rtt_s
     load = sim.load
     limit = None if sim.num_requests is None else sim.num_requests + sim.warmup
     deadline = sim.duration_s
     source = iter(requests)
     records: list[RequestRecord] = []
+    count = 0  # requests taken from the workload
     order = itertools.count()
-    events: list[tuple[float, int, int | None]] = []  # (time, tie-break, user or None)
+    events: list[tuple[float, int, object]] = []  # (time, tie-break, user, None or a capped request)
     if load.closed:
         for user in range(load.concurrency):
             heapq.heappush(events, (user * sim.join_gap_s, next(order), user))
@@ -78,12 +94,15 @@ def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None
                                     burstiness=load.burstiness, seed=sim.seed)
         for t in offsets.tolist():
             heapq.heappush(events, (t, next(order), None))
-    capped: deque[tuple[float, Request]] = deque()  # open loop waiting for a slot
+    capped: deque[tuple[float, tuple[int, Request]]] = deque()  # open loop waiting for a slot
+    reserved: dict[int, tuple[int, Request] | None] = {}  # a closed-loop user's next request
+    firsts: dict[int, int] = {}  # each closed-loop user's first send (ns)
     in_flight = 0
 
-    def send(req: Request, t_sched: float, t_send: float, user: int | None) -> None:
+    def send(item: tuple[int, Request], t_sched: float, t_send: float, user: int | None) -> None:
         nonlocal in_flight
-        rec = RequestRecord(index=len(records), request_id=req.id, warmup=len(records) < sim.warmup,
+        index, req = item
+        rec = RequestRecord(index=index, request_id=req.id, warmup=index < sim.warmup,
                             t_scheduled_ns=_ns(t_sched), workload=req.workload,
                             category=req.category, max_tokens=req.max_tokens,
                             queue_delay_ns=_ns(t_send) - _ns(t_sched))
@@ -106,26 +125,44 @@ def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None
         engine.submit(req.id, text, req.max_tokens, arrival=t_send, ignore_eos=req.ignore_eos,
                       min_tokens=req.min_tokens, sink=sink)
 
-    def take() -> Request | None:
-        if limit is not None and len(records) + len(capped) >= limit:
+    def take() -> tuple[int, Request] | None:
+        """The next request, numbered as the run's feed numbers it (loadgen.executors.feed)."""
+        nonlocal count
+        if limit is not None and count >= limit:
             return None
-        return next(source, None)
+        req = next(source, None)
+        if req is None:
+            return None
+        count += 1
+        return count - 1, req
 
     t = 0.0
     while True:
         while events and events[0][0] <= t:
             t_event, _, user = heapq.heappop(events)
+            if isinstance(user, tuple):  # a capped open-loop request: the slot it was handed
+                in_flight -= 1           # (held since the response that freed it ended)
+                send(user[1], user[0], t_event, None)
+                continue
             if deadline is not None and t_event >= deadline:
                 continue
-            req = take()
-            if req is None:
+            if user is not None:  # closed loop: the user is free now; as a real user does, it
+                # takes its next request as soon as it has sent one (loadgen.executors.closed_loop)
+                item = reserved.pop(user) if user in reserved else take()
+                if item is None:
+                    continue
+                if user not in firsts:
+                    firsts[user] = _ns(t_event)
+                send(item, t_event, t_event, user)
+                reserved[user] = take()
                 continue
-            if user is not None:  # closed loop: the user is free now
-                send(req, t_event, t_event, user)
-            elif load.max_concurrency and in_flight >= load.max_concurrency:
-                capped.append((t_event, req))
+            item = take()
+            if item is None:
+                continue
+            if load.max_concurrency and in_flight >= load.max_concurrency:
+                capped.append((t_event, item))
             else:
-                send(req, t_event, t_event, None)
+                send(item, t_event, t_event, None)
         if not engine.has_work:
             if not events:
                 break
@@ -147,14 +184,18 @@ def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None
                 rec.done = True
                 rec.finish_reason = em.seq.finish_reason
                 rec.t_end_ns = _ns(t_end)
-                in_flight -= 1
                 if user is not None:
-                    heapq.heappush(events, (t_end, next(order), user))
-                elif capped:
-                    t_arr, req = capped.popleft()
-                    send(req, t_arr, t_end, None)
+                    in_flight -= 1
+                    heapq.heappush(events, (t_end + rtt, next(order), user))
+                elif capped:  # the slot goes to the longest waiting, one round trip later
+                    t_arr, item = capped.popleft()
+                    heapq.heappush(events, (t_end + rtt, next(order), (t_arr, item)))
+                else:
+                    in_flight -= 1
         t = t_end
-    firsts = sorted(r.t_send_ns for r in records[:load.concurrency]) if load.closed else []
-    info = {"ramp_s": (firsts[-1] - firsts[0]) / 1e9 if len(firsts) > 1 else None} if load.closed else {}
+    records.sort(key=lambda r: r.index)
+    first = sorted(firsts.values())
+    info = {"ramp_s": (first[-1] - first[0]) / 1e9 if len(first) > 1 else None,
+            "first_sends_ns": [first[0], first[-1]] if first else None} if load.closed else {}
     run = RunResult(records, [], [], _T0_NS, 0.0, False, info)
     return SimResult(run, engine, t)

@@ -12,7 +12,7 @@ from loadgen import __version__
 from loadgen.cli import options
 from loadgen.cli.app import Failure, main
 from loadgen.measure import request_frame
-from loadgen.simulate import SimSpec, simulate as run_simulation
+from loadgen.simulate import CLIENT_RTT_S, SimSpec, simulate as run_simulation
 from loadgen.summary import summarize
 
 
@@ -35,6 +35,10 @@ def _open_traces(path: str):
 @click.option("--max-num-seqs", type=int, default=256, show_default=True)
 @click.option("--max-num-batched-tokens", type=int, default=8192, show_default=True)
 @click.option("--kv-cache-tokens", type=int, default=None, help="KV cache size [default: the profile's].")
+@click.option("--client-rtt", "client_rtt_ms", type=click.FloatRange(min=0), default=CLIENT_RTT_S * 1e3,
+              show_default=True, help="Milliseconds from a response's end to the next request reaching the "
+              "engine (a closed-loop user's next one): as over loopback in a real run, where it misses the "
+              "step that starts at once.")
 @click.option("--acceptance-traces", "traces_path", type=click.Path(dir_okay=False),
               help="Also write every finished request's exact acceptance trace here (JSONL, for loadgen whatif).")
 @options.load_options
@@ -62,7 +66,7 @@ def simulate(**o) -> None:
     except (profiles.ProfileError, SpecError) as e:
         raise Failure(str(e)) from None
     sim = SimSpec(name, spec, load, num_requests=num, duration_s=o["duration"], warmup=o["warmup"],
-                  seed=o["seed"], endpoint=o["endpoint"],
+                  seed=o["seed"], endpoint=o["endpoint"], client_rtt_s=o["client_rtt_ms"] / 1e3,
                   engine=EngineConfig(max_num_seqs=o["max_num_seqs"],
                                       max_num_batched_tokens=o["max_num_batched_tokens"],
                                       kv_capacity_tokens=o["kv_cache_tokens"], seed=o["seed"]))
@@ -75,7 +79,9 @@ def simulate(**o) -> None:
         result = run_simulation(sim, requests, engine=engine)
     except EngineError as e:
         raise Failure(str(e)) from None
-    if traces_file is not None:
+    if traces_file is not None:  # in the workload's order (as sent), not as they finished
+        sent = {r.request_id: r.index for r in result.run.records}
+        traces.sort(key=lambda t: sent.get(t["id"], len(sent)))
         with traces_file:
             traces_file.writelines(json.dumps(t, separators=(",", ":")) + "\n" for t in traces)
     wall = time.monotonic() - wall
@@ -86,7 +92,7 @@ def simulate(**o) -> None:
         "base_url": f"simulated:{name}", "speculative_config": o["spec_json"],
         "endpoint": o["endpoint"], "load": load.describe(), "num_requests": num,
         "duration_s": o["duration"], "warmup": o["warmup"], "seed": o["seed"],
-        "workload": wl.describe(),
+        "workload": wl.describe(), "client_rtt_ms": o["client_rtt_ms"],
         "engine": {"max_num_seqs": o["max_num_seqs"], "max_num_batched_tokens": o["max_num_batched_tokens"],
                    "kv_cache_tokens": result.engine.kv_capacity},
         "clock": {"t0_ns": result.run.t0_ns, "t0_unix": None, "clock": "virtual"},

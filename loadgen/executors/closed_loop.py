@@ -2,7 +2,10 @@
 one ends. A request's scheduled time is the moment its user became free (the end of its
 previous response), so any delay the client adds before sending shows up as lateness. Each
 user prepares its next request while the current one is in flight, so preparing it is not part
-of that delay.
+of that delay. A user takes its first two requests together, so which requests a user sends
+does not depend on how the users' starts interleave (a stall at the start would otherwise deal
+them differently from run to run, and the batches the server sees with them); after that it
+takes the next whenever it has sent one, and `loadgen simulate` deals them the same way.
 
 Users join `join_gap_s` apart (1 ms: a 256-user loop is running after a quarter second),
 because N first requests sent in one burst keep the client busy for N times the cost of a
@@ -17,9 +20,11 @@ import time
 
 from loadgen.executors.feed import Feed, Sender, Share
 
+JOIN_GAP_S = 0.001
+
 
 async def run(feed: Feed, send: Sender, *, users: int, t0_ns: int,
-              join_gap_s: float = 0.001, share: Share = Share()) -> dict:
+              join_gap_s: float = JOIN_GAP_S, share: Share = Share()) -> dict:
     """Returns {"ramp_s": spread of the users' first sends, "first_sends_ns": [first, last]}."""
     loop = asyncio.get_running_loop()
     first_sends: list[int] = []
@@ -32,7 +37,8 @@ async def run(feed: Feed, send: Sender, *, users: int, t0_ns: int,
         item = feed.take()
         while item is not None and not feed.expired():
             task = loop.create_task(send(item, t_free, 0))
-            await asyncio.sleep(0)  # let the request go out, then prepare the next one
+            if t_free is not None:
+                await asyncio.sleep(0)  # let the request go out, then prepare the next one
             item = feed.take()
             rec = await task
             if t_free is None:
