@@ -44,7 +44,12 @@ def test_an_open_loop_schedule_is_the_same_split_over_workers(server, tmp_path):
     # each request at its scheduled time of the one schedule, from whichever worker
     offsets = lambda s, f: (f["t_scheduled_ns"] - s["config"]["clock"]["t0_ns"]).to_numpy()  # noqa: E731
     assert np.array_equal(offsets(s1, f1), offsets(s3, f3))
-    assert s3["self_check"]["lateness_ms"]["p99"] < 5
+    # ... and sent then: half of them within the self-check's bound (a schedule not kept is late by
+    # far more), the slowest too, or the run says it was not (on a machine too slow for four
+    # processes on two cores)
+    late = s3["self_check"]["lateness_ms"]
+    assert late["p50"] < 5, late
+    assert late["p99"] < 5 or (s3["client_bound"] and any("send lateness" in r for r in s3["self_check"]["reasons"]))
     assert set(s3["self_check"]["workers"]) == {"0", "1", "2"}
     assert s3["sending"]["workers"] == 3 and s3["sending"]["workers_lost"] == []
     assert s3["completed"] == 60 and s3["config"]["workers"] == 3

@@ -12,6 +12,7 @@ from click.core import ParameterSource
 
 from loadgen import analysis
 from loadgen.cli import options
+from loadgen.timescale import TimeScaleError, parse_scale
 from loadgen.cli.app import EXIT_INTERRUPTED, Failure, main
 from loadgen.sweep import manifest, results
 from loadgen.sweep.parallel import run_parallel, worker_slot
@@ -31,7 +32,8 @@ DEFAULT = {"workloads": ("chat", "code-edit"), "concurrency": "1..256", "min_req
            "per_user": 4, "warmup": 4}
 PLAN_OPTIONS = ("servers", "engine", "variants", "workloads", "concurrency", "rates", "arrival",
                 "burstiness", "num_requests", "duration", "warmup", "seed", "endpoint",
-                "request_timeout", "data_dir", "gpus", "parallel", "port", "baseline", "llama_server", "workers")
+                "request_timeout", "data_dir", "gpus", "parallel", "port", "baseline", "llama_server", "workers",
+                "time_scale")
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -80,6 +82,7 @@ def _plan(o: dict) -> tuple[Plan, object]:
         raise click.UsageError(f"--gpus {o['gpus']}: deployment {dep.name!r} needs "
                                f"{dep.tensor_parallel_size} GPUs per server")
     names = [_open(spec, o["data_dir"]).name for spec in specs]
+    time_scale = _time_scale(o["time_scale"], dep)
     arrival = o["arrival"] or ("gamma" if o["burstiness"] is not None else "poisson")
     where = o["servers"] or EMBEDDED["servers"]
     if Path(where).exists():  # a file: found again by --resume from any directory
@@ -94,8 +97,58 @@ def _plan(o: dict) -> tuple[Plan, object]:
                 data_dir=str(Path(o["data_dir"]).resolve()) if o["data_dir"] else None, gpus=gpus,
                 parallel=o["parallel"], port=o["port"], baseline=o["baseline"],
                 llama_server=_command(o["llama_server"]), min_requests=preset["min_requests"],
-                per_user=preset["per_user"], workers=o["workers"])
+                per_user=preset["per_user"], workers=o["workers"], time_scale=time_scale)
     return plan, dep
+
+
+def _time_scale(given: str | None, dep) -> str | float | None:
+    """The sweep's time scale: on the emulator, --time-scale (auto or a number), else the
+    deployment's own emulator_args --time-scale, else auto; None for a real server."""
+    try:
+        value = parse_scale(given, auto=True)
+    except TimeScaleError as e:
+        raise click.UsageError(str(e)) from None
+    if dep.engine != "emulator":
+        if value is not None:
+            raise click.UsageError(f"--time-scale runs the emulated GPU slower; deployment {dep.name!r} runs on "
+                                   f"{dep.engine}, whose hardware keeps its own time: drop --time-scale "
+                                   "(or add --engine emulator)")
+        return None
+    if value is None and "--time-scale" in dep.emulator_args:
+        i = dep.emulator_args.index("--time-scale")
+        try:
+            value = parse_scale(dep.emulator_args[i + 1], flag=f"deployment {dep.name!r} emulator_args --time-scale")
+        except (IndexError, TimeScaleError) as e:
+            raise Failure(str(e) if isinstance(e, TimeScaleError) else
+                          f"deployment {dep.name!r}: emulator_args ends with --time-scale and no value") from None
+    return "auto" if value is None else value
+
+
+def _choose_time_scales(plan: Plan, dep, workloads: dict, out: Path, api_key: str | None, ray: bool) -> dict | None:
+    """With --time-scale auto, probe this machine and set plan.time_scales; the probe's record."""
+    if plan.time_scale != "auto":
+        if plan.time_scale is not None:
+            click.echo(f"time scale: the emulated GPU runs {plan.time_scale:g}x slower than its model "
+                       "(--time-scale); every figure is in its own time", err=True)
+        return None
+    if ray:
+        click.echo("time scale: 1x (--time-scale auto probes this machine, and the cells run on the Ray "
+                   "cluster's; give --time-scale S to dilate them)", err=True)
+        return None
+    from loadgen.sweep.probe import ProbeError, decided, describe, run_probe
+    click.echo("time scale: probing what this machine holds in real time ...", err=True)
+    try:
+        chosen, record = run_probe(plan, dep, workloads[plan.workload_labels[0]], out / "servers",
+                                   slots=len(slots(plan, dep)), api_key=api_key)
+    except ProbeError as e:
+        raise Failure(f"--time-scale auto: the probe failed ({e}); give --time-scale S instead") from None
+    plan.time_scales = chosen
+    click.echo(f"time scale (auto, probed in {record['wall_s']:.0f} s): {describe(chosen)}: the emulated GPU runs "
+               f"that many times slower than its model, every figure is in its own time. Decided {decided(record)} "
+               f"(limits: each process busy at most {record['busy_limit']:.0%}; per step at most "
+               f"{record['step_limit_s'] * 1e3:g} ms of work, client loop lag p99 at most "
+               f"{record['lag_limit_s'] * 1e3:g} ms, emulated)", err=True)
+    return record
 
 
 def _command(given: str | None) -> str | None:
@@ -161,6 +214,10 @@ def _open(spec: str, data_dir: str | None):
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve the client's live metrics "
               "(requests, latency histograms, the current cell) for Prometheus on 127.0.0.1:PORT/metrics "
               "(docs/dashboards.md).")
+@click.option("--time-scale", help="On the emulator: run the emulated GPU S times slower than its model, "
+              "so a small machine keeps its pace; every figure is reported in the emulated hardware's time. "
+              "auto: probe this machine and choose per load level [default on the emulator: auto, or the "
+              "deployment's emulator_args]; docs/sweep.md.")
 @click.option("--baseline", default="baseline", show_default=True, help="The variant speedups are relative to.")
 @click.option("--output", "output_dir", type=click.Path(), help="Results directory [default: results/sweep-YYYYmmdd-HHMMSS].")
 @click.option("--resume", is_flag=True, help="Continue the sweep in --output: its finished cells are kept.")
@@ -207,8 +264,12 @@ def sweep(**o) -> None:
         plan, dep = _plan(o)
         _check_engine(dep, plan)
         cluster = _join_ray(o, plan, dep)  # before anything is written: a bad address leaves nothing
+        probe = _choose_time_scales(plan, dep, {label: _open(spec, plan.data_dir) for spec, label in
+                                                zip(plan.workloads, plan.workload_labels)},
+                                    out, o["api_key"], cluster is not None)
         try:
-            stored = manifest.write(out, plan, dep, options.argv_without_secrets(), options.host_config())
+            stored = manifest.write(out, plan, dep, options.argv_without_secrets(), options.host_config(),
+                                    time_scale_probe=probe)
         except DeploymentError as e:  # a variant that cannot be rendered (a packaged model not installed)
             raise Failure(str(e)) from None
     else:
@@ -254,6 +315,10 @@ def _describe(plan: Plan, dep) -> str:
              f"= {len(cells)} cells ({'closed loop, concurrency' if plan.mode == 'closed' else 'open loop, req/s'} "
              f"{', '.join(f'{lv:g}' for lv in plan.levels)}), {plan.warmup} warm-up request(s) per cell",
              f"deployment {dep.name} ({dep.description}) on engine {dep.engine}"]
+    if plan.time_scale is not None:
+        lines.append("time scale: " + ("auto (probed when the sweep starts: per level, the smallest that this "
+                                       "machine holds in real time)" if plan.time_scale == "auto" else
+                                       f"{plan.time_scale:g}x (the emulated GPU that much slower than its model)"))
     for v, srv in manifest.servers(dep, plan).items():
         lines.append(f"  {v}: {srv['command']}")
     for spec, label in zip(plan.workloads, plan.workload_labels):

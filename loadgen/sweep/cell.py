@@ -4,13 +4,14 @@ ended."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 import pandas as pd
 
-from loadgen import __version__
+from loadgen import __version__, timescale
 from loadgen.endpoint import EndpointError, probe
 from loadgen.measure import request_frame
 from loadgen.run import LoadShape, RunSpec, execute, session_for, stop_on_signals
@@ -26,6 +27,18 @@ class CellResult:
     interrupted: bool
 
 
+class CellError(RuntimeError):
+    """The cell could not be measured at all (its server refused the time scale)."""
+
+
+WARMUP_TOKENS = 16  # a warm-up request's answer, at most: it warms the server and the connection,
+                    # its length measures nothing (and at a time scale S costs S times as long)
+
+
+def _short(requests):
+    return (dataclasses.replace(r, max_tokens=min(r.max_tokens, WARMUP_TOKENS)) for r in requests)
+
+
 def load_shape(plan: Plan, cell: Cell) -> LoadShape:
     if cell.mode == "closed":
         return LoadShape(concurrency=int(cell.level))
@@ -33,27 +46,39 @@ def load_shape(plan: Plan, cell: Cell) -> LoadShape:
 
 
 async def _measure(plan: Plan, cell: Cell, workload, url: str, model: str,
-                   on_record: Callable | None, api_key: str | None, on_start: Callable | None = None) -> tuple:
+                   on_record: Callable | None, api_key: str | None, on_start: Callable | None = None,
+                   time_scale: float | None = None) -> tuple:
     load = load_shape(plan, cell)
     common = dict(api_base=url + "/v1", model=model, load=load, endpoint=plan.endpoint,
                   request_timeout_s=plan.request_timeout_s,
                   headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
     stop = asyncio.Event()
     with stop_on_signals(asyncio.get_running_loop(), stop):
-        return await _measure_cell(plan, cell, workload, url, model, on_record, on_start, common, stop)
+        return await _measure_cell(plan, cell, workload, url, model, on_record, on_start, common, stop,
+                                   time_scale)
 
 
 async def _measure_cell(plan: Plan, cell: Cell, workload, url: str, model: str, on_record, on_start,
-                        common: dict, stop: asyncio.Event) -> tuple:
+                        common: dict, stop: asyncio.Event, time_scale: float | None) -> tuple:
     session = session_for(common["load"])
     try:
         try:  # llama.cpp wants a connection per request (loadgen.endpoint.CLOSE_AFTER_STREAM)
             common["keep_alive"] = (await probe(session, common["api_base"], common["headers"], model)).keep_alive
         except EndpointError:
             pass  # the requests will say what is wrong
+        if time_scale is not None:  # the emulator runs this level at its scale (plan.scale_for)
+            try:
+                await timescale.set_server_scale(session, common["api_base"], time_scale, common["headers"])
+            except timescale.TimeScaleError as e:
+                raise CellError(str(e)) from None
+        # the scale the server says it runs at: its figures are converted by it (1: a real server)
+        common["time_scale"] = await timescale.server_scale(session, url + "/metrics") or 1.0
+        if time_scale is not None and common["time_scale"] != time_scale:
+            raise CellError(f"the emulator reports time scale {common['time_scale']:g}, not the {time_scale:g} "
+                            "it was asked for (requests still in flight from before the cell?)")
         if plan.warmup:  # before the window opens: its requests are not in the server's counters
             warm = RunSpec(num_requests=plan.warmup, seed=plan.seed + 1, **common)
-            await execute(warm, workload.requests(None, plan.seed + 1), session=session, stop=stop,
+            await execute(warm, _short(workload.requests(None, plan.seed + 1)), session=session, stop=stop,
                           on_start=on_start, on_record=on_record)
         spec = RunSpec(num_requests=plan.requests_for(cell), duration_s=plan.duration_s,
                        seed=plan.seed, metrics_url=url + "/metrics", **common)
@@ -73,13 +98,18 @@ async def _measure_cell(plan: Plan, cell: Cell, workload, url: str, model: str, 
 
 def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
              on_record: Callable | None = None, api_key: str | None = None,
-             on_start: Callable | None = None, goodput: dict | None = None) -> CellResult | None:
-    """Run the cell; None when it was interrupted before its measurement began."""
+             on_start: Callable | None = None, goodput: dict | None = None,
+             time_scale: float | None = None) -> CellResult | None:
+    """Run the cell (on an emulator, at `time_scale`: set before the cell); None when it was
+    interrupted before its measurement began. CellError when it cannot be measured at all."""
     t_start = time.time()
-    spec, result = asyncio.run(_measure(plan, cell, workload, url, model, on_record, api_key, on_start))
+    spec, result = asyncio.run(_measure(plan, cell, workload, url, model, on_record, api_key, on_start,
+                                        time_scale))
     if result is None:
         return None
+    timescale.to_emulated(result, spec.time_scale)
     frame = request_frame(result.records)
+    seen = sorted(set(timescale.window_scales(result.server_window)) - {spec.time_scale})
     config = {
         "command": "sweep", "loadgen_version": __version__, "base_url": spec.api_base,
         "model": model, "endpoint": spec.endpoint,
@@ -89,10 +119,14 @@ def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
         "request_timeout_s": spec.request_timeout_s, "continuous_usage_requested": True,
         "metrics_url": spec.metrics_url, "api_key_provided": bool(api_key), "keep_alive": spec.keep_alive,
         "workers": plan.workers_for(cell),
+        "time_scale": spec.time_scale, "time_scale_requested": time_scale,
         "started_unix": t_start,
         "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},
     }
     summary = summarize(frame, result.loop_lag(), config=config,
                         interrupted=result.interrupted, load_info=result.load_info, goodput=goodput,
                         server_window=result.server_window)
+    if seen:  # converted by one scale, served (partly) at another: the figures are not the hardware's
+        summary["time_scale_error"] = (f"the emulator ran at time scale {', '.join(f'{x:g}' for x in seen)} "
+                                       f"during the cell, whose figures were converted at {spec.time_scale:g}")
     return CellResult(frame, summary, result.interrupted)

@@ -58,7 +58,8 @@ def servers(dep: Deployment, plan: Plan) -> dict:
     return out
 
 
-def write(root: Path, plan: Plan, dep: Deployment, argv: list[str], host: dict) -> dict:
+def write(root: Path, plan: Plan, dep: Deployment, argv: list[str], host: dict,
+          time_scale_probe: dict | None = None) -> dict:
     m = {"loadgen_version": __version__, "created_unix": time.time(),
          "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": argv,
          "python_executable": sys.executable, "git_revision": git_revision(),
@@ -66,7 +67,7 @@ def write(root: Path, plan: Plan, dep: Deployment, argv: list[str], host: dict) 
          "deployment": {"name": dep.name, "source": dep.source, "description": dep.description,
                         "model": dep.model, "engine": dep.engine,
                         "tensor_parallel_size": dep.tensor_parallel_size},
-         "servers": servers(dep, plan), "resumed": []}
+         "servers": servers(dep, plan), "time_scale_probe": time_scale_probe, "resumed": []}
     store.write_json(root / MANIFEST, m)
     return m
 

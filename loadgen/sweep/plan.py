@@ -113,6 +113,10 @@ class Plan:
     min_requests: int = 50          # with num_requests None: max(min_requests, per_user * C)
     per_user: int = 4
     workers: int = 1                # load-generating processes per cell (loadgen.workers)
+    # the emulated GPU's time scale (loadgen.timescale): None on a real server; "auto" or a number
+    # on the emulator; with "auto", the scale the probe chose per level (level label -> scale)
+    time_scale: str | float | None = None
+    time_scales: dict[str, float] | None = None
 
     def cells(self) -> list[Cell]:
         """Variant by variant (one server each), then workload, then level (low to high)."""
@@ -134,6 +138,14 @@ class Plan:
     def workers_for(self, cell: Cell) -> int:
         """Worker processes for a cell's measurement: --workers, at most one per user."""
         return min(self.workers, int(cell.level)) if cell.mode == "closed" else self.workers
+
+    def scale_for(self, cell: Cell) -> float | None:
+        """The time scale the cell runs at (None: a real server, not dilated)."""
+        if self.time_scale is None:
+            return None
+        if self.time_scales:
+            return self.time_scales.get(cell.level_label, max(self.time_scales.values()))
+        return 1.0 if self.time_scale == "auto" else float(self.time_scale)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -101,6 +101,7 @@ def row(summary: dict) -> dict:
         "server_restarted": srv.get("restarted"),
         "client_bound": summary.get("client_bound"),
         "server_behind": (srv.get("emulator") or {}).get("behind"),
+        "time_scale": summary.get("time_scale") or 1.0,
         "path": c["key"],
     }
 

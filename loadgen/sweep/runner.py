@@ -11,7 +11,7 @@ from typing import Iterator
 
 from loadgen.measure import request_frame
 from loadgen.sweep import results
-from loadgen.sweep.cell import run_cell
+from loadgen.sweep.cell import CellError, run_cell
 from loadgen.sweep.plan import Cell, Plan
 from servers.deployments import Deployment, render
 from servers.launcher import LaunchError, Server, free_port
@@ -139,8 +139,14 @@ def variant_events(plan: Plan, server: Server, cells: list[Cell], workloads: dic
                     yield failed_event(plan, rest, f"restart failed: {e}", server)
                 return
         yield "started", cell
-        res = run_cell(plan, cell, workloads[cell.workload], la.url, la.served_model_name,
-                       on_record=reporter.record, api_key=server.api_key, on_start=reporter.request_started)
+        try:
+            res = run_cell(plan, cell, workloads[cell.workload], la.url, la.served_model_name,
+                           on_record=reporter.record, api_key=server.api_key, on_start=reporter.request_started,
+                           time_scale=plan.scale_for(cell) if la.engine == "emulator" else None)
+        except CellError as e:
+            yield "note", f"{cell.key}: {e}"
+            yield failed_event(plan, cell, str(e), server)
+            continue
         if res is None:
             raise Interrupted
         status, error = "ok", None
@@ -153,6 +159,8 @@ def variant_events(plan: Plan, server: Server, cells: list[Cell], workloads: dic
             yield "note", f"{cell.key}: {error}"
         elif res.interrupted:
             status = "interrupted"
+        elif res.summary.get("time_scale_error"):
+            status, error = "failed", res.summary["time_scale_error"]
         elif res.summary["completed"] == 0:
             status = "failed"
             error = "no request succeeded: " + ", ".join(f"{k} {v}" for k, v in res.summary["errors"].items())
