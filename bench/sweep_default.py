@@ -7,6 +7,7 @@ set side by side.
     python bench/sweep_default.py                   # the full default: 56 cells
     python bench/sweep_default.py --data-dir ../shared/datasets   # the real data sets
     python bench/sweep_default.py -- --time-scale 1               # options for loadgen sweep
+    python bench/sweep_default.py --results DIR     # a finished sweep of the default plan, set beside the model
 
 Pass/fail lines (issue 19): at most 3 of 56 cells flagged, every speedup within 5% of the model's.
 """
@@ -56,23 +57,29 @@ def model_tok_s(manifest: dict, cell: pd.Series, data_dir: str | None) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", help="LOADGEN_DATA_DIR for the sweep (default: the offline stand-ins)")
+    ap.add_argument("--results", type=Path, help="compare this finished sweep instead of running one")
     ap.add_argument("sweep_args", nargs="*", help="more options for loadgen sweep (after --)")
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "LOADGEN_DATA_DIR"}
     if args.data_dir:
         env["LOADGEN_DATA_DIR"] = str(Path(args.data_dir).resolve())
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "sweep"
-        t0 = time.monotonic()
-        res = subprocess.run([sys.executable, "-m", "loadgen", "sweep", "--quiet", "--output", str(out),
-                              *args.sweep_args], cwd=REPO, env=env, capture_output=True, text=True)
-        wall = time.monotonic() - t0
-        if res.returncode not in (0, 1):
-            sys.exit(f"sweep failed ({res.returncode}): {res.stderr.strip().splitlines()[-1:]}")
-        cells = pd.read_parquet(out / "cells.parquet")
-        manifest = json.loads((out / "manifest.json").read_text())
-        print(res.stdout)
-        print("\n".join(line for line in res.stderr.splitlines() if line.startswith("time scale")))
+    if args.results:
+        cells = pd.read_parquet(args.results / "cells.parquet")
+        manifest = json.loads((args.results / "manifest.json").read_text())
+        wall = float("nan")
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "sweep"
+            t0 = time.monotonic()
+            res = subprocess.run([sys.executable, "-m", "loadgen", "sweep", "--quiet", "--output", str(out),
+                                  *args.sweep_args], cwd=REPO, env=env, capture_output=True, text=True)
+            wall = time.monotonic() - t0
+            if res.returncode not in (0, 1):
+                sys.exit(f"sweep failed ({res.returncode}): {res.stderr.strip().splitlines()[-1:]}")
+            cells = pd.read_parquet(out / "cells.parquet")
+            manifest = json.loads((out / "manifest.json").read_text())
+            print(res.stdout)
+            print("\n".join(line for line in res.stderr.splitlines() if line.startswith("time scale")))
     data_dir = env.get("LOADGEN_DATA_DIR")
     cells["model_tok_s"] = [model_tok_s(manifest, c, data_dir) for _, c in cells.iterrows()]
     cells["flagged"] = cells["client_bound"].fillna(False).astype(bool) | cells["server_behind"].fillna(False).astype(bool)
@@ -87,7 +94,8 @@ def main() -> None:
         err = speedup / model - 1 if c["variant"] != "baseline" else None
         rows.append(err)
         flags = ",".join(f for f in ("client_bound", "server_behind") if bool(c[f])) if c["flagged"] else ""
-        print(f"{c['workload']:>10} {c['level']:>5g} {c['variant']:>8} {c.get('time_scale', 1) or 1:>5g} "
+        scale = c["time_scale"] if "time_scale" in c and pd.notna(c["time_scale"]) else 1.0
+        print(f"{c['workload']:>10} {c['level']:>5g} {c['variant']:>8} {scale:>5g} "
               f"{c['output_throughput_tok_s']:>8.0f} {c['model_tok_s']:>8.0f} "
               f"{c['output_throughput_tok_s'] / c['model_tok_s']:>10.3f} "
               + (f"{speedup:>8.2f} {model:>6.2f} {err:>+7.1%}" if err is not None else f"{'':>8} {'':>6} {'':>7}")
