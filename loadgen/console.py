@@ -35,6 +35,10 @@ def render(summary: dict) -> str:
     lines = [f"{summary['completed']} completed, {summary['failed']} failed"
              + (f", {summary['cancelled']} cancelled" if summary["cancelled"] else "")
              + f" in {summary['duration_s']:.1f} s  ({_load(cfg)}; model {cfg['model']} at {cfg['base_url']})"]
+    scale = summary.get("time_scale") or 1.0
+    if scale != 1.0:
+        lines.append(f"Time scale {scale:g}: the emulated GPU ran {scale:g}x slower than its model; every figure "
+                     "below is converted back into its own (emulated) time")
     win = summary.get("window")
     if win:
         note = "" if win["kind"] == "steady" else ", no steady state: whole run"
@@ -81,13 +85,22 @@ def warnings(summary: dict) -> list[str]:
     out = []
     chk = summary["self_check"]
     if chk["client_bound"]:
+        emulated = ((summary.get("server") or {}).get("emulator")) is not None
         out.append("WARNING: client_bound: the load generator itself was the bottleneck ("
                    + "; ".join(chk["reasons"]) + "); its latency figures include its own delay. "
-                   "Lower the load, or use more client cores (--workers N).")
+                   "Lower the load, or use more client cores (--workers N)"
+                   + (", or run the emulated GPU slower (--time-scale)." if emulated else "."))
         slow = [str(w) for w, c in (chk.get("workers") or {}).items() if c["client_bound"]]
         if slow:
             out.append(f"  (worker(s) {', '.join(slow)} of {len(chk['workers'])} over their bounds; "
                        "self_check.workers in the summary has each one's figures)")
+    emulator = (summary.get("server") or {}).get("emulator") or {}
+    if emulator.get("behind"):
+        delivered = emulator.get("delivered_of_model")
+        out.append("WARNING: server_behind: the emulator could not keep its model's pace here ("
+                   + (f"{delivered:.1%} of its model's throughput delivered, " if delivered is not None else "")
+                   + f"chunks up to {1e3 * (emulator.get('step_lag_p99_s_at_most') or 0):g} ms late at p99); "
+                   "its figures understate the emulated hardware. Run it slower (--time-scale) or lower the load.")
     for lost in (summary.get("sending") or {}).get("workers_lost") or []:
         out.append(f"WARNING: {lost}")
     if summary.get("window") and summary["window"]["kind"] != "steady":

@@ -208,3 +208,19 @@ def test_traces_in_the_results_add_a_what_if_section(sweep, tmp_path):
     assert "Best realisable policy per batch size: B=1:" in md and "B=16:" in md
     res = run_cli("report", str(copy))  # the kept whatif.json is used as is
     assert res.returncode == 0 and "what-if evaluated here" not in res.stderr
+
+
+def test_each_cell_says_its_time_scale(sweep, report):
+    """The sweep ran on the emulator at `--time-scale auto`: every cell records the scale it was
+    converted by, as the probe chose it per level, and the report carries it."""
+    manifest = json.loads((sweep / "manifest.json").read_text())
+    chosen = manifest["plan"]["time_scales"]
+    assert set(chosen) == {"c1", "c16"} and all(s >= 1 for s in chosen.values())
+    assert manifest["time_scale_probe"]["chosen"] == chosen
+    t = csv(report, "throughput")
+    for row in t.itertuples():
+        assert row.time_scale == chosen[f"c{row.level}"]
+        cell = json.loads((sweep / "cells" / row.variant / row.workload / f"c{row.level}" / "summary.json").read_text())
+        assert cell["time_scale"] == cell["config"]["time_scale"] == row.time_scale
+    scaled = (report / "report.md").read_text().count("The emulated GPU ran slower than its model")
+    assert scaled == (1 if any(s != 1 for s in chosen.values()) else 0)

@@ -49,6 +49,13 @@ def _notes(sw: Sweep) -> list[str]:
             flagged = sw.ok.loc[sw.ok[col].fillna(False).astype(bool), "path"]
             notes.append(f"In {len(flagged)} cell(s) {what}: their throughput understates the server: "
                          + ", ".join(flagged))
+    scaled = sw.ok[sw.ok["time_scale"].fillna(1.0) != 1.0] if "time_scale" in sw.ok else sw.ok.iloc[:0]
+    if len(scaled):
+        per_level = scaled.groupby("level")["time_scale"].max()
+        notes.append("The emulated GPU ran slower than its model where this machine could not keep its pace (time "
+                     "scale " + ", ".join(f"{s:g}x at {lv:g}" for lv, s in per_level.items()) + "); every figure is "
+                     "converted back into the emulated hardware's time, so speedups and latencies are its own "
+                     "(docs/metrics.md, time dilation).")
     if sw.ok.empty:
         notes.append("No cell finished successfully: there is nothing to compare.")
     return notes

@@ -17,6 +17,7 @@ KEYS = ["workload", "mode", "level", "variant"]
 
 def throughput(sw: Sweep) -> pd.DataFrame:
     cols = KEYS + ["output_throughput_tok_s", "request_throughput_req_s", "completed", "client_bound"]
+    cols += [c for c in ("server_behind", "time_scale") if c in sw.ok]  # sweeps before these: without
     return sw.ok[cols].sort_values(KEYS).reset_index(drop=True)
 
 

@@ -153,11 +153,17 @@ async def _level(session, api_base: str, model: str, workload, level: float, mod
     requests = (dataclasses.replace(r, max_tokens=ANSWER, ignore_eos=True) for r in workload.requests(None, seed))
     run = asyncio.ensure_future(execute(spec, requests, stop=stop, on_start=started.append))
     try:
-        deadline = time.monotonic() + RAMP_MAX_S
-        await asyncio.sleep(0.05 + (level * 0.001 if mode == "closed" else 0.0))
-        while not run.done() and time.monotonic() < deadline and not (
-                started and all(len(r.chunk_t_ns) for r in started)):
-            await asyncio.sleep(0.02)
+        if mode == "closed":  # until every user's first request has its first token
+            deadline = time.monotonic() + RAMP_MAX_S
+            await asyncio.sleep(0.05 + level * 0.001 * scale)
+            while not run.done() and time.monotonic() < deadline and not (
+                    started and all(len(r.chunk_t_ns) or r.error_type for r in started)):
+                await asyncio.sleep(0.02)
+        else:  # arrivals go on: long enough for a few of them to be served
+            await asyncio.sleep(min(RAMP_MAX_S, max(0.5, 5.0 / level) * scale))
+        if not any(len(r.chunk_t_ns) for r in started):
+            failed = next((r.error_message for r in started if r.error_message), "no response")
+            raise ProbeError(f"the probe's requests got no tokens ({failed})")
         cpu0, modeled0, steps0 = await _counters(session, clock, headers)
         client0, t0 = time.process_time(), time.monotonic_ns()
         await asyncio.sleep(WINDOW_S * scale)
@@ -169,6 +175,8 @@ async def _level(session, api_base: str, model: str, workload, level: float, mod
     if isinstance(done[0], BaseException):
         raise ProbeError(f"the probe's load failed: {done[0]}")
     result = done[0]
+    if steps1 <= steps0:
+        raise ProbeError(f"the emulator ran no step in a {WINDOW_S * scale:g} s window at load {level:g}")
     at, lag = np.asarray(result.loop_lag_at_ns), np.asarray(result.loop_lag_ns)
     inside = lag[(at >= t0) & (at <= t1)]
     late = [r.lateness_ns for r in result.records if t0 <= r.t_scheduled_ns <= t1 and r.t_send_ns]
