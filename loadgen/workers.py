@@ -97,12 +97,24 @@ async def _work(conn, spec: RunSpec, workload: WorkloadRef, share: Share) -> Non
 
     requests = workload.open().requests(None, spec.seed)
     session = session_for(spec.load, share)
-    loop.add_reader(conn.fileno(), readable)
-    conn.send(("ready",))
-    go = await inbox.get()
-    if go[0] != "start":
+    try:  # closed on every way out: the parent may be gone before this worker is ready
+        loop.add_reader(conn.fileno(), readable)
+        conn.send(("ready",))
+        go = await inbox.get()
+        if go[0] != "start":
+            return
+        result, done = await _measure(conn, spec, requests, session, share, go[1], inbox, stop, loop)
+    finally:
         await session.close()
-        return
+    if done[0]:
+        conn.send(("progress", *done))
+    conn.send(("result", result))
+
+
+async def _measure(conn, spec: RunSpec, requests, session, share: Share, t0_ns: int, inbox: asyncio.Queue,
+                   stop: asyncio.Event, loop) -> tuple:
+    """The worker's share of the run from `t0_ns`, reporting progress twice a second; the result
+    and the progress not yet reported."""
     done = failed = 0
 
     def on_record(rec) -> None:
@@ -126,16 +138,13 @@ async def _work(conn, spec: RunSpec, workload: WorkloadRef, share: Share) -> Non
     listener = loop.create_task(listen())
     try:
         result = await execute(spec, requests, session=session, stop=stop, on_record=on_record,
-                               share=share, t0_ns=go[1],
+                               share=share, t0_ns=t0_ns,
                                on_measure_start=lambda: conn.send(("measuring",)))
     finally:
         ticker[0].cancel()
         listener.cancel()
         loop.remove_reader(conn.fileno())
-        await session.close()
-    if done:
-        conn.send(("progress", done, failed))
-    conn.send(("result", result))
+    return result, (done, failed)
 
 
 # -- in the parent -----------------------------------------------------------------------------
