@@ -44,10 +44,19 @@ def test_starved_loop_is_flagged_client_bound(server):
 
 
 def test_healthy_run_is_not_flagged(server):
+    """A light load: not flagged. Up to three runs, as a VM that stalls a process for a few
+    milliseconds now and then (docs/performance.md, "The machine itself") can put one stall over
+    the 1% of chunk timestamps a p99 looks at, on a slow machine more often; the starved loop
+    above is flagged every time, a healthy one must come out clean at least once."""
     url = server("--ttft-ms", "5", "--step-ms", "5")
-    healthy = _summary(asyncio.run(_run(url, starve=False)))
-    assert healthy["client_bound"] is False, healthy["self_check"]["reasons"]
-    assert healthy["completed"] == 60
+    reasons = []
+    for _ in range(3):
+        healthy = _summary(asyncio.run(_run(url, starve=False)))
+        assert healthy["completed"] == 60
+        if not healthy["client_bound"]:
+            return
+        reasons.append(healthy["self_check"]["reasons"])
+    raise AssertionError(f"flagged in every run: {reasons}")
 
 
 def test_cli_starved_process_says_so(server, tmp_path):

@@ -196,3 +196,19 @@ def test_the_sweep_plan_says_its_time_scale(tmp_path):
     res = run_cli("sweep", "--time-scale", "2.5", "--dry-run")
     assert res.returncode == 0 and "time scale: 2.5x" in res.stdout
     assert math.isclose(2.5, float(res.stdout.split("time scale: ")[1].split("x")[0]))
+
+
+def test_check_and_capacity_run_a_started_emulator_slower(tmp_path):
+    res = run_cli("check", "--servers", "llama-3.1-8b", "--variant", "eagle", "--engine", "emulator",
+                  "--concurrency", "2", "--num-requests", "4", "--output-len", "16", "--time-scale", "2",
+                  "--slo", "tpot_p50<=50ms", "--quiet", "--output", str(tmp_path / "check"))
+    assert res.returncode == 0, res.stderr
+    s = json.loads((tmp_path / "check" / "summary.json").read_text())
+    assert s["time_scale"] == 2.0 and s["server"]["emulator"]["time_scales"] == [2.0]
+    assert 2 < s["tpot_ms"]["p50"] < 10  # the emulated H100's TPOT, not twice it
+    res = run_cli("capacity", "--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline",
+                  "--workload", "chat,output=fixed:16", "--slo", "tpot_p50<=50ms", "--limit", "2", "--repeats", "1",
+                  "--num-requests", "4", "--warmup", "0", "--time-scale", "2", "--output", str(tmp_path / "cap"))
+    assert res.returncode == 0, res.stderr
+    probes = sorted((tmp_path / "cap" / "baseline").glob("*/summary.json"))
+    assert probes and all(json.loads(p.read_text())["time_scale"] == 2.0 for p in probes)
