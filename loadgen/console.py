@@ -75,6 +75,8 @@ def render(summary: dict) -> str:
     lines.append(f"{'Client lateness':<22}" + "".join(f"{_f(chk['lateness_ms'].get(c)):>10}" for c in _COLS))
     lines.append(f"{'Client loop lag':<22}" + "".join(f"{_f(chk['loop_lag_ms'].get(c)):>10}" for c in _COLS))
     lines.append(f"{'  over chunks':<22}" + "".join(f"{_f(chk['chunk_lag_ms'].get(c)):>10}" for c in _COLS))
+    if "read_delay_ms" in chk:
+        lines.append(f"{'First-chunk read':<22}" + "".join(f"{_f(chk['read_delay_ms'].get(c)):>10}" for c in _COLS))
     if summary["errors"]:
         lines.append("")
         lines.append("Errors: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["errors"].items())))

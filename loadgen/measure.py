@@ -32,6 +32,7 @@ def _row(rec: RequestRecord, tokenizer) -> dict:
         "t_end_ns": rec.t_end_ns,
         "queue_delay_ms": rec.queue_delay_ns / _NS_PER_MS,
         "lateness_ms": rec.lateness_ns / _NS_PER_MS,
+        "read_delay_ms": rec.read_delay_ns / _NS_PER_MS,
         "n_chunks": len(t),
         "chunk_t_ns": t.tolist(), "chunk_tokens": n.tolist(),
         "step_tokens": steps, "steps_source": steps_source,

@@ -29,6 +29,9 @@ class RequestRecord:
     t_send_ns: int = 0  # the request's bytes were handed to the socket (t_call_ns if never)
     t_headers_ns: int = 0
     t_end_ns: int = 0
+    # how much earlier than its timestamp the first chunk's bytes may have come: the client's
+    # loop was busy that long before the select() that reported them (0: not known)
+    read_delay_ns: int = 0
     status: int | None = None
     error_type: str | None = None
     error_message: str | None = None

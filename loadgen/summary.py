@@ -74,13 +74,15 @@ def _chunk_lag(frame: pd.DataFrame, lag_at_ns, lag_ns, lag_worker) -> np.ndarray
 
 def self_check(frame: pd.DataFrame, lag_at_ns, lag_ns, threshold_ms: float,
                timing_threshold_ms: float = 4.0, lag_worker=None) -> dict:
-    """Is the client itself the bottleneck? Three views, any over its bound flags the run:
-    send lateness (every sent request) and loop lag per tick over `threshold_ms`, and loop lag
-    per chunk timestamp (the lag that covered each chunk's arrival, over every chunk received)
-    over `timing_threshold_ms`: the bound on what the client's own delay may add to a chunk's
-    time (calibrated in bench/client_capacity.py against a server's true write times). With
-    several worker processes (`lag_worker`: whose loop each tick was), each chunk is judged by
-    its own worker's loop, and each worker's views are given too (`workers`)."""
+    """Is the client itself the bottleneck? Four views, any over its bound flags the run:
+    send lateness (every sent request) and loop lag per tick over `threshold_ms`; loop lag per
+    chunk timestamp (the lag that covered each chunk's arrival, over every chunk received) and
+    the first chunk's read delay (per request: how long the loop had not looked at its sockets
+    before the select that reported the first chunk, so how much of the TTFT may be the
+    client's) over `timing_threshold_ms`: the bound on what the client's own delay may add to a
+    chunk's time (calibrated in bench/client_capacity.py against a server's true write times).
+    With several worker processes (`lag_worker`: whose loop each tick was), each chunk is judged
+    by its own worker's loop, and each worker's views are given too (`workers`)."""
     sent = frame[frame["t_send_ns"] > 0]
     checks = {
         "lateness_ms": ("send lateness", describe(sent["lateness_ms"]), threshold_ms),
@@ -88,6 +90,9 @@ def self_check(frame: pd.DataFrame, lag_at_ns, lag_ns, threshold_ms: float,
         "chunk_lag_ms": ("loop lag over chunk timestamps",
                          describe(_chunk_lag(frame, lag_at_ns, lag_ns, lag_worker).astype(float), scale=1e-6),
                          timing_threshold_ms),
+        "read_delay_ms": ("first-chunk read delay", describe(frame.loc[frame["n_chunks"] > 0, "read_delay_ms"]
+                                                            if "read_delay_ms" in frame else []),
+                          timing_threshold_ms),
     }
     reasons = [f"{name} p99 {d['p99']:.1f} ms > {bound:g} ms"
                for name, d, bound in checks.values() if d["count"] and d["p99"] > bound]
@@ -99,7 +104,7 @@ def self_check(frame: pd.DataFrame, lag_at_ns, lag_ns, threshold_ms: float,
         at, lag = np.asarray(lag_at_ns), np.asarray(lag_ns)
         out["workers"] = {int(w): {k: v for k, v in self_check(
             frame[frame["worker"] == w], at[who == w], lag[who == w], threshold_ms,
-            timing_threshold_ms).items() if k in ("client_bound", "lateness_ms", "loop_lag_ms", "chunk_lag_ms")}
+            timing_threshold_ms).items() if k in ("client_bound", *checks)}
             for w in np.unique(who)}
     return out
 

@@ -66,6 +66,7 @@ def to_emulated(result: RunResult, scale: float) -> RunResult:
         rec.t_scheduled_ns, rec.t_call_ns, rec.t_send_ns = at(rec.t_scheduled_ns), at(rec.t_call_ns), at(rec.t_send_ns)
         rec.t_headers_ns, rec.t_end_ns = at(rec.t_headers_ns), at(rec.t_end_ns)
         rec.queue_delay_ns = round(rec.queue_delay_ns / scale)
+        rec.read_delay_ns = round(rec.read_delay_ns / scale)
         rec.chunk_t_ns = array("q", (at(t) for t in rec.chunk_t_ns))
     result.loop_lag_at_ns = [at(t) for t in result.loop_lag_at_ns]
     result.loop_lag_ns = [round(lag / scale) for lag in result.loop_lag_ns]

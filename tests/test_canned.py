@@ -46,18 +46,23 @@ def test_bad_options_are_one_line(tmp_path):
 
 @pytest.mark.parametrize("pacing_ms", ["5", "0"])
 def test_chunk_times_are_taken_as_the_socket_read_arrives(monkeypatch, pacing_ms):
-    """Every chunk's time is taken while its socket read is handed to the connection's
-    protocol (inside data_received): not later, when a task gets to it. Unpaced, the whole
-    body arrives before the request's task runs again (aiohttp has released the connection by
-    then): its stamps are still found."""
+    """Every chunk's time is when the event loop's select() returned with its socket readable,
+    noted as the read is handed to the connection's protocol (inside data_received): never
+    later, when a task gets to it, nor when the loop gets round to that socket in a burst.
+    Unpaced, the whole body arrives before the request's task runs again (aiohttp has released
+    the connection by then): its stamps are still found."""
     import time
+
+    from loadgen.client.stream import SelectClock
     calls = []
     orig = _StampingHandler.data_received
 
     def spy(self, data):
         before = time.monotonic_ns()
+        selector = self._loop._selector
+        assert isinstance(selector, SelectClock)
         orig(self, data)
-        calls.append((before, time.monotonic_ns()))
+        calls.append((selector.returned_ns, before, time.monotonic_ns()))
 
     monkeypatch.setattr(_StampingHandler, "data_received", spy)
     with canned_server("--pacing-ms", pacing_ms, "--ttft-ms", "5") as srv:
@@ -73,5 +78,49 @@ def test_chunk_times_are_taken_as_the_socket_read_arrives(monkeypatch, pacing_ms
             return rec
         rec = asyncio.run(go())
     assert rec.ok and list(rec.chunk_usage) == list(range(1, 11))
+    assert all(selected <= before for selected, before, _ in calls)  # the select came first
     for t in rec.chunk_t_ns:
-        assert any(a <= t <= b for a, b in calls), "a chunk time taken outside a socket read"
+        assert any(t == selected for selected, _, _ in calls), "a chunk time that is no read's select"
+    assert rec.t_send_ns < rec.chunk_t_ns[0]
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_the_first_chunks_read_delay_bounds_what_a_busy_loop_added(tmp_path, busy):
+    """The first chunk arrives while the client's loop runs a blocking callback (80 ms): its
+    time is the select() after it, late by the rest of the block, and its read_delay says how
+    late it may be (at least that). With the loop idle, both are near zero."""
+    import time
+
+    trace = tmp_path / "trace.jsonl"
+    block: list[int] = []
+
+    def block_loop() -> None:
+        block.append(time.monotonic_ns())
+        time.sleep(0.08)
+        block.append(time.monotonic_ns())
+
+    with canned_server("--pacing-ms", "5", "--ttft-ms", "30", "--trace", str(trace)) as srv:
+        async def go():
+            session = make_session(1)
+            client = StreamClient(session, srv.url + "/v1", "completions", {}, 30.0)
+            rec = RequestRecord(index=0, request_id="r", warmup=False, t_scheduled_ns=0)
+            body = json.dumps({"model": "canned", "prompt": "hi", "max_tokens": 5, "stream": True,
+                               "stream_options": {"include_usage": True,
+                                                  "continuous_usage_stats": True}}).encode()
+            if busy:
+                asyncio.get_running_loop().call_later(0.01, block_loop)
+            await client.send(rec, body)
+            await session.close()
+            return rec
+        rec = asyncio.run(go())
+    assert rec.ok and list(rec.chunk_usage) == list(range(1, 6))
+    written = json.loads(trace.read_text().splitlines()[0])["write_ns"][0]
+    late_ms = (rec.chunk_t_ns[0] - written) / 1e6
+    delay_ms = rec.read_delay_ns / 1e6
+    if busy:
+        assert block[0] < written < block[1], "the first chunk was not written during the block"
+        assert late_ms >= (block[1] - written) / 1e6 - 1
+        assert delay_ms >= late_ms >= 20
+    else:
+        assert late_ms < 5 and delay_ms < 5
+    assert late_ms <= delay_ms + 2  # the read delay bounds the client's part of the TTFT

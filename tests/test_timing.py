@@ -3,12 +3,15 @@ token count is known (servers.scripted), TTFT, TPOT and per-token ITL match the 
 2 ms at p99 at concurrency 64, with one-token and multi-token chunks, on both endpoints, from
 one process and from two (--workers 2: the load split, the records merged).
 
-The truth is the server's own record (--trace): when it received each request and when it
-wrote each chunk. Tokens per chunk are checked against the script. Chunk times are not: at
-concurrency 64 on 2 vCPUs the server itself writes up to 1-2 ms behind its script now and
-then, which the client sees correctly and must not be charged with. What is left between the
-client's figures and the server's record is the loopback transport both ways and the client's
-own reading, which is what this test bounds.
+The truth is the server's own record (--trace) of when it wrote each chunk, and the client's
+record of when it sent the request. Tokens per chunk are checked against the script. Chunk
+times are not: at concurrency 64 on 2 vCPUs the server itself writes up to 1-2 ms behind its
+script now and then, which the client sees correctly and must not be charged with. Nor is the
+server's own record of when it received a request the start of the truth: a busy server reads
+a request late (its loop is writing other streams' chunks), which is part of the TTFT a user
+sees, not an error of the client's; that the client's send precedes the server's receipt is
+checked. What is left between the client's figures and the truth is the loopback transport of
+the chunks and the client's own reading, which is what this test bounds.
 
 Why up to three attempts: this 2-vCPU VM stalls a running process for 1-7 ms about once or
 twice a second per core (measured with a busy loop; see docs/performance.md). A p99 over 512
@@ -19,7 +22,10 @@ a miscounted chunk) fails every attempt; the negative control below shows that s
 does exceed the bound.
 
 On a machine too slow for this load the client cannot be this exact, and says so: it marks the
-run `client_bound` (its self-check), and a flagged run's figures are not claimed. So an attempt
+run `client_bound` (its self-check, held here to this test's bound with --timing-threshold-ms),
+and a flagged run's figures are not claimed. On a slow machine the usual case is the closed
+loop's first wave: the client is still sending its 64 first requests when their first chunks
+come back, and the self-check's first-chunk read delay sees that. So an attempt
 passes when it is within the bound or honestly flagged; what fails is a client that is off by
 more than the bound without saying so, in every attempt.
 """
@@ -76,7 +82,8 @@ def _errors(frame: pd.DataFrame, served: dict[str, dict]) -> dict[str, np.ndarra
         rec = served[prompt_key(prompts[row.index])]
         writes = np.asarray(rec["write_ns"])
         assert len(writes) == len(tokens), f"request {row.index}: one write per chunk"
-        ttft.append(row.ttft_ms - (writes[0] - rec["t_recv_ns"]) / 1e6)
+        assert rec["t_recv_ns"] >= row.t_send_ns, f"request {row.index}: received before it was sent"
+        ttft.append(row.ttft_ms - (writes[0] - row.t_send_ns) / 1e6)
         tpot.append(row.tpot_ms - (writes[-1] - writes[0]) / 1e6 / (OUTPUT_LEN - 1))
         true_itl = _token_itl_ms(writes, tokens)
         itl.extend(_token_itl_ms(row.chunk_t_ns, row.chunk_tokens) - true_itl)
@@ -96,7 +103,7 @@ def test_timings_match_the_server_at_concurrency_64(server, tmp_path, endpoint, 
         out = tmp_path / f"attempt{attempt}"
         before = len(trace.read_text().splitlines())
         frame = _run(url, out, "--endpoint", endpoint, "--concurrency", "64", "--num-requests", "512",
-                     "--workers", str(workers))
+                     "--workers", str(workers), "--timing-threshold-ms", str(BOUND_MS))
         assert frame["ok"].all() and len(frame) == 512
         assert sorted(frame["worker"].unique()) == list(range(workers))
         assert (frame["worker"] == frame["index"] % workers).all()
@@ -108,7 +115,9 @@ def test_timings_match_the_server_at_concurrency_64(server, tmp_path, endpoint, 
         assert np.percentile(err["per_chunk_as_itl"], 99) > 5 * BOUND_MS
         p99 = {k: float(np.percentile(err[k], 99)) for k in ("ttft", "tpot", "itl")}
         summary = json.loads((out / "summary.json").read_text())
-        attempts.append({**p99, "client_bound": summary["client_bound"]})
+        check = summary["self_check"]
+        attempts.append({**p99, "client_bound": summary["client_bound"],
+                         "read_delay_p99": check["read_delay_ms"]["p99"]})
         if max(p99.values()) <= BOUND_MS or summary["client_bound"]:
             return
     pytest.fail(f"p99 |measured - true| over {BOUND_MS} ms, unflagged, in every attempt: {attempts}")

@@ -5,11 +5,14 @@ that runs right before the write), not when the HTTP library was called: under l
 library's own work and its body-writer task (a separate task on Python 3.11) delay the write
 by up to milliseconds, and that is the client's delay (lateness), not the server's TTFT.
 
-The hot path: one clock reading per socket read, taken as the read reaches aiohttp's protocol
-(`_StampingHandler`), and the read's events recorded right there (split by `SSEDecoder`,
-interpreted by `events.on_events`): no task switch per read, and a chunk's time does not wait
-for a task to be scheduled (under load the loop runs many reads before any reader task: that
-wait was most of the client's timing error). The request's task only waits for the body's end. Every failure becomes an error type on the
+The hot path: one time per socket read, and the read's events recorded right as the read
+reaches aiohttp's protocol (`_StampingHandler`; split by `SSEDecoder`, interpreted by
+`events.on_events`): no task switch per read, and a chunk's time does not wait for a task to be
+scheduled (under load the loop runs many reads before any reader task: that wait was most of
+the client's timing error). The time is when the event loop's select() returned with the
+socket readable (`SelectClock`): a burst of streams whose chunks arrive together (a server
+writes a whole engine step's chunks at once) is read one socket after another, and the last
+of a burst of 64 would otherwise be stamped milliseconds after its bytes arrived. The request's task only waits for the body's end. Every failure becomes an error type on the
 record; nothing but cancellation escapes `send`.
 """
 from __future__ import annotations
@@ -42,31 +45,78 @@ async def _on_request_bytes(_session, ctx, _params) -> None:
         rec.t_send_ns = _monotonic_ns()
 
 
+class SelectClock:
+    """The event loop's selector, noting when each select() returned: every socket a select
+    reports readable had its bytes by then, however long the loop takes to read them all. It
+    also notes how long the loop had not looked before that select (`blind_ns`: from the
+    previous select's return to this call, the loop running callbacks): bytes that were waiting
+    when select was called came at most that long before their time. Every other call goes to
+    the selector it wraps."""
+
+    def __init__(self, selector) -> None:
+        self._selector = selector
+        self.returned_ns = 0
+        self.blind_ns = 0
+
+    def select(self, timeout=None):
+        called = _monotonic_ns()
+        events = self._selector.select(timeout)
+        returned = _monotonic_ns()
+        self.blind_ns = called - self.returned_ns if self.returned_ns else 0
+        self.returned_ns = returned
+        return events
+
+    def __getattr__(self, name):
+        return getattr(self._selector, name)
+
+
+def _install_select_clock() -> None:
+    """Wrap the running loop's selector (once), where the loop has one (asyncio's selector
+    loops; others keep the time of each read)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    selector = getattr(loop, "_selector", None)
+    if selector is not None and not isinstance(selector, SelectClock) and hasattr(selector, "select"):
+        loop._selector = SelectClock(selector)
+
+
+def _read_time(loop) -> tuple[int, int]:
+    """When the current read's bytes were there, and how much earlier they may have come: the
+    select() that reported the socket and the loop's blind span before it, if the loop's
+    selector notes them; else now, and 0 (not known)."""
+    selector = getattr(loop, "_selector", None)
+    if isinstance(selector, SelectClock) and selector.returned_ns:
+        return selector.returned_ns, selector.blind_ns
+    return _monotonic_ns(), 0
+
+
 class _StampingHandler(ResponseHandler):
     """aiohttp's connection protocol, plus when each socket read arrived. While a `_BodyReader`
     is attached for the response being read, the read's body bytes go to it right here, with
     the read's time: no task switch per read. Before one is attached (bytes that came with the
     headers), each read is noted as (the body's bytes so far, its time)."""
 
-    loadgen_stamps: tuple = ()  # ((payload, [(bytes so far, t), ...]), the previous one)
+    loadgen_stamps: tuple = ()  # ((payload, [(bytes so far, t, blind), ...]), the previous one)
     loadgen_reader: "_BodyReader | None" = None
 
     def data_received(self, data: bytes) -> None:
-        t = _monotonic_ns()
+        t, blind = _read_time(self._loop)
         super().data_received(data)
         payload = self._payload
         if payload is None:
             return
         reader = self.loadgen_reader
         if reader is not None and reader.payload is payload:
-            reader.take(t)
+            reader.take(t, blind)
             return
         stamps = self.loadgen_stamps
         if not stamps or stamps[0][0] is not payload:
             # a response read whole before its task ran releases the connection; the next
             # response on it must not hide the stamps of the one not yet read
             self.loadgen_stamps = stamps = ((payload, []), *stamps[:1])
-        stamps[0][1].append((payload.total_bytes, t))
+        stamps[0][1].append((payload.total_bytes, t, blind))
 
     def stamps_of(self, payload) -> list:
         return next((s for p, s in self.loadgen_stamps if p is payload), [])
@@ -84,7 +134,7 @@ class _BodyReader:
         self.rec, self.payload, self.feed, self.t = rec, payload, feed, 0
         self._busy, self._t_next = False, 0
 
-    def take(self, t: int) -> None:
+    def take(self, t: int, blind: int = 0) -> None:
         if self._busy:
             self._t_next = t
             return
@@ -92,10 +142,14 @@ class _BodyReader:
         if payload.exception() is not None:
             return
         self._busy = True
+        rec = self.rec
         try:
             while data := payload.read_nowait(-1):
                 self.t = t
-                on_events(self.rec, self.feed(data), t)
+                first = not rec.chunk_t_ns
+                on_events(rec, self.feed(data), t)
+                if first and rec.chunk_t_ns:
+                    rec.read_delay_ns = blind
                 t = self._t_next or t
         except Exception as e:  # StreamFault, or a bug: the request records it
             payload.set_exception(e)
@@ -113,7 +167,9 @@ def chunk_times(session: aiohttp.ClientSession) -> str:
 
 def make_session(max_in_flight: int | None) -> aiohttp.ClientSession:
     """One session for a run. Its pool is sized to the load (unlimited when the load is), so
-    no request ever waits silently inside the connection pool."""
+    no request ever waits silently inside the connection pool. Call it in the loop that runs the
+    requests: it puts the select clock on that loop."""
+    _install_select_clock()
     connector = aiohttp.TCPConnector(limit=max_in_flight or 0, limit_per_host=0,
                                      ttl_dns_cache=300, enable_cleanup_closed=True)
     if isinstance(getattr(connector, "_factory", None), functools.partial) \
@@ -213,10 +269,13 @@ class StreamClient:
 def _split_at_stamps(rec: RequestRecord, data: bytes, stamps: list, feed, reader: _BodyReader) -> None:
     """Record `data` (the body's first bytes) with the times of the reads that brought them."""
     pos = 0
-    for upto, t in stamps:
+    for upto, t, blind in stamps:
         if upto > pos:
             reader.t = t
+            first = not rec.chunk_t_ns
             on_events(rec, feed(data[pos:upto]), t)
+            if first and rec.chunk_t_ns:
+                rec.read_delay_ns = blind
             pos = upto
     if pos < len(data):
         reader.t = _monotonic_ns()
