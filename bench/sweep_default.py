@@ -66,6 +66,7 @@ def main() -> None:
     if args.results:
         cells = pd.read_parquet(args.results / "cells.parquet")
         manifest = json.loads((args.results / "manifest.json").read_text())
+        why = flag_reasons(args.results, cells)
         wall = float("nan")
     else:
         with tempfile.TemporaryDirectory() as tmp:
@@ -78,6 +79,7 @@ def main() -> None:
                 sys.exit(f"sweep failed ({res.returncode}): {res.stderr.strip().splitlines()[-1:]}")
             cells = pd.read_parquet(out / "cells.parquet")
             manifest = json.loads((out / "manifest.json").read_text())
+            why = flag_reasons(out, cells)
             print(res.stdout)
             print("\n".join(line for line in res.stderr.splitlines() if line.startswith("time scale")))
     data_dir = env.get("LOADGEN_DATA_DIR")
@@ -117,6 +119,25 @@ def main() -> None:
     ]
     width = max(len(k) for k, _ in summary)
     print("\n" + "\n".join(f"{k:<{width}}  {v}" for k, v in summary))
+    if why:
+        print("\nwhy flagged:\n" + "\n".join(f"  {k}: {v}" for k, v in why.items()))
+
+
+def flag_reasons(root: Path, cells: pd.DataFrame) -> dict[str, str]:
+    """What flagged each flagged cell: the self-check's reasons and the emulator's own view."""
+    out = {}
+    for _, c in cells.iterrows():
+        if not (c.get("client_bound") or c.get("server_behind")):
+            continue
+        try:
+            s = json.loads((root / "cells" / c["path"] / "summary.json").read_text())
+        except (OSError, ValueError, TypeError):
+            continue
+        emu = (s.get("server") or {}).get("emulator") or {}
+        out[f"{c['workload']} {c['level']:g} {c['variant']}"] = "; ".join(
+            s["self_check"]["reasons"] + ([f"delivered {emu.get('delivered_of_model', float('nan')):.3f} of model, "
+                                           f"step lag p99 <= {emu.get('step_lag_p99_s_at_most')}"] if emu.get("behind") else []))
+    return out
 
 
 if __name__ == "__main__":
