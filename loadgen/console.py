@@ -1,6 +1,8 @@
 """The summary table printed at the end of a run."""
 from __future__ import annotations
 
+from loadgen.shapes import label_of
+
 _ROWS = (
     ("TTFT", "ttft_ms"),
     ("TTFT from scheduled", "ttft_from_scheduled_ms"),
@@ -19,15 +21,7 @@ def _f(x, fmt: str = ".2f") -> str:
 
 
 def _load(cfg: dict) -> str:
-    load = cfg["load"]
-    if load["concurrency"] is not None:
-        return f"closed loop, concurrency {load['concurrency']}"
-    s = f"open loop, {load['arrival']} {load['rate']:g} req/s"
-    if load["arrival"] == "gamma":
-        s += f", burstiness {load['burstiness']:g}"
-    if load["max_concurrency"]:
-        s += f", max concurrency {load['max_concurrency']}"
-    return s
+    return label_of(cfg["load"])
 
 
 def render(summary: dict) -> str:

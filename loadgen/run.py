@@ -17,7 +17,6 @@ from typing import Any, Callable, Iterator
 
 import aiohttp
 
-from loadgen import arrivals
 from loadgen.client import StreamClient, make_session
 from loadgen.client.stream import chunk_times
 from loadgen.client.bodies import build_body, stream_options
@@ -25,45 +24,8 @@ from loadgen.executors import Feed, Item, Share, closed_loop, open_loop
 from loadgen.record import RequestRecord
 from loadgen.scrape import Recorder, Window
 from loadgen.selfcheck import LoopLagMonitor
+from loadgen.shapes import LoadShape, Shape  # noqa: F401 - LoadShape: the steady shapes by their numbers
 from workloads import Request
-
-
-@dataclass(frozen=True, slots=True)
-class LoadShape:
-    """Closed loop (`concurrency`) or open loop (`rate`, with `arrival` process, `burstiness`
-    for gamma, optional `max_concurrency`)."""
-
-    concurrency: int | None = None
-    rate: float | None = None
-    arrival: str = "poisson"
-    burstiness: float = 1.0
-    max_concurrency: int | None = None
-
-    def __post_init__(self) -> None:
-        if (self.concurrency is None) == (self.rate is None):
-            raise ValueError("give exactly one of concurrency and rate")
-        if self.concurrency is not None and self.concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
-        if self.rate is not None and not 0 < self.rate < float("inf"):
-            raise ValueError(f"rate must be > 0 and finite, got {self.rate}")
-        if not 0 < self.burstiness < float("inf"):
-            raise ValueError(f"burstiness must be > 0 and finite, got {self.burstiness}")
-        if self.max_concurrency is not None and self.max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
-
-    @property
-    def closed(self) -> bool:
-        return self.concurrency is not None
-
-    @property
-    def max_in_flight(self) -> int | None:
-        return self.concurrency if self.closed else self.max_concurrency
-
-    def describe(self) -> dict:
-        return {"mode": "closed" if self.closed else "open", "concurrency": self.concurrency,
-                "rate": self.rate, "arrival": None if self.closed else self.arrival,
-                "burstiness": self.burstiness if self.arrival == "gamma" and not self.closed else None,
-                "max_concurrency": self.max_concurrency}
 
 
 @contextlib.contextmanager
@@ -225,12 +187,12 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
         return rec
 
     load = spec.load
-    offsets = None
-    if not load.closed:  # computed before the clock starts, so it costs no request lateness
+    # the schedule is computed before the clock starts, so it costs no request lateness
+    if load.closed:
+        joins = [t * scale for t in load.join_s(closed_loop.JOIN_GAP_S)]
+    else:
         total = None if spec.num_requests is None else spec.num_requests + spec.warmup
-        offsets = arrivals.schedule(load.rate, num=total, duration_s=spec.duration_s,
-                                    process=load.arrival, burstiness=load.burstiness,
-                                    seed=spec.seed) * scale
+        offsets = load.arrivals_s(num=total, duration_s=spec.duration_s, seed=spec.seed) * scale
     # The server window opens when the first measured request goes out (before the run when
     # there is no warm-up) and closes when the last one is done.
     recorder = Recorder(spec.metrics_url, spec.scrape_interval_s) if spec.metrics_url else None
@@ -250,8 +212,7 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
                 on_measure_start=recorder.begin_soon if recorder and spec.warmup else on_measure_start,
                 share=share)
     if load.closed:
-        work = closed_loop.run(feed, send, users=load.concurrency, t0_ns=t0, share=share,
-                               join_gap_s=closed_loop.JOIN_GAP_S * scale)
+        work = closed_loop.run(feed, send, join_s=joins, t0_ns=t0, share=share)
     else:
         work = open_loop.run(feed, send, offsets_s=offsets, t0_ns=t0,
                              max_concurrency=load.max_concurrency, share=share)

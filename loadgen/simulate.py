@@ -22,7 +22,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from loadgen import arrivals
 from loadgen.executors import closed_loop
 from loadgen.record import RequestRecord
 from loadgen.run import LoadShape, RunResult
@@ -86,13 +85,11 @@ def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None
     count = 0  # requests taken from the workload
     order = itertools.count()
     events: list[tuple[float, int, object]] = []  # (time, tie-break, user, None or a capped request)
-    if load.closed:
-        for user in range(load.concurrency):
-            heapq.heappush(events, (user * sim.join_gap_s, next(order), user))
+    if load.closed:  # the shape's schedule, as loadgen run's executors take it
+        for user, t in enumerate(load.join_s(sim.join_gap_s)):
+            heapq.heappush(events, (t, next(order), user))
     else:
-        offsets = arrivals.schedule(load.rate, num=limit, duration_s=deadline, process=load.arrival,
-                                    burstiness=load.burstiness, seed=sim.seed)
-        for t in offsets.tolist():
+        for t in load.arrivals_s(num=limit, duration_s=deadline, seed=sim.seed).tolist():
             heapq.heappush(events, (t, next(order), None))
     capped: deque[tuple[float, tuple[int, Request]]] = deque()  # open loop waiting for a slot
     reserved: dict[int, tuple[int, Request] | None] = {}  # a closed-loop user's next request

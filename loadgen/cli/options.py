@@ -11,7 +11,7 @@ import click
 
 from loadgen import __version__, console, slo, store
 from loadgen.cli.app import EXIT_INTERRUPTED, EXIT_NOTHING_SUCCEEDED, Failure
-from loadgen.run import LoadShape
+from loadgen.shapes import LoadShape, Ramp, Shape, parse_ramp
 from workloads import WorkloadError, open_workload
 
 
@@ -19,6 +19,9 @@ def load_options(f):
     for opt in reversed([
         click.option("--concurrency", type=int, help="Closed loop: N users, each sends when its last request ends."),
         click.option("--rate", type=float, help="Open loop: R requests per second."),
+        click.option("--ramp", metavar="[users:|rate:]A:B:S",
+                     help="Load rising linearly from A to B over S seconds, then held at B: users (closed "
+                     "loop, the default) or requests per second (open loop), e.g. 1:32:60 or rate:1:20:60."),
         click.option("--arrival", type=click.Choice(["poisson", "gamma", "constant"]), default=None,
                      help="Open-loop gaps [default: poisson; gamma when --burstiness is given]."),
         click.option("--burstiness", type=float, default=None,
@@ -75,9 +78,20 @@ def flagged(message: str) -> str:
     return message
 
 
-def load_shape(o: dict) -> tuple[LoadShape, int | None]:
+def load_shape(o: dict) -> tuple[Shape, int | None]:
     """The load, and the number of measured requests (200 unless bounded by duration)."""
-    if (o["concurrency"] is None) == (o["rate"] is None):
+    ramp = None
+    if o.get("ramp") is not None:
+        if o["concurrency"] is not None or o["rate"] is not None:
+            raise click.UsageError("--ramp is a load of its own: drop --concurrency / --rate")
+        try:
+            ramp = parse_ramp(o["ramp"])
+        except ValueError as e:
+            raise click.UsageError("--" + str(e)) from None
+        if ramp["of"] == "users" and (o["arrival"] or o["burstiness"] is not None or o["max_concurrency"]):
+            raise click.UsageError("--arrival, --burstiness and --max-concurrency apply to a rate ramp "
+                                   "(--ramp rate:A:B:S) only")
+    elif (o["concurrency"] is None) == (o["rate"] is None):
         raise click.UsageError("give exactly one of --concurrency N (closed loop) and --rate R (open loop)")
     if o["concurrency"] is not None and (o["arrival"] or o["burstiness"] is not None or o["max_concurrency"]):
         raise click.UsageError("--arrival, --burstiness and --max-concurrency apply to --rate only")
@@ -93,9 +107,15 @@ def load_shape(o: dict) -> tuple[LoadShape, int | None]:
     if o["duration"] is not None and not o["duration"] > 0:
         raise click.UsageError(f"--duration must be > 0, got {o['duration']}")
     try:
-        load = LoadShape(concurrency=o["concurrency"], rate=o["rate"], arrival=arrival,
-                         burstiness=1.0 if o["burstiness"] is None else o["burstiness"],
-                         max_concurrency=o["max_concurrency"])
+        if ramp is not None and ramp["of"] == "users":
+            load = Ramp(**ramp)
+        elif ramp is not None:
+            load = Ramp(**ramp, arrival=arrival, burstiness=1.0 if o["burstiness"] is None else o["burstiness"],
+                        max_concurrency=o["max_concurrency"])
+        else:
+            load = LoadShape(concurrency=o["concurrency"], rate=o["rate"], arrival=arrival,
+                             burstiness=1.0 if o["burstiness"] is None else o["burstiness"],
+                             max_concurrency=o["max_concurrency"])
     except ValueError as e:
         raise click.UsageError(flagged(str(e))) from None
     return load, num

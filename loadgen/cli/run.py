@@ -223,7 +223,7 @@ def _join_ray(o: dict):
 
 
 def _level(spec: RunSpec) -> str:
-    return f"c{spec.load.concurrency}" if spec.load.closed else f"r{spec.load.rate:g}"
+    return spec.load.level()
 
 
 async def _run(spec: RunSpec, model: str | None, requests, quiet: bool, keep_alive: bool | None,

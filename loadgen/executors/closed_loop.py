@@ -7,11 +7,12 @@ does not depend on how the users' starts interleave (a stall at the start would 
 them differently from run to run, and the batches the server sees with them); after that it
 takes the next whenever it has sent one, and `loadgen simulate` deals them the same way.
 
-Users join `join_gap_s` apart (1 ms: a 256-user loop is running after a quarter second),
+Users join `JOIN_GAP_S` apart at the earliest (1 ms: a 256-user loop is running after a quarter second),
 because N first requests sent in one burst keep the client busy for N times the cost of a
 send, delaying the timestamps of the responses already arriving. A user's first request counts
 as scheduled when it is sent; the spread of the first sends is reported as the ramp
-(`sending.ramp_s` in the summary). A worker's share of the users (loadgen.workers) are those
+(`sending.ramp_s` in the summary). When each user joins is the load shape's (a ramp's users
+join over its seconds). A worker's share of the users (loadgen.workers) are those
 numbered worker, worker + workers, ..., each joining at its own number's time."""
 from __future__ import annotations
 
@@ -23,14 +24,16 @@ from loadgen.executors.feed import Feed, Sender, Share
 JOIN_GAP_S = 0.001
 
 
-async def run(feed: Feed, send: Sender, *, users: int, t0_ns: int,
-              join_gap_s: float = JOIN_GAP_S, share: Share = Share()) -> dict:
-    """Returns {"ramp_s": spread of the users' first sends, "first_sends_ns": [first, last]}."""
+async def run(feed: Feed, send: Sender, *, join_s: list[float], t0_ns: int,
+              share: Share = Share()) -> dict:
+    """One user per entry of `join_s`, user k joining `join_s[k]` seconds after `t0_ns` (the
+    shape's schedule: loadgen.shapes). Returns {"ramp_s": spread of the users' first sends,
+    "first_sends_ns": [first, last]}."""
     loop = asyncio.get_running_loop()
     first_sends: list[int] = []
 
     async def user(k: int) -> None:
-        delay = (t0_ns - time.monotonic_ns()) / 1e9 + k * join_gap_s
+        delay = (t0_ns - time.monotonic_ns()) / 1e9 + join_s[k]
         if delay > 0:
             await asyncio.sleep(delay)
         t_free = None  # first request: scheduled when sent
@@ -45,7 +48,7 @@ async def run(feed: Feed, send: Sender, *, users: int, t0_ns: int,
                 first_sends.append(rec.t_send_ns)
             t_free = rec.t_end_ns
 
-    tasks = [loop.create_task(user(k)) for k in range(share.worker, users, share.workers)]
+    tasks = [loop.create_task(user(k)) for k in range(share.worker, len(join_s), share.workers)]
     try:
         await asyncio.gather(*tasks)
     finally:

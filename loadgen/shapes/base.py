@@ -1,0 +1,69 @@
+"""What every load shape is: when requests are sent, and nothing else.
+
+A shape is either driven by users (closed: each user sends its next request when its last one
+ends; the shape says when each user joins) or by arrivals (open: requests go at scheduled
+times whatever the server does; the shape says when each is due). The same two schedules serve
+the real-time executors (loadgen.executors) and the simulator in virtual time
+(loadgen.simulate), so a shape is defined once. A new shape is one module: a frozen dataclass
+subclassing `Shape`, registered with `@register`, plus its option in the CLI.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+REGISTRY: dict[str, type["Shape"]] = {}
+
+
+def register(cls: type["Shape"]) -> type["Shape"]:
+    """Add a shape class under its `mode` (the `load.mode` of a run's config record)."""
+    REGISTRY[cls.mode] = cls
+    return cls
+
+
+class Shape:
+    """The interface. Attributes other parts read (None or the default where a shape has none):
+    `concurrency` (users at most, closed), `rate` (requests/s at most, open), `arrival` and
+    `burstiness` (the open-loop gap process), `max_concurrency` (an open-loop cap)."""
+
+    mode: ClassVar[str]
+    closed: ClassVar[bool]
+    concurrency = None
+    rate = None
+    arrival = "poisson"
+    burstiness = 1.0
+    max_concurrency = None
+
+    @property
+    def max_in_flight(self) -> int | None:
+        """The most requests in flight at once (sizes the connection pool), None for no bound."""
+        return self.concurrency if self.closed else self.max_concurrency
+
+    def describe(self) -> dict:
+        """The shape as plain data, for the run's config record (`mode` names the shape)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def label(described: dict) -> str:
+        """One line for people, from `describe()`'s record (also of an earlier run)."""
+        raise NotImplementedError
+
+    def level(self) -> str:
+        """A short name for the load level (live metrics' `level` label)."""
+        raise NotImplementedError
+
+    def join_s(self, gap_s: float) -> list[float]:
+        """Closed: when each user joins, seconds from the start; users join at least `gap_s`
+        apart by number (k * gap_s at the earliest), so a crowd does not start in one burst."""
+        raise NotImplementedError
+
+    def arrivals_s(self, *, num: int | None, duration_s: float | None, seed: int) -> np.ndarray:
+        """Open: when each request is due, seconds from the start (seeded: the same seed gives
+        the same schedule), up to `num` of them and all before `duration_s`."""
+        raise NotImplementedError
+
+
+def label_of(described: dict) -> str:
+    """One line for a shape's config record, whatever its shape."""
+    return REGISTRY[described.get("mode", "closed")].label(described)

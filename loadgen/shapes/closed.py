@@ -1,0 +1,33 @@
+"""Closed loop: `concurrency` users, each sending its next request as soon as its previous one
+ends (loadgen.executors.closed_loop runs them)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loadgen.shapes.base import Shape, register
+
+
+@register
+@dataclass(frozen=True)
+class ClosedLoop(Shape):
+    concurrency: int
+    mode = "closed"
+    closed = True
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+
+    def describe(self) -> dict:
+        return {"mode": "closed", "concurrency": self.concurrency, "rate": None, "arrival": None,
+                "burstiness": None, "max_concurrency": None}
+
+    @staticmethod
+    def label(described: dict) -> str:
+        return f"closed loop, concurrency {described['concurrency']}"
+
+    def level(self) -> str:
+        return f"c{self.concurrency}"
+
+    def join_s(self, gap_s: float) -> list[float]:
+        return [k * gap_s for k in range(self.concurrency)]
