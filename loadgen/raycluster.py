@@ -19,6 +19,23 @@ def _ray():
     return ray
 
 
+def default_resource(engine: str) -> str:
+    """What a server of `engine` asks Ray for: vLLM GPUs; the emulator and llama.cpp (on CPU)
+    CPUs."""
+    return "GPU" if engine == "vllm" else "CPU"
+
+
+def resource_request(resource: str, n: int) -> dict:
+    """Ray's task options asking for `n` of `resource`: its own keywords for CPU and GPU (Ray
+    refuses those names as custom resources), else a custom resource, with the one CPU every
+    task needs."""
+    if resource == "CPU":
+        return {"num_cpus": max(1, n)}
+    if resource == "GPU":
+        return {"num_cpus": 1, "num_gpus": n}
+    return {"num_cpus": 1, "resources": {resource: n}}
+
+
 def connect(address: str | None, resource: str, per_server: int, what: str = "each server",
             fix: str = "add nodes with that resource, or name the resource its nodes have with --ray-resource"):
     """Join the cluster at `address` (None: RAY_ADDRESS, a cluster already running on this

@@ -39,7 +39,10 @@ def _ray_bin() -> str:
     except ImportError:
         message = "Ray is not installed (pip install -e '.[test]' brings it)"
         pytest.fail(message) if os.environ.get("LOADGEN_REQUIRE_RAY") == "1" else pytest.skip(message)
-    return str(Path(sys.executable).parent / "ray")
+    # the `ray` command of this Python: beside it (a plain install), else on PATH (a venv made
+    # with --system-site-packages has Ray's scripts outside its own bin)
+    beside = Path(sys.executable).parent / "ray"
+    return str(beside) if beside.exists() else (shutil.which("ray") or str(beside))
 
 
 def _in_sessions(sids: set[int]) -> dict[int, str]:
@@ -243,3 +246,28 @@ def test_one_runs_load_from_actors_on_two_nodes(cluster, server, tmp_path):
     t0 = s["config"]["clock"]["t0_ns"]
     assert (f["t_send_ns"] >= t0 - 1_000_000).all() and (f["t_end_ns"] > f["t_send_ns"]).all()
     assert set(s["self_check"]["workers"]) == {"0", "1"} and s["config"]["workers_on_ray"]
+
+
+def test_each_engine_asks_ray_for_what_it_runs_on():
+    """vLLM asks for GPUs, the emulator and llama.cpp for CPUs; CPU and GPU go to Ray's own
+    keywords (Ray refuses them as custom resources), anything else as a custom resource."""
+    from loadgen.raycluster import default_resource, resource_request
+    assert [default_resource(e) for e in ("vllm", "emulator", "llama.cpp")] == ["GPU", "CPU", "CPU"]
+    assert resource_request("GPU", 2) == {"num_cpus": 1, "num_gpus": 2}
+    assert resource_request("CPU", 2) == {"num_cpus": 2}
+    assert resource_request("h100", 4) == {"num_cpus": 1, "resources": {"h100": 4}}
+
+
+def test_an_emulator_sweep_asks_for_cpus_by_default(cluster, tmp_path):
+    """Tried as a new user would on a CPU-only cluster: the emulator needs no GPU, so the sweep
+    runs without --ray-resource (it used to refuse: "the cluster has 0 'GPU'"), and with
+    `--ray-resource CPU` too (it used to end in Ray's traceback)."""
+    address, env, _ = cluster
+    for extra in ([], ["--ray-resource", "CPU"]):
+        out = tmp_path / ("default" if not extra else "cpu")
+        res = run_cli("sweep", "--output", str(out), "--ray", address, "--variants", "baseline",
+                      "--workloads", "chat,output=fixed:16", "--concurrency", "1", "--num-requests", "2",
+                      "--warmup", "0", "--quiet", *extra, env=env, timeout=300)
+        assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+        summary = json.loads(next((out / "cells").glob("*/*/*/summary.json")).read_text())
+        assert summary["completed"] == 2 and summary["cell"]["ray"]["node_id"]

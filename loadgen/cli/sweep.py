@@ -228,8 +228,9 @@ def _open(spec: str, data_dir: str | None):
               help="Run the cells on a Ray cluster: each variant a task that asks for its GPUs, on the "
               "node that holds them (ADDRESS: the cluster's, e.g. 10.0.0.1:6379 [default: RAY_ADDRESS, one "
               "running on this host, else a new local one]); docs/sweep.md.")
-@click.option("--ray-resource", default="GPU", show_default=True, help="With --ray: the Ray resource each "
-              "server asks tensor-parallel-size of (a custom resource, e.g. one naming a GPU model).")
+@click.option("--ray-resource", help="With --ray: the Ray resource each server asks tensor-parallel-size of: "
+              "GPU, CPU, or a custom resource, e.g. one naming a GPU model [default: GPU for vLLM, CPU for the "
+              "emulator and llama.cpp].")
 @click.option("--worker", hidden=True, help="Internal: run one slot of a --parallel sweep.")
 def sweep(**o) -> None:
     """Sweep every SD variant x workload x load level; end with the speedup table."""
@@ -369,17 +370,25 @@ def _join_ray(o: dict, plan: Plan, dep):
     if plan.parallel:
         raise Failure("--ray places the variants on the cluster's GPUs itself; drop --parallel")
     try:
-        return connect(o["ray_address"] or None, o["ray_resource"], dep.tensor_parallel_size)
+        return connect(o["ray_address"] or None, _ray_resource(o, dep), dep.tensor_parallel_size)
     except ClusterError as e:
         raise Failure(str(e)) from None
 
 
+def _ray_resource(o: dict, dep) -> str:
+    from loadgen.raycluster import default_resource
+    return o["ray_resource"] or default_resource(dep.engine)
+
+
 def _run_on_ray(ray, out: Path, plan: Plan, dep, todo, order, o) -> bool:
+    from loadgen.raycluster import ClusterError
     from loadgen.sweep.cluster import run_on_ray
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     reporter = BarReporter(len(todo), quiet=o["quiet"])
     try:
-        return run_on_ray(ray, out, plan, dep, todo, reporter, order, o["ray_resource"], o["api_key"])
+        return run_on_ray(ray, out, plan, dep, todo, reporter, order, _ray_resource(o, dep), o["api_key"])
+    except ClusterError as e:
+        raise Failure(str(e)) from None
     finally:
         reporter.close()
         signal.signal(signal.SIGTERM, previous)

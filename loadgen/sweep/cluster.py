@@ -1,8 +1,8 @@
 """A sweep across a Ray cluster (`loadgen sweep --ray [ADDRESS]`).
 
-Each variant's pending cells become one Ray task that asks for that deployment's GPUs (a Ray
-resource request: `GPU`, or a custom resource named by --ray-resource), so Ray places it on a
-node that has them. The task starts the variant's server there, on a free port, and drives
+Each variant's pending cells become one Ray task that asks for what that deployment's server
+runs on (tensor-parallel-size of it: `GPU` for vLLM, `CPU` for the emulator and llama.cpp, or a
+custom resource named by --ray-resource), so Ray places it on a node that has them. The task starts the variant's server there, on a free port, and drives
 every cell's load from the same node: no measured byte crosses the network between nodes.
 It is a streaming generator: it yields each cell as the cell ends (its requests and summary,
 plain data), and the driver writes it into the one result store on its own disk, as a local
@@ -22,6 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from loadgen.raycluster import ClusterError, resource_request
 from loadgen.sweep import results
 from loadgen.sweep.plan import Cell, Plan
 from loadgen.sweep.runner import Reporter, failed_event, variant_events, write_result
@@ -66,7 +67,7 @@ def run_on_ray(ray, root: Path, plan: Plan, dep, todo: list[Cell], reporter: Rep
                order: list[str], resource: str, api_key: str | None) -> bool:
     """Every pending cell on the cluster, variant by variant as tasks; True when interrupted."""
     per_server = dep.tensor_parallel_size
-    need = {"num_gpus": per_server} if resource == "GPU" else {"resources": {resource: per_server}}
+    need = resource_request(resource, per_server)
     task = ray.remote(_variant_task)
     by_key = {c.key: c for c in todo}
     events: queue.Queue = queue.Queue()
@@ -74,9 +75,19 @@ def run_on_ray(ray, root: Path, plan: Plan, dep, todo: list[Cell], reporter: Rep
     for variant in plan.variants:
         keys = [c.key for c in todo if c.variant == variant]
         if keys:
-            gens[variant] = task.options(num_returns="streaming", num_cpus=1, max_retries=0,
-                                         name=f"loadgen sweep {variant}", **need).remote(
-                plan.to_dict(), variant, keys, resource, api_key)
+            try:
+                gens[variant] = task.options(num_returns="streaming", max_retries=0,
+                                             name=f"loadgen sweep {variant}", **need).remote(
+                    plan.to_dict(), variant, keys, resource, api_key)
+            except (ValueError, TypeError) as e:  # a resource Ray will not take: nothing has started
+                for gen in gens.values():
+                    try:
+                        ray.cancel(gen, force=True)
+                    except Exception:  # noqa: BLE001 - best effort: the sweep stops anyway
+                        pass
+                first = (str(e).strip().splitlines() or [""])[0]
+                raise ClusterError(f"--ray-resource {resource}: Ray refuses it ({first}); name a resource "
+                                   "the cluster's nodes have") from None
 
     def drain(variant: str, gen) -> None:
         try:
