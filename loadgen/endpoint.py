@@ -54,15 +54,10 @@ def metrics_url(base: str, given: str | None = None) -> str | None:
     return urlunsplit((parts.scheme, parts.netloc, root + "/metrics", "", ""))
 
 
-async def resolve_model(session: aiohttp.ClientSession, base: str, headers: dict[str, str],
-                        model: str | None, timeout_s: float = 10.0) -> str:
-    """The model to send: `model` if the server serves it, else the server's first model."""
-    return (await probe(session, base, headers, model, timeout_s)).model
-
-
 async def probe(session: aiohttp.ClientSession, base: str, headers: dict[str, str],
                 model: str | None, timeout_s: float = 10.0) -> Served:
-    """The model to send (as resolve_model) and who serves it."""
+    """The model to send (`model` if the server serves it, else the server's first) and who
+    serves it."""
     url = f"{base}/models"
     try:
         async with asyncio.timeout(timeout_s):

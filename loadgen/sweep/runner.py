@@ -26,7 +26,7 @@ class Interrupted(Exception):
 @dataclass(frozen=True)
 class Slot:
     """What one runner serves with: its variants, in order, on these GPUs and this port (None:
-    8000 for vLLM, a free port for the emulator)."""
+    a free port, chosen when each server starts)."""
     variants: tuple[str, ...]
     gpus: tuple[int, ...]
     port: int | None = None
