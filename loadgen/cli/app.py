@@ -6,6 +6,7 @@ import sys
 import click
 
 from loadgen import __version__
+from loadgen.errors import LoadgenError
 
 EXIT_USAGE = 2
 EXIT_NOTHING_SUCCEEDED = 1
@@ -31,6 +32,9 @@ class _Group(click.Group):
         except click.ClickException as e:
             click.echo(f"loadgen: error: {e.format_message()}", err=True)
             sys.exit(e.exit_code)
+        except LoadgenError as e:
+            click.echo(f"loadgen: error: {e}", err=True)
+            sys.exit(e.code)
         except click.exceptions.Abort:
             sys.exit(EXIT_INTERRUPTED)
 

@@ -12,7 +12,7 @@ from loadgen import gate, store
 from loadgen.cli import options
 from loadgen.cli.app import Failure, main
 from loadgen.cli.check import slos
-from loadgen.cli.run import with_time_scale
+from loadgen.target import with_time_scale
 from loadgen.timescale import TimeScaleError, parse_scale
 from loadgen.sweep.cell import run_cell
 from loadgen.sweep.plan import Cell, Plan

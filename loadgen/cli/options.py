@@ -1,15 +1,13 @@
 """Options and steps `run` and `simulate` share: the load, the workload, the results."""
 from __future__ import annotations
 
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 import click
 
-from loadgen import __version__, console, slo, store
+from loadgen import api, config, console, slo
 from loadgen.cli.app import EXIT_INTERRUPTED, EXIT_NOTHING_SUCCEEDED, Failure
 from loadgen.shapes import LoadShape, Ramp, Shape, parse_ramp
 from workloads import WorkloadError, open_workload
@@ -157,49 +155,58 @@ def objectives(o: dict) -> dict | None:
 
 
 def prepare_output(o: dict, command: str) -> Path:
-    out_dir = o["output_dir"] or time.strftime(f"results/{command}-%Y%m%d-%H%M%S")
-    try:
-        return store.prepare(out_dir)
-    except store.OutputError as e:
-        raise Failure(str(e)) from None
+    return api.prepare(o["output_dir"] or time.strftime(f"results/{command}-%Y%m%d-%H%M%S"))
 
 
 def host_config() -> dict:
-    import aiohttp
-    return {"name": platform.node(), "python": platform.python_version(),
-            "aiohttp": aiohttp.__version__, "cpus": os.cpu_count(), "loadgen": __version__}
+    return config.host()
 
 
 def argv_without_secrets() -> list[str]:
-    out, skip = [], False
-    for arg in sys.argv[1:]:
-        if skip:
-            out.append("***")
-            skip = False
-        elif arg == "--api-key":
-            out.append(arg)
-            skip = True
-        elif arg.startswith("--api-key="):
-            out.append("--api-key=***")
-        else:
-            out.append(arg)
-    return out
+    return config.argv_without_secrets()
+
+
+class ProgressBar:
+    """The run's progress bar on stderr (none with --quiet), from the moment the load starts."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet, self.bar, self.failed = quiet, None, 0
+
+    def start(self, total: int | None) -> None:
+        from tqdm import tqdm
+        tqdm.monitor_interval = 0  # no monitor thread in a process that measures latency
+        self.bar = tqdm(total=total, unit="req", disable=self.quiet or None, leave=False,
+                        mininterval=0.5, file=sys.stderr)
+
+    def update(self, done: int, failed: int) -> None:
+        if self.bar is None:
+            return
+        self.failed += failed
+        self.bar.update(done)
+        if self.failed:
+            self.bar.set_postfix(failed=self.failed, refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def write_and_report(out: Path, frame, summarize_fn, *, interrupted: bool,
                      nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool = False) -> dict:
     """Write the request table first (whatever happens next, what was measured is kept), then
     the summary; print it; exit non-zero when interrupted or nothing succeeded."""
-    try:
-        store.write_requests(out, frame)
-        summary = summarize_fn()
-        store.write_summary(out, summary)
-    except OSError as e:
-        raise Failure(f"cannot write results to {str(out)!r}: {e}", code=1) from None
+    summary = api.write(out, frame, summarize_fn)
+    return report(summary, out, interrupted=interrupted, nothing_code=nothing_code, to_stderr=to_stderr)
+
+
+def report(summary: dict, out: Path, *, interrupted: bool, nothing_code: int = EXIT_NOTHING_SUCCEEDED,
+           to_stderr: bool = False) -> dict:
+    """Print a written run's summary and warnings; exit non-zero when interrupted or nothing
+    succeeded."""
     click.echo(console.render(summary), err=to_stderr)
     for line in console.warnings(summary):
         click.echo(line, err=True)
-    click.echo(f"\nResults: {out / store.SUMMARY}, {out / store.REQUESTS}", err=to_stderr)
+    click.echo(f"\nResults: {out / api.SUMMARY}, {out / api.REQUESTS}", err=to_stderr)
     if interrupted:
         sys.exit(EXIT_INTERRUPTED)
     if summary["completed"] == 0:

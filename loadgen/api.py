@@ -1,0 +1,75 @@
+"""loadgen as a library: every job the command line runs, callable from Python without click.
+The CLI (loadgen/cli/) only turns options into these specs and their results into output.
+
+    from loadgen import api
+    from loadgen.run import RunSpec
+    from loadgen.shapes import ClosedLoop
+    from workloads import open_workload
+
+    job = api.RunJob(RunSpec(api_base="", model="", load=ClosedLoop(8), num_requests=100),
+                     open_workload("chat"))           # no target: the embedded emulator
+    outcome = api.run(job, "results/c8")               # writes requests.parquet, summary.json
+    print(outcome.summary["output_throughput_tok_s"])
+
+Errors a person must fix are `LoadgenError` (one line, naming the input and the fix).
+Sweeps: `api.sweep` (loadgen.sweep.api)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from loadgen import store
+from loadgen.errors import LoadgenError
+from loadgen.measurement import Measured, RunJob, measure
+from loadgen.run import RunResult, RunSpec
+from loadgen.target import Target
+from loadgen.workers import WorkloadRef
+
+SUMMARY, REQUESTS = store.SUMMARY, store.REQUESTS
+
+__all__ = ["LoadgenError", "Outcome", "RunJob", "RunSpec", "Target", "WorkloadRef", "prepare", "run", "write"]
+
+
+@dataclass
+class Outcome:
+    """A finished run: its request frame, its summary, and where they were written (if)."""
+
+    frame: pd.DataFrame
+    summary: dict
+    result: RunResult | None = None
+    output: Path | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.summary.get("interrupted"))
+
+
+def prepare(output: str | Path) -> Path:
+    """The output directory, created and proven writable before any load is sent."""
+    try:
+        return store.prepare(output)
+    except store.OutputError as e:
+        raise LoadgenError(str(e)) from None
+
+
+def write(output: Path, frame: pd.DataFrame, summary: Callable[[], dict]) -> dict:
+    """Write the request table first (whatever happens next, what was measured is kept), then
+    the summary (computed in between); returns the summary."""
+    try:
+        store.write_requests(output, frame)
+        s = summary()
+        store.write_summary(output, s)
+    except OSError as e:
+        raise LoadgenError(f"cannot write results to {str(output)!r}: {e}", code=1) from None
+    return s
+
+
+def run(job: RunJob, output: str | Path | None = None) -> Outcome:
+    """One measured run (loadgen.measurement); with `output`, its results written there."""
+    out = prepare(output) if output is not None else None
+    measured: Measured = measure(job)
+    summary = write(out, measured.frame, measured.summary) if out is not None else measured.summary()
+    return Outcome(measured.frame, summary, measured.result, out)
