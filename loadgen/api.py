@@ -12,7 +12,8 @@ The CLI (loadgen/cli/) only turns options into these specs and their results int
     print(outcome.summary["output_throughput_tok_s"])
 
 Errors a person must fix are `LoadgenError` (one line, naming the input and the fix).
-Sweeps: `api.sweep` (loadgen.sweep.api)."""
+A sweep: `api.sweep(api.SweepJob(output, plan))` (loadgen.sweep.execute; README has an
+example)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,12 +26,20 @@ from loadgen import store
 from loadgen.errors import LoadgenError
 from loadgen.measurement import Measured, RunJob, measure
 from loadgen.run import RunResult, RunSpec
+from loadgen.simulation import SimJob, Simulated, run_simulation as simulate
+from loadgen.sweep.capacity import CapacityJob, CapacityOutcome, find_capacity as capacity
+from loadgen.sweep.execute import SweepJob, SweepResult, sweep
+from loadgen.sweep.plan import Plan
 from loadgen.target import Target
+from loadgen.whatif.job import WhatIf, WhatIfJob, traces_from_run, whatif
 from loadgen.workers import WorkloadRef
 
 SUMMARY, REQUESTS = store.SUMMARY, store.REQUESTS
 
-__all__ = ["LoadgenError", "Outcome", "RunJob", "RunSpec", "Target", "WorkloadRef", "prepare", "run", "write"]
+__all__ = ["CapacityJob", "CapacityOutcome", "LoadgenError", "Outcome", "Plan", "RunJob", "RunSpec", "SimJob",
+           "Simulated", "SweepJob", "SweepResult", "Target",
+           "WhatIf", "WhatIfJob", "WorkloadRef", "capacity", "prepare", "run", "simulate", "sweep",
+           "traces_from_run", "whatif", "write"]
 
 
 @dataclass

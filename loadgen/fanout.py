@@ -24,7 +24,7 @@ import numpy as np
 
 from loadgen.executors import Share
 from loadgen.run import RunResult, RunSpec, execute, session_for
-from loadgen.scrape import Recorder
+from loadgen.scrape import recorder_for
 from loadgen.workers import WorkloadRef, check_workers, merge
 
 START_MARGIN_S = 1.0  # from naming the start to it: the calls must reach every node first
@@ -97,7 +97,7 @@ async def execute_on_ray(ray, spec: RunSpec, workload: WorkloadRef, workers: int
     worker_spec = dataclasses.replace(spec, metrics_url=None)  # this process scrapes the server
     actors = [actor.options(num_cpus=1, scheduling_strategy="SPREAD", name=None).remote(
         worker_spec, workload, Share(w, workers)) for w in range(workers)]
-    recorder = Recorder(spec.metrics_url, spec.scrape_interval_s) if spec.metrics_url else None
+    recorder = recorder_for(spec)
     try:
         infos = await asyncio.wait_for(asyncio.gather(*[_get(a.prepare.remote()) for a in actors]),
                                        start_timeout_s)

@@ -60,7 +60,7 @@ class Measured:
         return self.result.interrupted
 
     def summary(self) -> dict:
-        job, spec, result = self.job, self.job.spec, self.result
+        job, result = self.job, self.result
         return summarize(self.frame, result.loop_lag(),
                          config={**run_config(job, result), "token_ids_from_tokenizer": self.tokenized},
                          interrupted=result.interrupted, goodput=job.objectives,

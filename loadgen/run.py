@@ -22,7 +22,7 @@ from loadgen.client.stream import chunk_times
 from loadgen.client.bodies import build_body, stream_options
 from loadgen.executors import Feed, Item, Share, closed_loop, open_loop
 from loadgen.record import RequestRecord
-from loadgen.scrape import Recorder, Window
+from loadgen.scrape import Window, recorder_for
 from loadgen.selfcheck import LoopLagMonitor
 from loadgen.shapes import LoadShape, Shape  # noqa: F401 - LoadShape: the steady shapes by their numbers
 from workloads import Request
@@ -195,7 +195,7 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
         offsets = load.arrivals_s(num=total, duration_s=spec.duration_s, seed=spec.seed) * scale
     # The server window opens when the first measured request goes out (before the run when
     # there is no warm-up) and closes when the last one is done.
-    recorder = Recorder(spec.metrics_url, spec.scrape_interval_s) if spec.metrics_url else None
+    recorder = recorder_for(spec)
     if recorder is not None and spec.warmup == 0:
         await recorder.begin()
     monitor = LoopLagMonitor()

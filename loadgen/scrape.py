@@ -249,3 +249,10 @@ class Recorder:
             return None
         during = [s for s in map(parse_or_none, self._during) if s is not None]
         return Window(before, after, during)
+
+
+def recorder_for(spec) -> Recorder | None:
+    """A run's window on its server's /metrics (`spec`: a loadgen.run.RunSpec), None when it has
+    no metrics URL. Whichever backend runs the load opens it: from the start when there is no
+    warm-up, else when the first measured request goes; and closes it when the load ends."""
+    return Recorder(spec.metrics_url, spec.scrape_interval_s) if spec.metrics_url else None

@@ -73,13 +73,13 @@ def _embedded(target: Target, note: Note):
 
 
 def _variant_server(target: Target, note: Note):
-    from servers.deployments import DeploymentError, load, render
+    from servers.deployments import DeploymentError, default_port, load, render
     from servers.launcher import LaunchError, Server, free_port
     try:
         dep = load(target.servers).with_engine(target.engine)
         if target.variant is None:
             raise DeploymentError(f"--servers {target.servers} needs --variant, one of {', '.join(dep.variants)}")
-        launch = render(dep, target.variant, port=8000 if dep.engine == "vllm" else free_port())
+        launch = render(dep, target.variant, port=default_port(dep.engine) or free_port())
     except DeploymentError as e:
         raise LoadgenError(str(e)) from None
     if target.time_scale is not None:

@@ -27,7 +27,7 @@ from typing import Callable
 
 from loadgen.executors import Share
 from loadgen.run import RunResult, RunSpec, execute, session_for
-from loadgen.scrape import Recorder, Window
+from loadgen.scrape import Window, recorder_for
 
 START_MARGIN_S = 0.05  # from the go message to t0: every worker is waiting on its timers by then
 
@@ -179,7 +179,7 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
             except OSError:
                 pass  # that worker is gone; its end is reported
 
-    recorder = Recorder(spec.metrics_url, spec.scrape_interval_s) if spec.metrics_url else None
+    recorder = recorder_for(spec)
     stopper = None
     try:
         for w in range(workers):

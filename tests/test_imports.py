@@ -39,7 +39,44 @@ def test_servers_and_workloads_import_neither_loadgen_nor_each_other(package):
 
 
 def test_the_rule_would_see_a_broken_import(tmp_path):
-    """The check itself: a function-level import of loadgen in a servers-like file is found."""
+    """The checks themselves: function-level imports are found, by package and by module."""
     bad = tmp_path / "bad.py"
-    bad.write_text("import os\n\ndef f():\n    from loadgen.summary import summarize\n    import workloads.spec\n")
+    bad.write_text("import os\n\ndef f():\n    from loadgen.summary import summarize\n    import workloads.spec\n"
+                   "    from loadgen import store\n")
     assert imported_packages(bad) == {"loadgen": 4, "workloads": 5}
+    assert {"loadgen.summary", "workloads.spec", "loadgen.store"} <= set(imported_modules(bad))
+
+
+# the CLI turns options into specs and results into output; the work is the library's (loadgen.api)
+CLI_MAY_NOT_IMPORT = ("loadgen.executors", "loadgen.client", "loadgen.scrape", "loadgen.store", "loadgen.run",
+                      "loadgen.workers", "loadgen.fanout", "loadgen.backends", "loadgen.measurement",
+                      "loadgen.sweep.cell", "loadgen.sweep.runner", "loadgen.sweep.execute")
+
+
+def imported_modules(path: Path) -> dict[str, int]:
+    """Every module the file imports (`from a import b` counts as a and a.b), with its line."""
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            found.setdefault(name, node.lineno)
+    return found
+
+
+def test_the_cli_goes_through_the_library():
+    broken = [f"{path.relative_to(REPO)}:{line} imports {name}"
+              for path in sorted((REPO / "loadgen" / "cli").rglob("*.py"))
+              for name, line in imported_modules(path).items()
+              if any(name == bad or name.startswith(bad + ".") for bad in CLI_MAY_NOT_IMPORT)]
+    assert not broken, "; ".join(broken)
+
+
+def test_the_sweeps_worker_processes_start_the_library():
+    """--parallel's workers run loadgen.sweep.worker, not `loadgen sweep`."""
+    text = (REPO / "loadgen" / "sweep" / "parallel.py").read_text()
+    assert '"-m", "loadgen.sweep.worker"' in text and '"sweep", "--worker"' not in text

@@ -18,7 +18,7 @@ import pytest
 
 from loadgen.measure import request_frame
 from loadgen.record import RequestRecord
-from loadgen.summary import self_check
+from loadgen.selfcheck import self_check
 from tests.conftest import REPO, run_cli
 
 

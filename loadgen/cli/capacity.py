@@ -7,35 +7,11 @@ from pathlib import Path
 
 import click
 
-from loadgen import capacity as cap
-from loadgen import gate, store
+from loadgen import api
 from loadgen.cli import options
 from loadgen.cli.app import Failure, main
 from loadgen.cli.check import slos
-from loadgen.target import with_time_scale
 from loadgen.timescale import TimeScaleError, parse_scale
-from loadgen.sweep.cell import run_cell
-from loadgen.sweep.plan import Cell, Plan
-
-
-def _probe(plan: Plan, variant: str, workload, url: str, model: str, targets, goodput, out: Path):
-    count: dict[float, int] = {}
-
-    def probe(level: float) -> cap.Probe:
-        count[level] = count.get(level, 0) + 1
-        cell = Cell(variant, plan.workload_labels[0], level, plan.mode)
-        res = run_cell(plan, cell, workload, url, model, goodput=goodput, time_scale=plan.scale_for(cell))
-        if res is None:
-            raise KeyboardInterrupt
-        where = out / variant / f"{cell.level_label}-{count[level]}"
-        where.mkdir(parents=True, exist_ok=True)
-        store.write_requests(where, res.frame)
-        store.write_summary(where, res.summary)
-        verdicts = gate.judge(res.summary, targets)
-        failing = [v.slo for v in verdicts if not v.passed]
-        click.echo(f"  {variant} at {level:g}: {'holds' if not failing else 'fails ' + ', '.join(failing)}", err=True)
-        return cap.Probe(level, not failing, res.summary.get("output_throughput_tok_s"), failing)
-    return probe
 
 
 @main.command()
@@ -68,8 +44,7 @@ def _probe(plan: Plan, variant: str, workload, url: str, model: str, targets, go
 def capacity(**o) -> None:
     """Find, per variant, the highest concurrency (or rate) that meets the SLOs: doubling,
     bisection, repeats at the boundary; then recommend a variant and where SD should be off."""
-    from servers.deployments import DeploymentError, load, render
-    from servers.launcher import LaunchError, Server, free_port
+    from servers.deployments import DeploymentError, load
     from workloads import WorkloadError, open_workload
     targets = slos(o["slo_texts"])
     try:
@@ -79,7 +54,7 @@ def capacity(**o) -> None:
         for v in variants:
             if v not in dep.variants:
                 raise DeploymentError(f"deployment {dep.name!r} has no variant {v!r}; it has {', '.join(dep.variants)}")
-        workload = open_workload(o["workload"], data_dir=o["data_dir"])
+        open_workload(o["workload"], data_dir=o["data_dir"])  # a bad one is said before any server starts
     except (DeploymentError, WorkloadError) as e:
         raise Failure(str(e)) from None
     try:
@@ -96,33 +71,17 @@ def capacity(**o) -> None:
     if not 0 < o["start"] <= o["limit"]:
         raise click.UsageError(f"--start {o['start']:g} must be > 0 and at most --limit {o['limit']:g}")
     out = o["output"] or Path("results") / time.strftime("capacity-%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
-    plan = Plan(deployment=o["servers"], engine=o["engine"], variants=variants, workloads=[o["workload"]],
+    plan = api.Plan(deployment=o["servers"], engine=o["engine"], variants=variants, workloads=[o["workload"]],
                 workload_labels=[o["workload"].split(",")[0]], mode="closed" if closed else "open", levels=[],
                 num_requests=o["num_requests"], duration_s=o["duration"], warmup=o["warmup"], seed=o["seed"],
                 data_dir=o["data_dir"], baseline=o["baseline"], min_requests=20 if closed else 40,
                 time_scale=time_scale)
-    results = []
-    for variant in variants:
-        launch = render(dep, variant, port=8000 if dep.engine == "vllm" else free_port())
-        if time_scale is not None:
-            launch = with_time_scale(launch, time_scale)
-        click.echo(f"{variant}: searching {o['by']} {o['start']:g}..{o['limit']:g}", err=True)
-        try:
-            with Server(launch, out / "servers" / f"{variant}.log") as srv:
-                probe = _probe(plan, variant, workload, srv.launch.url, launch.served_model_name, targets, goodput, out)
-                results.append(cap.search(variant, probe, start=o["start"], limit=o["limit"], integer=closed,
-                                          resolution=o["resolution"], repeats=o["repeats"]))
-        except LaunchError as e:
-            click.echo(f"{variant}: {e}; left out", err=True)
-    lines = [f"{r.variant:<16} {r.statement}" for r in results]
-    lines += [""] + cap.recommend(results, o["baseline"])
+    found = api.capacity(api.CapacityJob(plan, targets, out, start=o["start"], limit=o["limit"],
+                                         resolution=o["resolution"], repeats=o["repeats"], goodput=goodput,
+                                         note=lambda message: click.echo(message, err=True)))
+    lines = [f"{r.variant:<16} {r.statement}" for r in found.results]
+    lines += [""] + found.recommendation
     click.echo("\n".join(lines))
-    store.write_json(out / "capacity.json", {
-        "slos": [s.text for s in targets], "by": o["by"], "workload": o["workload"], "deployment": dep.name,
-        "results": [{"variant": r.variant, "capacity": r.capacity, "statement": r.statement, "sure": r.sure,
-                     "probes": [p.__dict__ for p in r.probes]} for r in results],
-        "recommendation": cap.recommend(results, o["baseline"])})
     click.echo(f"\nResults: {out / 'capacity.json'}, every probe in {out}/VARIANT/LEVEL-N/", err=True)
-    if not results:
+    if not found.results:
         raise Failure("no variant's server could be started", code=2)

@@ -26,17 +26,17 @@ def slos(texts: tuple[str, ...]) -> list[gate.SLO]:
 
 def recorded(path: Path) -> dict[str, dict]:
     """The summaries under `path`: a run's directory, or a sweep's (one per cell)."""
-    from loadgen import store
+    from loadgen.api import SUMMARY
     from loadgen.report.data import ReportError, read
-    if (path / store.SUMMARY).is_file():
+    if (path / SUMMARY).is_file():
         try:
-            return {path.name: json.loads((path / store.SUMMARY).read_text())}
+            return {path.name: json.loads((path / SUMMARY).read_text())}
         except ValueError as e:
-            raise Failure(f"{path / store.SUMMARY} is not valid JSON ({e})") from None
+            raise Failure(f"{path / SUMMARY} is not valid JSON ({e})") from None
     try:
         sweep = read(path)
     except ReportError as e:
-        raise Failure(f"--results {path}: not a run ({store.SUMMARY} missing) nor a sweep: {e}") from None
+        raise Failure(f"--results {path}: not a run ({SUMMARY} missing) nor a sweep: {e}") from None
     return {key: sweep.summaries[key] for key in sweep.ok["path"]}
 
 

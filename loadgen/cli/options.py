@@ -9,7 +9,8 @@ import click
 
 from loadgen import api, config, console, slo
 from loadgen.cli.app import EXIT_INTERRUPTED, EXIT_NOTHING_SUCCEEDED, Failure
-from loadgen.shapes import LoadShape, Ramp, Shape, parse_ramp
+from loadgen.shapes import Shape
+from loadgen.shapes.options import from_options
 from workloads import WorkloadError, open_workload
 
 
@@ -78,24 +79,8 @@ def flagged(message: str) -> str:
 
 def load_shape(o: dict) -> tuple[Shape, int | None]:
     """The load, and the number of measured requests (200 unless bounded by duration)."""
-    ramp = None
-    if o.get("ramp") is not None:
-        if o["concurrency"] is not None or o["rate"] is not None:
-            raise click.UsageError("--ramp is a load of its own: drop --concurrency / --rate")
-        try:
-            ramp = parse_ramp(o["ramp"])
-        except ValueError as e:
-            raise click.UsageError("--" + str(e)) from None
-        if ramp["of"] == "users" and (o["arrival"] or o["burstiness"] is not None or o["max_concurrency"]):
-            raise click.UsageError("--arrival, --burstiness and --max-concurrency apply to a rate ramp "
-                                   "(--ramp rate:A:B:S) only")
-    elif (o["concurrency"] is None) == (o["rate"] is None):
-        raise click.UsageError("give exactly one of --concurrency N (closed loop) and --rate R (open loop)")
-    if o["concurrency"] is not None and (o["arrival"] or o["burstiness"] is not None or o["max_concurrency"]):
-        raise click.UsageError("--arrival, --burstiness and --max-concurrency apply to --rate only")
-    arrival = o["arrival"] or ("gamma" if o["burstiness"] is not None else "poisson")
-    if o["burstiness"] is not None and arrival != "gamma":
-        raise click.UsageError(f"--burstiness applies to gamma arrivals, not --arrival {arrival}")
+    load = from_options(o["concurrency"], o["rate"], o.get("ramp"), o["arrival"], o["burstiness"],
+                        o["max_concurrency"])
     num = o["num_requests"]
     if num is None and o["duration"] is None:
         num = 200
@@ -104,18 +89,6 @@ def load_shape(o: dict) -> tuple[Shape, int | None]:
             raise click.UsageError(f"--{key.replace('_', '-')} must be >= {lo}, got {o[key]}")
     if o["duration"] is not None and not o["duration"] > 0:
         raise click.UsageError(f"--duration must be > 0, got {o['duration']}")
-    try:
-        if ramp is not None and ramp["of"] == "users":
-            load = Ramp(**ramp)
-        elif ramp is not None:
-            load = Ramp(**ramp, arrival=arrival, burstiness=1.0 if o["burstiness"] is None else o["burstiness"],
-                        max_concurrency=o["max_concurrency"])
-        else:
-            load = LoadShape(concurrency=o["concurrency"], rate=o["rate"], arrival=arrival,
-                             burstiness=1.0 if o["burstiness"] is None else o["burstiness"],
-                             max_concurrency=o["max_concurrency"])
-    except ValueError as e:
-        raise click.UsageError(flagged(str(e))) from None
     return load, num
 
 

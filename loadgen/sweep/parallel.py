@@ -1,5 +1,5 @@
 """Variants side by side: one worker process per slot (its GPUs, its port), each running
-`loadgen sweep --worker` on the same results directory, where every cell has a directory of its
+`python -m loadgen.sweep.worker` (loadgen.sweep.execute.run_worker) on the same results directory, where every cell has a directory of its
 own. The parent shows progress from the cells on disk and stops every worker on the way out."""
 from __future__ import annotations
 
@@ -33,8 +33,7 @@ def run_parallel(root: Path, the_slots: list[Slot], reporter, retry_failed: bool
     try:
         for i, slot in enumerate(the_slots):
             log = open(logs / f"worker-{i}.log", "ab")
-            argv = [sys.executable, "-m", "loadgen", "sweep", "--output", str(root), "--quiet",
-                    "--worker", worker_spec(slot, retry_failed)]
+            argv = [sys.executable, "-m", "loadgen.sweep.worker", str(root), worker_spec(slot, retry_failed)]
             env = {"LOADGEN_API_KEY": api_key} if api_key else None  # not in argv: ps shows argv
             procs.append((slot, spawn(argv, stdout=log, stderr=log, env=env), log))
             reporter.note(f"worker {i}: variants {', '.join(slot.variants)} on GPUs "

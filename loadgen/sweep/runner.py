@@ -13,7 +13,7 @@ from loadgen.measure import request_frame
 from loadgen.sweep import results
 from loadgen.sweep.cell import CellError, run_cell
 from loadgen.sweep.plan import Cell, Plan
-from servers.deployments import Deployment, render
+from servers.deployments import Deployment, default_port, render
 from servers.launcher import LaunchError, Server, free_port
 
 _CONNECTION_ERRORS = {"reset", "disconnected", "connection_refused", "connection_error"}
@@ -183,7 +183,7 @@ def slots(plan: Plan, dep: Deployment) -> list[Slot]:
     """One slot (sequential) or, with `parallel`, as many as the GPUs hold servers, variants
     dealt round-robin, ports counting up from the plan's (vLLM's default: 8000; the emulator's:
     a free port each)."""
-    port = plan.port if plan.port is not None else (8000 if dep.engine == "vllm" else None)
+    port = plan.port if plan.port is not None else default_port(dep.engine)
     tp = dep.tensor_parallel_size
     gpus = list(plan.gpus)
     n = max(1, len(gpus) // tp) if plan.parallel else 1

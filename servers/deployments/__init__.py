@@ -2,8 +2,8 @@
 their rendering into the exact `vllm serve` command (or the emulator's, with the same flags),
 or, for engine llama.cpp, the `llama-server` command (servers/deployments/llamacpp.py)."""
 from servers.deployments import llamacpp
-from servers.deployments.catalog import (ENGINES, Deployment, DeploymentError, Launch, Variant,
-                                         available, load, render)
+from servers.deployments.catalog import (ENGINES, VLLM_PORT, Deployment, DeploymentError, Launch, Variant,
+                                         available, default_port, load, render)
 
-__all__ = ["ENGINES", "Deployment", "DeploymentError", "Launch", "Variant", "available", "llamacpp",
-           "load", "render"]
+__all__ = ["ENGINES", "VLLM_PORT", "Deployment", "DeploymentError", "Launch", "Variant", "available",
+           "default_port", "llamacpp", "load", "render"]

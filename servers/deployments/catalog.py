@@ -226,7 +226,16 @@ def _build(name: str, source: str, raw: dict) -> Deployment:
     return dep
 
 
-def render(dep: Deployment, variant: str, *, port: int = 8000, gpus: tuple[int, ...] | None = None,
+VLLM_PORT = 8000  # vLLM's own default: a server started for loadgen is where its users expect it
+
+
+def default_port(engine: str) -> int | None:
+    """Where a server of `engine` listens unless told: vLLM's default port; None for the
+    others (the emulator and llama.cpp take a free port when started)."""
+    return VLLM_PORT if engine == "vllm" else None
+
+
+def render(dep: Deployment, variant: str, *, port: int = VLLM_PORT, gpus: tuple[int, ...] | None = None,
            host: str = "127.0.0.1", llama_server: str | None = None) -> Launch:
     """The server for `variant`: `vllm serve` with vLLM's flags, or the emulator with the same
     flags, on `port` and `gpus` (default: the first tensor_parallel_size devices)."""

@@ -1,0 +1,83 @@
+"""`loadgen simulate` as a job: the emulated engine under a load in virtual time
+(loadgen.simulate), with the same request frame and summary as a measured run, plus the
+engine's own counts; optionally every finished request's exact acceptance trace."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import IO
+
+import pandas as pd
+
+from loadgen import config as configs
+from loadgen.errors import LoadgenError
+from loadgen.measure import request_frame
+from loadgen.simulate import SimResult, SimSpec, simulate
+from loadgen.summary import summarize
+
+
+@dataclass
+class SimJob:
+    sim: SimSpec
+    workload: object                   # an opened workloads.Workload
+    model: str | None = None           # the model name to record [default: the profile's first]
+    spec_json: str | None = None       # the --speculative-config as given, for the record
+    traces: IO | None = None           # an open file for the acceptance traces (JSON lines)
+    objectives: dict | None = None     # goodput objectives
+    config: dict = field(default_factory=dict)  # more config keys (the command line, the host)
+
+
+@dataclass
+class Simulated:
+    frame: pd.DataFrame
+    result: SimResult
+    job: SimJob
+    wall_s: float
+
+    def summary(self) -> dict:
+        job, result, sim = self.job, self.result, self.job.sim
+        engine = result.engine
+        cfg = configs.run_config(
+            "simulate", base_url=f"simulated:{sim.profile}", model=job.model or engine.profile.models[0],
+            endpoint=sim.endpoint, load=sim.load.describe(), num_requests=sim.num_requests,
+            duration_s=sim.duration_s, warmup=sim.warmup, seed=sim.seed, workload=job.workload.describe(),
+            clock=configs.clock(result.run.t0_ns, None, "virtual"),
+            simulated=True, profile=sim.profile, speculative_config=job.spec_json,
+            client_rtt_ms=sim.client_rtt_s * 1e3,
+            engine={"max_num_seqs": sim.engine.max_num_seqs, "max_num_batched_tokens": sim.engine.max_num_batched_tokens,
+                    "kv_cache_tokens": engine.kv_capacity}, **job.config)
+        s = summarize(self.frame, ([], []), config=cfg, goodput=job.objectives, load_info=result.run.load_info)
+        stats = engine.stats
+        s["spec_decode"] = stats.spec_summary() if sim.spec else None
+        span = result.makespan_s
+        s["server"] = {"window_s": span, "preemptions": stats.preemptions, "steps": stats.steps,
+                       "generation_tokens": stats.generation_tokens, "prompt_tokens": stats.prompt_tokens,
+                       "generation_tok_s": stats.generation_tokens / span if span > 0 else None,
+                       "restarted": False}
+        s["simulation"] = {"virtual_s": result.makespan_s, "wall_s": self.wall_s}
+        return s
+
+
+def run_simulation(job: SimJob) -> Simulated:
+    from servers.emulator import profile as profiles
+    from servers.emulator.engine import Engine, EngineError
+    sim = job.sim
+    try:
+        prof = profiles.load(sim.profile)
+    except profiles.ProfileError as e:
+        raise LoadgenError(str(e)) from None
+    traces: list[dict] = []
+    wall = time.monotonic()
+    try:
+        engine = Engine(prof, sim.spec, sim.engine, trace_sink=traces.append if job.traces is not None else None)
+        result = simulate(sim, job.workload.requests(None, sim.seed), engine=engine)
+    except EngineError as e:
+        raise LoadgenError(str(e)) from None
+    if job.traces is not None:  # in the workload's order (as sent), not as they finished
+        sent = {r.request_id: r.index for r in result.run.records}
+        traces.sort(key=lambda t: sent.get(t["id"], len(sent)))
+        with job.traces:
+            job.traces.writelines(json.dumps(t, separators=(",", ":")) + "\n" for t in traces)
+    wall = time.monotonic() - wall
+    return Simulated(request_frame(result.run.records), result, job, wall)

@@ -1,0 +1,152 @@
+"""A sweep's plan from the options of `loadgen sweep`: the embedded default's presets, every
+option checked, the deployment loaded, and the plan described in words (--dry-run)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from loadgen.errors import LoadgenError
+from loadgen.sweep import manifest
+from loadgen.sweep.plan import Plan, PlanError, labels, levels, split_workloads
+from loadgen.timescale import TimeScaleError, parse_scale
+from servers.deployments import DeploymentError, load
+from workloads import WorkloadError, open_workload
+
+# `loadgen sweep` without --servers: the emulated engine with the study's Llama-3.1-8B on H100
+# cost model, four variants, two workloads of fixed 128-token answers, concurrency 1..64;
+# sized to finish within 5 minutes on a 2-core laptop (docs/sweep.md).
+EMBEDDED = {"servers": "llama-3.1-8b", "engine": "emulator", "variants": "baseline,ngram,eagle,eagle3",
+            "workloads": ("chat,output=fixed:128", "code-edit,output=fixed:128"), "concurrency": "1..64",
+            "min_requests": 8, "per_user": 2, "warmup": 1}
+DEFAULT = {"workloads": ("chat", "code-edit"), "concurrency": "1..256", "min_requests": 50,
+           "per_user": 4, "warmup": 4}
+PLAN_OPTIONS = ("servers", "engine", "variants", "workloads", "concurrency", "rates", "arrival",
+                "burstiness", "num_requests", "duration", "warmup", "seed", "endpoint",
+                "request_timeout", "data_dir", "gpus", "parallel", "port", "baseline", "llama_server", "workers",
+                "time_scale")
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise LoadgenError(f"{flag} {text!r}: give numbers separated by commas, like 0,1,2,3") from None
+    if not out or min(out) < 0:
+        raise LoadgenError(f"{flag} {text!r}: give numbers >= 0 separated by commas, like 0,1,2,3")
+    return out
+
+
+def plan_from(o: Mapping) -> tuple[Plan, object]:
+    """The sweep's plan (and its deployment) from the options of `loadgen sweep`, by their
+    names: every option checked, LoadgenError (one line, naming the option) otherwise."""
+    embedded = o["servers"] is None
+    preset = EMBEDDED if embedded else DEFAULT
+    try:
+        dep = load(o["servers"] or EMBEDDED["servers"]).with_engine(o["engine"] or (EMBEDDED["engine"] if embedded else None))
+    except DeploymentError as e:
+        raise LoadgenError(str(e)) from None
+    variants = [v.strip() for v in (o["variants"] or (EMBEDDED["variants"] if embedded else ",".join(dep.variants))).split(",") if v.strip()]
+    unknown = [v for v in variants if v not in dep.variants]
+    if unknown:
+        raise LoadgenError(f"--variants: {', '.join(unknown)} not in deployment {dep.name!r} "
+                               f"(it has {', '.join(dep.variants)})")
+    if len(set(variants)) != len(variants):
+        raise LoadgenError("--variants lists a variant twice")
+    if o["concurrency"] and o["rates"]:
+        raise LoadgenError("give one of --concurrency (closed loop) and --rates (open loop)")
+    if o["concurrency"] and (o["arrival"] or o["burstiness"] is not None):
+        raise LoadgenError("--arrival and --burstiness apply to --rates only")
+    try:
+        if o["rates"]:
+            mode, lv = "open", levels(o["rates"], integer=False, flag="--rates")
+        else:
+            mode, lv = "closed", levels(o["concurrency"] or preset["concurrency"], integer=True, flag="--concurrency")
+        specs = split_workloads(list(o["workloads"]) or list(preset["workloads"]))
+    except PlanError as e:
+        raise LoadgenError(str(e)) from None
+    for key, lo in (("num_requests", 1), ("warmup", 0)):
+        if o[key] is not None and o[key] < lo:
+            raise LoadgenError(f"--{key.replace('_', '-')} must be >= {lo}, got {o[key]}")
+    if o["duration"] is not None and not o["duration"] > 0:
+        raise LoadgenError(f"--duration must be > 0, got {o['duration']}")
+    gpus = _ints(o["gpus"], "--gpus") if o["gpus"] else list(range(dep.tensor_parallel_size))
+    if len(gpus) < dep.tensor_parallel_size:
+        raise LoadgenError(f"--gpus {o['gpus']}: deployment {dep.name!r} needs "
+                               f"{dep.tensor_parallel_size} GPUs per server")
+    names = [_open(spec, o["data_dir"]).name for spec in specs]
+    time_scale = _time_scale(o["time_scale"], dep)
+    arrival = o["arrival"] or ("gamma" if o["burstiness"] is not None else "poisson")
+    where = o["servers"] or EMBEDDED["servers"]
+    if Path(where).exists():  # a file: found again by --resume from any directory
+        where = str(Path(where).resolve())
+    plan = Plan(deployment=where, engine=dep.engine, variants=variants,
+                workloads=specs, workload_labels=labels(specs, names), mode=mode, levels=lv,
+                num_requests=o["num_requests"], duration_s=o["duration"],
+                warmup=preset["warmup"] if o["warmup"] is None else o["warmup"], seed=o["seed"],
+                endpoint=o["endpoint"], arrival=arrival,
+                burstiness=1.0 if o["burstiness"] is None else o["burstiness"],
+                request_timeout_s=o["request_timeout"],
+                data_dir=str(Path(o["data_dir"]).resolve()) if o["data_dir"] else None, gpus=gpus,
+                parallel=o["parallel"], port=o["port"], baseline=o["baseline"],
+                llama_server=_command(o["llama_server"]), min_requests=preset["min_requests"],
+                per_user=preset["per_user"], workers=o["workers"], time_scale=time_scale)
+    return plan, dep
+
+
+def _time_scale(given: str | None, dep) -> str | float | None:
+    """The sweep's time scale: on the emulator, --time-scale (auto or a number), else the
+    deployment's own emulator_args --time-scale, else auto; None for a real server."""
+    try:
+        value = parse_scale(given, auto=True)
+    except TimeScaleError as e:
+        raise LoadgenError(str(e)) from None
+    if dep.engine != "emulator":
+        if value is not None:
+            raise LoadgenError(f"--time-scale runs the emulated GPU slower; deployment {dep.name!r} runs on "
+                                   f"{dep.engine}, whose hardware keeps its own time: drop --time-scale "
+                                   "(or add --engine emulator)")
+        return None
+    if value is None and "--time-scale" in dep.emulator_args:
+        i = dep.emulator_args.index("--time-scale")
+        try:
+            value = parse_scale(dep.emulator_args[i + 1], flag=f"deployment {dep.name!r} emulator_args --time-scale")
+        except (IndexError, TimeScaleError) as e:
+            raise LoadgenError(str(e) if isinstance(e, TimeScaleError) else
+                          f"deployment {dep.name!r}: emulator_args ends with --time-scale and no value") from None
+    return "auto" if value is None else value
+
+
+def _command(given: str | None) -> str | None:
+    """A command name as given (found on PATH), a path made absolute (the plan is resumable
+    from any directory)."""
+    if given is None or "/" not in given:
+        return given
+    return str(Path(given).expanduser().resolve())
+
+
+def _open(spec: str, data_dir: str | None):
+    try:
+        return open_workload(spec, data_dir=data_dir)
+    except WorkloadError as e:
+        raise LoadgenError(f"--workloads: {e}") from None
+
+
+def describe(plan: Plan, dep) -> str:
+    """The plan in words (`loadgen sweep --dry-run`)."""
+    cells = plan.cells()
+    lines = [f"{len(plan.variants)} variants x {len(plan.workloads)} workloads x {len(plan.levels)} levels "
+             f"= {len(cells)} cells ({'closed loop, concurrency' if plan.mode == 'closed' else 'open loop, req/s'} "
+             f"{', '.join(f'{lv:g}' for lv in plan.levels)}), {plan.warmup} warm-up request(s) per cell",
+             f"deployment {dep.name} ({dep.description}) on engine {dep.engine}"]
+    if plan.time_scale is not None:
+        lines.append("time scale: " + ("auto (probed when the sweep starts: per level, the smallest that this "
+                                       "machine holds in real time)" if plan.time_scale == "auto" else
+                                       f"{plan.time_scale:g}x (the emulated GPU that much slower than its model)"))
+    for v, srv in manifest.servers(dep, plan).items():
+        lines.append(f"  {v}: {srv['command']}")
+    for spec, label in zip(plan.workloads, plan.workload_labels):
+        lines.append(f"  workload {label}: {spec}")
+    per = {f"{c.level:g}": plan.requests_for(c) for c in cells}
+    lines.append("measured requests per cell: " + (f"{plan.duration_s:g} s of sending" if plan.duration_s and plan.num_requests is None
+                                                   else ", ".join(f"{k}: {v}" for k, v in per.items())))
+    return "\n".join(lines)

@@ -1,0 +1,82 @@
+"""`loadgen whatif` and `loadgen traces` as jobs: evaluating acceptance traces on a cost
+profile (whatif.json), and building traces from a run made with --token-ids."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from loadgen.errors import LoadgenError
+from loadgen.whatif import BATCHES, KS
+
+
+@dataclass
+class WhatIfJob:
+    traces: Path
+    profile: str                       # a cost profile's name (servers/emulator/profiles)
+    batches: tuple[int, ...] = tuple(BATCHES)
+    ks: tuple[int, ...] = tuple(KS)
+    drafters: list[str] | None = None  # None: every drafter the traces have
+    oracle_depth: int | None = None    # None: the largest k; 0: no limit
+    requests: int | None = None        # per batch size [default: the traces, cycled to >= 4 x batch]
+    output: Path | None = None         # also write whatif.json there
+
+
+@dataclass
+class WhatIf:
+    doc: dict            # whatif.json's content
+    policies: int
+    wall_s: float
+
+
+def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> WhatIf:
+    from loadgen.whatif import evaluate as ev
+    from loadgen.whatif.report import to_json
+    from loadgen.whatif.traces import TraceError, read
+    from servers.emulator import profile as profiles
+    if job.oracle_depth is not None and job.oracle_depth < 0:
+        raise LoadgenError(f"--oracle-depth must be >= 0, got {job.oracle_depth}")
+    if job.requests is not None and job.requests < 1:
+        raise LoadgenError(f"--requests must be >= 1, got {job.requests}")
+    depth = max(job.ks) if job.oracle_depth is None else (job.oracle_depth or None)
+    try:
+        prof = profiles.load(job.profile)
+        loaded = read(job.traces)
+        methods = ev.drafters_of(loaded, prof, job.drafters)
+        chosen = ev.candidates(methods, tuple(job.ks), k_max=max(job.ks), oracle_depth=depth)
+        wall = time.monotonic()
+        outcomes = ev.evaluate(loaded, job.profile, list(job.batches), chosen, requests=job.requests,
+                               progress=progress)
+    except (profiles.ProfileError, TraceError, ev.WhatIfError) as e:
+        raise LoadgenError(str(e)) from None
+    wall = time.monotonic() - wall
+    doc = to_json(loaded, methods, job.profile, outcomes, source=str(job.traces), ks=list(job.ks),
+                  oracle_depth=depth)
+    if job.output is not None:
+        try:
+            job.output.mkdir(parents=True, exist_ok=True)
+            (job.output / "whatif.json").write_text(json.dumps(doc, indent=1))
+        except OSError as e:
+            raise LoadgenError(f"cannot write {job.output / 'whatif.json'}: {e.strerror or e}; "
+                               "choose another --output") from None
+    return WhatIf(doc, len(chosen), wall)
+
+
+def traces_from_run(results: Path, output: Path | None = None, drafter: tuple[str, int] | None = None,
+                    ngram_lookup: tuple[int, int] = (5, 5)) -> tuple[Path, list, list[str]]:
+    """Acceptance traces from a run's results, written to `output` (default RESULTS/traces.jsonl):
+    (where, the traces, notes for the user)."""
+    from loadgen.whatif.fromrun import from_results
+    from loadgen.whatif.traces import TraceError, write
+    try:
+        built, notes = from_results(results, drafter=drafter, ngram_lookup=ngram_lookup)
+    except TraceError as e:
+        raise LoadgenError(str(e)) from None
+    path = output or results / "traces.jsonl"
+    try:
+        write(path, built)
+    except OSError as e:
+        raise LoadgenError(f"cannot write {path}: {e.strerror or e}; choose another --output") from None
+    return path, built, notes
