@@ -83,7 +83,9 @@ def measure(job: RunJob) -> Measured:
             raise LoadgenError(str(e)) from None
         spec.metrics_url = metrics_url(spec.api_base, job.metrics_url)
         try:
-            backends.Processes(job.workers, None).check(spec)
+            if job.workers < 1:
+                raise ValueError(f"workers must be >= 1, got {job.workers}")
+            backends.choose(job.workers, job.workload_ref).check(spec)
         except ValueError as e:
             raise LoadgenError("--" + str(e).replace("max_concurrency", "--max-concurrency")
                                .replace("the concurrency", "the --concurrency")) from None
