@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,15 @@ def process_tree(root: int) -> set[tuple[int, int]]:
 
 def still_running(procs: set[tuple[int, int]]) -> set[tuple[int, int]]:
     return {(pid, start) for pid, start in procs if (st := _stat(pid)) is not None and st[1] == start}
+
+
+def wait_served(trace: Path, n: int, timeout_s: float = 60.0) -> None:
+    """Wait until the scripted server has finished `n` responses (its --trace has a line each):
+    a run is under way, however long this machine took to start it (a fixed sleep is too short
+    on a slow machine)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if trace.exists() and len(trace.read_text().splitlines()) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the server finished fewer than {n} responses in {timeout_s:g} s")

@@ -6,13 +6,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
 
 from loadgen import store
-from tests.conftest import REPO, run_cli, server_pids
+from tests.conftest import REPO, run_cli, server_pids, wait_served
 
 SUMMARY_KEYS = {"config", "completed", "failed", "errors", "duration_s", "output_throughput_tok_s",
                 "request_throughput_req_s", "ttft_ms", "tpot_ms", "itl_ms", "inter_chunk_ms",
@@ -124,20 +123,22 @@ def test_bad_input_is_one_clear_line(fast_server, tmp_path, args, expect):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_run_keeps_what_finished(server, tmp_path, sig):
-    url = server("--ttft-ms", "5", "--step-ms", "20", "--chunk-tokens", "1")
+    trace = tmp_path / "served.jsonl"
+    url = server("--ttft-ms", "5", "--step-ms", "20", "--chunk-tokens", "1", "--trace", str(trace))
+    results = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "loadgen", "run", "--base-url", url,
                              "--concurrency", "4", "--num-requests", "400", "--output-len", "10",
-                             "--quiet", "--output", str(tmp_path)],
+                             "--quiet", "--output", str(results)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    time.sleep(3.0)  # ~0.2 s per request: some finished, some in flight
+    wait_served(trace, 12)  # ~0.2 s per request: some finished, some in flight
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = json.loads((results / "summary.json").read_text())
     assert summary["interrupted"] is True
     assert 10 <= summary["completed"] < 400 and summary["failed"] == 0
-    frame = pd.read_parquet(tmp_path / "requests.parquet")
+    frame = pd.read_parquet(results / "requests.parquet")
     assert (frame["ok"].sum() == summary["completed"])
     assert set(frame.loc[~frame["ok"], "error_type"]) <= {"cancelled"}
     assert (frame.loc[frame["ok"], "completion_tokens"] == 10).all()

@@ -19,7 +19,7 @@ import pytest
 from loadgen.measure import request_frame
 from loadgen.record import RequestRecord
 from loadgen.selfcheck import self_check
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, wait_served
 
 
 def _load(out: Path) -> tuple[dict, pd.DataFrame]:
@@ -150,24 +150,13 @@ def _start(url: str, out: Path, *extra: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
 
 
-def _served(trace: Path, n: int, timeout_s: float = 60.0) -> None:
-    """Wait until the scripted server has finished `n` responses (its --trace has a line each):
-    the run is under way, however long this machine took to start its workers."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if trace.exists() and len(trace.read_text().splitlines()) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"the server finished fewer than {n} responses in {timeout_s:g} s")
-
-
 def test_a_worker_killed_mid_run_loses_only_its_requests(server, tmp_path):
     trace = tmp_path / "served.jsonl"
     url = server("--ttft-ms", "5", "--step-ms", "20", "--chunk-tokens", "1", "--trace", str(trace))
     proc = _start(url, tmp_path / "out", "--concurrency", "4", "--num-requests", "60")
     try:
         workers = _workers_of(proc.pid, 2)
-        _served(trace, 8)  # ~0.2 s per request, 4 users: some done in each worker
+        wait_served(trace, 8)  # ~0.2 s per request, 4 users: some done in each worker
         os.kill(workers[1], signal.SIGKILL)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -191,7 +180,7 @@ def test_an_interrupted_multi_worker_run_keeps_what_finished(server, tmp_path):
     proc = _start(url, tmp_path / "out", "--concurrency", "4", "--num-requests", "400")
     try:
         workers = _workers_of(proc.pid, 2)
-        _served(trace, 12)
+        wait_served(trace, 12)
         proc.send_signal(signal.SIGINT)  # as Ctrl-C to the parent alone (SIGTERM goes this way too)
         out, err = proc.communicate(timeout=60)
     finally:
