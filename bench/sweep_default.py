@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from loadgen.measure import request_frame  # noqa: E402
+from loadgen.frame import request_frame  # noqa: E402
 from loadgen.run import LoadShape  # noqa: E402
 from loadgen.simulate import SimSpec, simulate  # noqa: E402
 from loadgen.summary import summarize  # noqa: E402

@@ -14,7 +14,7 @@ import pandas as pd
 from loadgen import backends, config as configs, timescale
 from loadgen.endpoint import EndpointError, api_base, metrics_url, probe
 from loadgen.errors import LoadgenError
-from loadgen.measure import request_frame
+from loadgen.frame import request_frame
 from loadgen.run import RunResult, RunSpec, session_for, stop_on_signals
 from loadgen.summary import summarize
 from loadgen.target import Note, Target, serving

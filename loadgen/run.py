@@ -1,7 +1,7 @@
 """One measured run: a workload sent to one server under one load shape.
 
 Wires the pieces (feed -> executor -> client -> records) and returns the raw records plus
-the client's own lag samples. Nothing here computes a figure; `loadgen.measure` does.
+the client's own lag samples. Nothing here computes a figure; `loadgen.frame` and `loadgen.summary` do.
 """
 from __future__ import annotations
 

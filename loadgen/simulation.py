@@ -12,7 +12,7 @@ import pandas as pd
 
 from loadgen import config as configs
 from loadgen.errors import LoadgenError
-from loadgen.measure import request_frame
+from loadgen.frame import request_frame
 from loadgen.simulate import SimResult, SimSpec, simulate
 from loadgen.summary import summarize
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from loadgen import scrape, slo
-from loadgen.measure import measured, token_gaps
+from loadgen.frame import measured, token_gaps
 from loadgen.selfcheck import self_check
 from loadgen.stats import describe
 

@@ -13,7 +13,7 @@ import time
 import pandas as pd
 import pytest
 
-from loadgen.measure import request_frame
+from loadgen.frame import request_frame
 from loadgen.run import LoadShape, RunSpec, execute
 from servers.embedded import scripted_server
 from tests.conftest import run_cli

@@ -1,7 +1,7 @@
 """Metric definitions (docs/metrics.md) on hand-made records whose every time is known."""
 import pytest
 
-from loadgen.measure import request_frame, token_gaps
+from loadgen.frame import request_frame, token_gaps
 from loadgen.record import RequestRecord
 from loadgen.summary import steady_window, summarize
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from loadgen.measure import request_frame
+from loadgen.frame import request_frame
 from loadgen.run import LoadShape, RunSpec, execute
 from loadgen.summary import summarize
 from workloads import random_lengths

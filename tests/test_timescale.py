@@ -13,7 +13,7 @@ from array import array
 import pytest
 
 from loadgen import timescale
-from loadgen.measure import request_frame
+from loadgen.frame import request_frame
 from loadgen.record import RequestRecord
 from loadgen.run import LoadShape, RunResult
 from loadgen.scrape import Snapshot, Window

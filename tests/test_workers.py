@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadgen.measure import request_frame
+from loadgen.frame import request_frame
 from loadgen.record import RequestRecord
 from loadgen.selfcheck import self_check
 from tests.conftest import REPO, run_cli, wait_served

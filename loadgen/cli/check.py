@@ -10,7 +10,7 @@ import click
 
 from loadgen import gate
 from loadgen.cli.app import EXIT_USAGE, Failure, main
-from loadgen.cli.run import measure, run_options
+from loadgen.cli.run import run_and_print, run_options
 
 EXIT_SLO_FAILED = 1
 
@@ -82,6 +82,6 @@ def check(**o) -> None:
     else:
         if o["base_url"] and o["servers"]:
             raise click.UsageError("give --base-url or --servers, not both")
-        summary = measure(o, nothing_code=EXIT_USAGE, to_stderr=o["as_json"])
+        summary = run_and_print(o, nothing_code=EXIT_USAGE, to_stderr=o["as_json"])
         summaries = {"run": summary}
     report({name: gate.judge(s, targets) for name, s in summaries.items()}, o["junit"], o["as_json"])

@@ -68,10 +68,10 @@ def run_options(f):
 @run_options
 def run(**o) -> None:
     """Send a workload to one server under one load and measure every request."""
-    measure(o)
+    run_and_print(o)
 
 
-def measure(o: dict, nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool = False) -> dict:
+def run_and_print(o: dict, nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool = False) -> dict:
     """`loadgen run` with options `o`: the run measured, its results written; its summary.
     Exits with `nothing_code` when no request succeeded."""
     job = run_job(o)

@@ -14,7 +14,7 @@ import pandas as pd
 from loadgen import backends, timescale
 from loadgen.config import clock, run_config
 from loadgen.endpoint import EndpointError, probe
-from loadgen.measure import request_frame
+from loadgen.frame import request_frame
 from loadgen.run import LoadShape, RunSpec, execute, session_for, stop_on_signals
 from loadgen.summary import summarize
 from loadgen.sweep.plan import Cell, Plan

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from loadgen.measure import request_frame
+from loadgen.frame import request_frame
 from loadgen.run import LoadShape
 from loadgen.simulate import SimSpec, simulate
 from loadgen.summary import summarize
