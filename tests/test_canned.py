@@ -44,6 +44,21 @@ def test_bad_options_are_one_line(tmp_path):
     assert "--events-per-write must be at least 1" in res.stderr
 
 
+async def _send_one(url: str, max_tokens: int, before=None) -> RequestRecord:
+    """One streamed completion from the canned server at `url`, through loadgen's client
+    (`before`: called just before it is sent)."""
+    session = make_session(1)
+    client = StreamClient(session, url + "/v1", "completions", {}, 30.0)
+    rec = RequestRecord(index=0, request_id="r", warmup=False, t_scheduled_ns=0)
+    body = json.dumps({"model": "canned", "prompt": "hi", "max_tokens": max_tokens, "stream": True,
+                       "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
+    if before is not None:
+        before()
+    await client.send(rec, body)
+    await session.close()
+    return rec
+
+
 @pytest.mark.parametrize("pacing_ms", ["5", "0"])
 def test_chunk_times_are_taken_as_the_socket_read_arrives(monkeypatch, pacing_ms):
     """Every chunk's time is when the event loop's select() returned with its socket readable,
@@ -66,17 +81,7 @@ def test_chunk_times_are_taken_as_the_socket_read_arrives(monkeypatch, pacing_ms
 
     monkeypatch.setattr(_StampingHandler, "data_received", spy)
     with canned_server("--pacing-ms", pacing_ms, "--ttft-ms", "5") as srv:
-        async def go():
-            session = make_session(1)
-            client = StreamClient(session, srv.url + "/v1", "completions", {}, 30.0)
-            rec = RequestRecord(index=0, request_id="r", warmup=False, t_scheduled_ns=0)
-            body = json.dumps({"model": "canned", "prompt": "hi", "max_tokens": 10, "stream": True,
-                               "stream_options": {"include_usage": True,
-                                                  "continuous_usage_stats": True}}).encode()
-            await client.send(rec, body)
-            await session.close()
-            return rec
-        rec = asyncio.run(go())
+        rec = asyncio.run(_send_one(srv.url, 10))
     assert rec.ok and list(rec.chunk_usage) == list(range(1, 11))
     assert all(selected <= before for selected, before, _ in calls)  # the select came first
     for t in rec.chunk_t_ns:
@@ -100,19 +105,8 @@ def test_the_first_chunks_read_delay_bounds_what_a_busy_loop_added(tmp_path, bus
         block.append(time.monotonic_ns())
 
     with canned_server("--pacing-ms", "5", "--ttft-ms", "30", "--trace", str(trace)) as srv:
-        async def go():
-            session = make_session(1)
-            client = StreamClient(session, srv.url + "/v1", "completions", {}, 30.0)
-            rec = RequestRecord(index=0, request_id="r", warmup=False, t_scheduled_ns=0)
-            body = json.dumps({"model": "canned", "prompt": "hi", "max_tokens": 5, "stream": True,
-                               "stream_options": {"include_usage": True,
-                                                  "continuous_usage_stats": True}}).encode()
-            if busy:
-                asyncio.get_running_loop().call_later(0.01, block_loop)
-            await client.send(rec, body)
-            await session.close()
-            return rec
-        rec = asyncio.run(go())
+        rec = asyncio.run(_send_one(srv.url, 5, before=(
+            lambda: asyncio.get_running_loop().call_later(0.01, block_loop)) if busy else None))
     assert rec.ok and list(rec.chunk_usage) == list(range(1, 6))
     written = json.loads(trace.read_text().splitlines()[0])["write_ns"][0]
     late_ms = (rec.chunk_t_ns[0] - written) / 1e6

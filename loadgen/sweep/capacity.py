@@ -43,7 +43,10 @@ def find_capacity(job: CapacityJob) -> CapacityOutcome:
         workload = open_workload(plan.workloads[0], data_dir=plan.data_dir)
     except (DeploymentError, WorkloadError) as e:
         raise LoadgenError(str(e)) from None
-    out = store.prepare(job.output)
+    try:
+        out = store.prepare(job.output)
+    except store.OutputError as e:
+        raise LoadgenError(str(e)) from None
     closed = plan.mode == "closed"
     outcome = CapacityOutcome()
     for variant in plan.variants:
