@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from loadgen.run import LoadShape  # noqa: E402
-from loadgen.simulate import SimSpec, simulate  # noqa: E402
+from loadgen.run.execute import LoadShape  # noqa: E402
+from loadgen.simulate.virtual import SimSpec, simulate  # noqa: E402
 from servers.emulator import profile as profiles  # noqa: E402
 from servers.emulator.engine import EngineConfig  # noqa: E402
 from servers.emulator.spec import parse  # noqa: E402

@@ -2,7 +2,7 @@
 The CLI (loadgen/cli/) only turns options into these specs and their results into output.
 
     from loadgen import api
-    from loadgen.run import RunSpec
+    from loadgen.run.execute import RunSpec
     from loadgen.shapes import ClosedLoop
     from workloads import open_workload
 
@@ -22,24 +22,31 @@ from typing import Callable
 
 import pandas as pd
 
-from loadgen import store
+from loadgen import config
+from loadgen.backends.workers import WorkloadRef
 from loadgen.errors import LoadgenError
-from loadgen.measurement import Measured, RunJob, measure
-from loadgen.run import RunResult, RunSpec
-from loadgen.simulation import SimJob, Simulated, run_simulation as simulate
-from loadgen.sweep.capacity import CapacityJob, CapacityOutcome, find_capacity as capacity
+from loadgen.outputs import store
+from loadgen.outputs.live import serve as live_metrics
+from loadgen.report.data import summaries
+from loadgen.run.execute import RunResult, RunSpec
+from loadgen.run.measurement import Measured, RunJob, measure
+from loadgen.run.options import load_shape, objectives, run_job, workload
+from loadgen.run.target import Target
+from loadgen.run.timescale import TimeScaleError, parse_scale
+from loadgen.simulate.job import SimJob, Simulated, sim_job
+from loadgen.simulate.job import run_simulation as simulate
+from loadgen.sweep.capacity import CapacityJob, CapacityOutcome, capacity_job
+from loadgen.sweep.capacity import find_capacity as capacity
 from loadgen.sweep.execute import SweepJob, SweepResult, sweep
 from loadgen.sweep.plan import Plan
-from loadgen.target import Target
 from loadgen.whatif.job import WhatIf, WhatIfJob, traces_from_run, whatif
-from loadgen.workers import WorkloadRef
 
 SUMMARY, REQUESTS = store.SUMMARY, store.REQUESTS
 
 __all__ = ["CapacityJob", "CapacityOutcome", "LoadgenError", "Outcome", "Plan", "RunJob", "RunSpec", "SimJob",
-           "Simulated", "SweepJob", "SweepResult", "Target",
-           "WhatIf", "WhatIfJob", "WorkloadRef", "capacity", "prepare", "run", "simulate", "sweep",
-           "traces_from_run", "whatif", "write"]
+           "Simulated", "SweepJob", "SweepResult", "Target", "TimeScaleError", "WhatIf", "WhatIfJob", "WorkloadRef",
+           "capacity", "capacity_job", "config", "live_metrics", "load_shape", "objectives", "parse_scale", "prepare", "run",
+           "run_job", "sim_job", "simulate", "summaries", "sweep", "traces_from_run", "whatif", "workload", "write"]
 
 
 @dataclass
@@ -77,7 +84,7 @@ def write(output: Path, frame: pd.DataFrame, summary: Callable[[], dict]) -> dic
 
 
 def run(job: RunJob, output: str | Path | None = None) -> Outcome:
-    """One measured run (loadgen.measurement); with `output`, its results written there."""
+    """One measured run (loadgen.run.measurement); with `output`, its results written there."""
     out = prepare(output) if output is not None else None
     measured: Measured = measure(job)
     summary = write(out, measured.frame, measured.summary) if out is not None else measured.summary()

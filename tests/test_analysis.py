@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from loadgen import analysis
+from loadgen.report import speedup
 
 
 def _table() -> pd.DataFrame:
@@ -16,7 +16,7 @@ def _table() -> pd.DataFrame:
 
 
 def test_speedups_are_ratios_and_columns_line_up():
-    text = analysis.render(_table())
+    text = speedup.render(_table())
     lines = text.splitlines()
     head, rows = lines[1], lines[2:4]
     assert head.split() == ["concurrency", "baseline", "tok/s", "ngram-simple-k3", "draft-qwen3-0.6b"]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from loadgen import api
-from loadgen.analysis import speedup
+from loadgen.report.speedup import speedup
 from loadgen.shapes import ClosedLoop, Ramp
 from workloads import open_workload
 

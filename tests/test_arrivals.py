@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from loadgen import arrivals
+from loadgen.shapes import arrivals
 
 
 def _gaps(offsets):

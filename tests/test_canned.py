@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
+from loadgen.client.record import RequestRecord
+from loadgen.client.stream import StreamClient, _StampingHandler, make_session
 from servers.embedded import canned_server
 from tests.conftest import run_cli
-from loadgen.client.stream import StreamClient, _StampingHandler, make_session
-from loadgen.record import RequestRecord
 
 
 def test_canned_server_streams_what_its_trace_says(tmp_path):

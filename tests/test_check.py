@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadgen import capacity as cap
-from loadgen import gate
+from loadgen.measures import slo
 from loadgen.sweep import results
+from loadgen.sweep import search as cap
 from tests.conftest import run_cli, server_pids
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,11 +54,11 @@ def test_a_bad_slo_is_one_line_listing_valid_names(slo, tmp_path):
 
 
 def test_slo_parsing_and_judging():
-    s = [gate.parse(t) for t in ("ttft_p99<=2s", "error_rate<=0.1%", "goodput>=95%", "output_throughput>=100")]
+    s = [slo.parse(t) for t in ("ttft_p99<=2s", "error_rate<=0.1%", "goodput>=95%", "output_throughput>=100")]
     assert [x.target for x in s] == [2000.0, 0.001, 0.95, 100.0]
     summary = {"ttft_ms": {"p99": 2500.0}, "completed": 999, "failed": 1, "goodput": {"fraction": 0.96},
                "output_throughput_tok_s": 90.0}
-    v = gate.judge(summary, s)
+    v = slo.judge(summary, s)
     assert [x.passed for x in v] == [False, True, True, False]
     assert v[0].margin == -500.0 and v[1].measured == 0.001
 

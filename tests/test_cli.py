@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
-from loadgen import store
+from loadgen.outputs import store
 from tests.conftest import REPO, run_cli, server_pids, wait_served
 
 SUMMARY_KEYS = {"config", "completed", "failed", "errors", "duration_s", "output_throughput_tok_s",

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from loadgen.client.sse import StreamFault
 from loadgen.client.events import on_event
-from loadgen.record import RequestRecord
+from loadgen.client.record import RequestRecord
+from loadgen.client.sse import StreamFault
 from servers.openai_stream import StreamRenderer
 
 

@@ -13,8 +13,8 @@ import time
 import pandas as pd
 import pytest
 
-from loadgen.frame import request_frame
-from loadgen.run import LoadShape, RunSpec, execute
+from loadgen.measures.frame import request_frame
+from loadgen.run.execute import LoadShape, RunSpec, execute
 from servers.embedded import scripted_server
 from tests.conftest import run_cli
 from workloads import random_lengths

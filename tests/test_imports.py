@@ -49,16 +49,16 @@ def test_servers_and_workloads_import_neither_loadgen_nor_each_other(package):
 def test_the_rule_would_see_a_broken_import(tmp_path):
     """The checks themselves: function-level imports are found, by package and by module."""
     bad = tmp_path / "bad.py"
-    bad.write_text("import os\n\ndef f():\n    from loadgen.summary import summarize\n    import workloads.spec\n"
-                   "    from loadgen import store\n")
+    bad.write_text("import os\n\ndef f():\n    from loadgen.measures.summary import summarize\n    import workloads.spec\n"
+                   "    from loadgen.outputs import store\n")
     assert imported_packages(bad) == {"loadgen": 4, "workloads": 5}
-    assert {"loadgen.summary", "workloads.spec", "loadgen.store"} <= set(imported_modules(bad))
+    assert {"loadgen.measures.summary", "workloads.spec", "loadgen.outputs.store"} <= set(imported_modules(bad))
 
 
 # the CLI turns options into specs and results into output; the work is the library's (loadgen.api)
-CLI_MAY_NOT_IMPORT = ("loadgen.executors", "loadgen.client", "loadgen.scrape", "loadgen.store", "loadgen.run",
-                      "loadgen.workers", "loadgen.fanout", "loadgen.backends", "loadgen.measurement",
-                      "loadgen.sweep.cell", "loadgen.sweep.runner", "loadgen.sweep.execute")
+CLI_MAY_NOT_IMPORT = ("loadgen.executors", "loadgen.client", "loadgen.run", "loadgen.backends", "loadgen.outputs.store",
+                      "loadgen.sweep.cell", "loadgen.sweep.runner", "loadgen.sweep.execute", "loadgen.sweep.parallel",
+                      "loadgen.sweep.cluster")
 
 
 def test_the_cli_goes_through_the_library():

@@ -5,8 +5,8 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen.live import LiveMetrics
-from loadgen.record import RequestRecord
+from loadgen.client.record import RequestRecord
+from loadgen.outputs.live import LiveMetrics
 
 MS = 1_000_000
 OPENMETRICS = "application/openmetrics-text; version=0.0.1,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"

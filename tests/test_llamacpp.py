@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadgen import analysis
+from loadgen.report import speedup
 from loadgen.sweep import results
 from servers.deployments import llamacpp, load, render
 from servers.launcher import Server, free_port
@@ -144,7 +144,7 @@ def test_a_sweep_over_a_llamacpp_deployment(deployment, tmp_path):
     # n-gram drafting fires only where the text repeats: one cell of three short sampled chat
     # answers may draft nothing (seen once in CI), so each variant is judged over its cells
     assert drafts["baseline"] == 0 and drafts["ngram-simple"] > 0 and drafts["ngram-mod"] > 0, drafts
-    speedups = analysis.speedup(table)
+    speedups = speedup.speedup(table)
     assert len(speedups) == 8 and (speedups["speedup"] > 0).all()  # 2 SD variants x 2 workloads x 2 levels
     assert "Speedup over baseline" in res.stdout and "ngram-mod" in res.stdout
     assert server_pids() <= before

@@ -1,9 +1,9 @@
 """Metric definitions (docs/metrics.md) on hand-made records whose every time is known."""
 import pytest
 
-from loadgen.frame import request_frame, token_gaps
-from loadgen.record import RequestRecord
-from loadgen.summary import steady_window, summarize
+from loadgen.client.record import RequestRecord
+from loadgen.measures.frame import request_frame, token_gaps
+from loadgen.measures.summary import steady_window, summarize
 
 MS = 1_000_000
 BASE = 5_000  # ms: monotonic times are never 0 (0 means "not sent")

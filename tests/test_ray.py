@@ -251,7 +251,7 @@ def test_one_runs_load_from_actors_on_two_nodes(cluster, server, tmp_path):
 def test_each_engine_asks_ray_for_what_it_runs_on():
     """vLLM asks for GPUs, the emulator and llama.cpp for CPUs; CPU and GPU go to Ray's own
     keywords (Ray refuses them as custom resources), anything else as a custom resource."""
-    from loadgen.raycluster import default_resource, resource_request
+    from loadgen.backends.raycluster import default_resource, resource_request
     assert [default_resource(e) for e in ("vllm", "emulator", "llama.cpp")] == ["GPU", "CPU", "CPU"]
     assert resource_request("GPU", 2) == {"num_cpus": 1, "num_gpus": 2}
     assert resource_request("CPU", 2) == {"num_cpus": 2}

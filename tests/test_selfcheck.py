@@ -4,9 +4,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from loadgen.frame import request_frame
-from loadgen.run import LoadShape, RunSpec, execute
-from loadgen.summary import summarize
+from loadgen.measures.frame import request_frame
+from loadgen.measures.summary import summarize
+from loadgen.run.execute import LoadShape, RunSpec, execute
 from workloads import random_lengths
 
 

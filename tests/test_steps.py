@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen.steps import request_steps
+from loadgen.measures.steps import request_steps
 
 MS = 1_000_000
 

@@ -12,13 +12,13 @@ from array import array
 
 import pytest
 
-from loadgen import timescale
-from loadgen.frame import request_frame
-from loadgen.record import RequestRecord
-from loadgen.run import LoadShape, RunResult
-from loadgen.scrape import Snapshot, Window
-from loadgen.simulate import SimSpec, simulate
-from loadgen.summary import summarize
+from loadgen.client.record import RequestRecord
+from loadgen.measures.frame import request_frame
+from loadgen.measures.summary import summarize
+from loadgen.run import timescale
+from loadgen.run.execute import LoadShape, RunResult
+from loadgen.run.scrape import Snapshot, Window
+from loadgen.simulate.virtual import SimSpec, simulate
 from loadgen.sweep.probe import LevelCost, choose, describe
 from servers.embedded import emulator_server
 from servers.emulator.spec import parse

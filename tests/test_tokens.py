@@ -1,8 +1,8 @@
 """Tokens per chunk and their provenance."""
 import pytest
 
-from loadgen.record import RequestRecord
-from loadgen.tokens import apportion, load_tokenizer, resolve, TokenizerError
+from loadgen.client.record import RequestRecord
+from loadgen.measures.tokens import TokenizerError, apportion, load_tokenizer, resolve
 
 
 def _rec(times, usage, chars, total=None, text=None):

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadgen.frame import request_frame
-from loadgen.record import RequestRecord
-from loadgen.selfcheck import self_check
+from loadgen.client.record import RequestRecord
+from loadgen.measures.frame import request_frame
+from loadgen.run.selfcheck import self_check
 from tests.conftest import REPO, run_cli, wait_served
 
 
@@ -217,10 +217,10 @@ def test_a_sweep_measures_each_cell_with_its_workers(tmp_path):
 
 
 def test_an_actors_times_are_moved_onto_the_drivers_clock():
-    """loadgen.fanout.shift: every timestamp of a run on another host moves by the clocks'
+    """loadgen.backends.fanout.shift: every timestamp of a run on another host moves by the clocks'
     difference; durations (what latencies are made of) do not change."""
-    from loadgen.fanout import shift
-    from loadgen.run import RunResult
+    from loadgen.backends.fanout import shift
+    from loadgen.run.execute import RunResult
     rec = _rec(0, 1, [1_000, 1_500, 2_500])
     result = RunResult([rec], [900, 2_000], [0, 5], 0, 0.0, load_info={"first_sends_ns": [990, 990]})
     shift(result, 10_000)

@@ -2,12 +2,12 @@
 `RunSpec` and workload, opens its own window on the server's /metrics around the measurement,
 and returns one `RunResult` of the same form, whatever processes or nodes sent the requests.
 
-- `inprocess`: this process's event loop (loadgen.run.execute);
-- `processes`: N worker processes on this host, the one schedule split (loadgen.workers);
-- `rayactors`: N Ray actors over a cluster's nodes (loadgen.fanout).
+- `inprocess`: this process's event loop (loadgen.run.execute.execute);
+- `processes`: N worker processes on this host, the one schedule split (loadgen.backends.workers);
+- `rayactors`: N Ray actors over a cluster's nodes (loadgen.backends.fanout).
 
 `choose` picks one from what the user asked for; `run`, `check`, `capacity` and the sweep's
-cells all go through it (loadgen.measurement, loadgen.sweep.cell). A new backend is one module
+cells all go through it (loadgen.run.measurement, loadgen.sweep.cell). A new backend is one module
 with a `Backend` subclass, and a line in `choose`."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from loadgen.backends.rayactors import RayActors
 def choose(workers: int = 1, workload=None, cluster=None) -> Backend:
     """In-process for one worker on this host; worker processes for several; Ray actors when a
     cluster was joined (`cluster`: Ray's module, initialised). `workload`: a
-    loadgen.workers.WorkloadRef the other processes open (the same seed gives the same requests)."""
+    loadgen.backends.workers.WorkloadRef the other processes open (the same seed gives the same requests)."""
     if cluster is not None:
         return RayActors(cluster, workers, workload)
     if workers > 1:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import asyncio
 from typing import Callable, ClassVar, Iterator
 
-from loadgen.record import RequestRecord
-from loadgen.run import RunResult, RunSpec
+from loadgen.client.record import RequestRecord
+from loadgen.run.execute import RunResult, RunSpec
 from workloads import Request
 
 # (requests done, of which failed) since the last call: how every backend reports progress

@@ -1,8 +1,8 @@
-"""The load from N worker processes on this host (`--workers N`): loadgen.workers."""
+"""The load from N worker processes on this host (`--workers N`): loadgen.backends.workers."""
 from __future__ import annotations
 
 from loadgen.backends.base import Backend
-from loadgen.workers import check_workers, execute_workers
+from loadgen.backends.workers import check_workers, execute_workers
 
 
 class Processes(Backend):

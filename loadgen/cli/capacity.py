@@ -2,7 +2,6 @@
 and a recommendation (docs/check.md). Every probe's results are kept in --output."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import click
@@ -10,8 +9,6 @@ import click
 from loadgen import api
 from loadgen.cli import options
 from loadgen.cli.app import Failure, main
-from loadgen.cli.check import slos
-from loadgen.timescale import TimeScaleError, parse_scale
 
 
 @main.command()
@@ -44,41 +41,8 @@ from loadgen.timescale import TimeScaleError, parse_scale
 def capacity(**o) -> None:
     """Find, per variant, the highest concurrency (or rate) that meets the SLOs: doubling,
     bisection, repeats at the boundary; then recommend a variant and where SD should be off."""
-    from servers.deployments import DeploymentError, load
-    from workloads import WorkloadError, open_workload
-    targets = slos(o["slo_texts"])
-    try:
-        goodput = options.objectives({"goodput_specs": [o["goodput"]] if o["goodput"] else []})
-        dep = load(o["servers"]).with_engine(o["engine"])
-        variants = o["variants"].split(",") if o["variants"] else list(dep.variants)
-        for v in variants:
-            if v not in dep.variants:
-                raise DeploymentError(f"deployment {dep.name!r} has no variant {v!r}; it has {', '.join(dep.variants)}")
-        open_workload(o["workload"], data_dir=o["data_dir"])  # a bad one is said before any server starts
-    except (DeploymentError, WorkloadError) as e:
-        raise Failure(str(e)) from None
-    try:
-        time_scale = parse_scale(o["time_scale"])
-    except TimeScaleError as e:
-        raise click.UsageError(str(e)) from None
-    if time_scale is not None and dep.engine != "emulator":
-        raise click.UsageError(f"--time-scale runs the emulated GPU slower; deployment {dep.name!r} runs on "
-                               f"{dep.engine}, whose hardware keeps its own time: drop --time-scale (or add "
-                               "--engine emulator)")
-    if any(s.metric == "goodput" for s in targets) and not goodput:
-        raise click.UsageError("--slo goodput needs per-request objectives: add --goodput 'ttft<=2s,tpot<=50ms'")
-    closed = o["by"] == "concurrency"
-    if not 0 < o["start"] <= o["limit"]:
-        raise click.UsageError(f"--start {o['start']:g} must be > 0 and at most --limit {o['limit']:g}")
-    out = o["output"] or Path("results") / time.strftime("capacity-%Y%m%d-%H%M%S")
-    plan = api.Plan(deployment=o["servers"], engine=o["engine"], variants=variants, workloads=[o["workload"]],
-                workload_labels=[o["workload"].split(",")[0]], mode="closed" if closed else "open", levels=[],
-                num_requests=o["num_requests"], duration_s=o["duration"], warmup=o["warmup"], seed=o["seed"],
-                data_dir=o["data_dir"], baseline=o["baseline"], min_requests=20 if closed else 40,
-                time_scale=time_scale)
-    found = api.capacity(api.CapacityJob(plan, targets, out, start=o["start"], limit=o["limit"],
-                                         resolution=o["resolution"], repeats=o["repeats"], goodput=goodput,
-                                         note=lambda message: click.echo(message, err=True)))
+    job = api.capacity_job(o, note=options.note)
+    found, out = api.capacity(job), job.output
     lines = [f"{r.variant:<16} {r.statement}" for r in found.results]
     lines += [""] + found.recommendation
     click.echo("\n".join(lines))

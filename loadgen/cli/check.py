@@ -2,53 +2,28 @@
 holds, 1 when any fails, 2 on a usage or infrastructure error (docs/check.md)."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
-from loadgen import gate
+from loadgen import api
 from loadgen.cli.app import EXIT_USAGE, Failure, main
 from loadgen.cli.run import run_and_print, run_options
+from loadgen.measures import slo
 
 EXIT_SLO_FAILED = 1
 
 
-def slos(texts: tuple[str, ...]) -> list[gate.SLO]:
-    if not texts:
-        raise click.UsageError("give at least one --slo, e.g. --slo 'ttft_p99<=2s' --slo 'error_rate<=0.1%'")
-    try:
-        return [gate.parse(t) for t in texts]
-    except gate.SLOError as e:
-        raise click.UsageError(str(e)) from None
-
-
-def recorded(path: Path) -> dict[str, dict]:
-    """The summaries under `path`: a run's directory, or a sweep's (one per cell)."""
-    from loadgen.api import SUMMARY
-    from loadgen.report.data import ReportError, read
-    if (path / SUMMARY).is_file():
-        try:
-            return {path.name: json.loads((path / SUMMARY).read_text())}
-        except ValueError as e:
-            raise Failure(f"{path / SUMMARY} is not valid JSON ({e})") from None
-    try:
-        sweep = read(path)
-    except ReportError as e:
-        raise Failure(f"--results {path}: not a run ({SUMMARY} missing) nor a sweep: {e}") from None
-    return {key: sweep.summaries[key] for key in sweep.ok["path"]}
-
-
-def report(suites: dict[str, list[gate.Verdict]], junit: Path | None, as_json: bool) -> None:
+def report(suites: dict[str, list[slo.Verdict]], junit: Path | None, as_json: bool) -> None:
     if as_json:
-        click.echo(gate.as_json(suites))
+        click.echo(slo.as_json(suites))
     else:
         for name, verdicts in suites.items():
-            click.echo(gate.table(verdicts, f"\nSLO check: {name}"))
+            click.echo(slo.table(verdicts, f"\nSLO check: {name}"))
     if junit is not None:
         try:
-            junit.write_text(gate.junit(suites))
+            junit.write_text(slo.junit(suites))
         except OSError as e:
             raise Failure(f"cannot write --junit {junit}: {e.strerror or e}") from None
     failed = [v.slo for vs in suites.values() for v in vs if not v.passed]
@@ -74,14 +49,14 @@ def report(suites: dict[str, list[gate.Verdict]], junit: Path | None, as_json: b
 def check(**o) -> None:
     """Run a load (as `loadgen run`) and judge it against SLOs: exit 0 when all hold, 1 when
     any fails, 2 on a usage or infrastructure error."""
-    targets = slos(o["slo_texts"])
+    targets = slo.parse_all(o["slo_texts"])
     if any(s.metric == "goodput" for s in targets) and not o["goodput_specs"] and not o["results"]:
         raise click.UsageError("--slo goodput needs per-request objectives: add --goodput 'ttft<=2s,tpot<=50ms'")
     if o["results"] is not None:
-        summaries = recorded(o["results"])
+        summaries = api.summaries(o["results"])
     else:
         if o["base_url"] and o["servers"]:
             raise click.UsageError("give --base-url or --servers, not both")
         summary = run_and_print(o, nothing_code=EXIT_USAGE, to_stderr=o["as_json"])
         summaries = {"run": summary}
-    report({name: gate.judge(s, targets) for name, s in summaries.items()}, o["junit"], o["as_json"])
+    report({name: slo.judge(s, targets) for name, s in summaries.items()}, o["junit"], o["as_json"])

@@ -2,15 +2,12 @@
 Options in, a `RunJob` to loadgen.api.run, its summary out."""
 from __future__ import annotations
 
-import json
-
 import click
 
 from loadgen import api
 from loadgen.cli import options
-from loadgen.cli.app import EXIT_NOTHING_SUCCEEDED, Failure, main
-from loadgen.timescale import TimeScaleError, parse_scale
-from loadgen.tokens import TokenizerError, load_tokenizer
+from loadgen.cli.app import EXIT_NOTHING_SUCCEEDED, main
+from loadgen.outputs import console
 
 
 def run_options(f):
@@ -74,60 +71,17 @@ def run(**o) -> None:
 def run_and_print(o: dict, nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool = False) -> dict:
     """`loadgen run` with options `o`: the run measured, its results written; its summary.
     Exits with `nothing_code` when no request succeeded."""
-    job = run_job(o)
+    job = api.run_job(o, note=options.note, config={"host": api.config.host(),
+                                                     "argv": api.config.argv_without_secrets()})
+    job.live = api.live_metrics(o["metrics_port"])
     out = options.prepare_output(o, "run")
-    bar = options.ProgressBar(quiet=o["quiet"])
+    bar = console.ProgressBar(quiet=o["quiet"])
     job.on_started = lambda: bar.start(None if job.spec.num_requests is None
                                        else job.spec.num_requests + job.spec.warmup)
     job.progress = bar.update
-    job.live = options.live_metrics(o["metrics_port"])
     try:
         outcome = api.run(job, out)
     finally:
         bar.close()
     return options.report(outcome.summary, out, interrupted=outcome.interrupted, nothing_code=nothing_code,
                           to_stderr=to_stderr)
-
-
-def run_job(o: dict) -> api.RunJob:
-    """The options as a RunJob (every option checked, in one line each, before anything runs)."""
-    load, num = options.load_shape(o)
-    tokenizer = None
-    if o["tokenizer"]:
-        try:
-            tokenizer = load_tokenizer(o["tokenizer"])
-        except TokenizerError as e:
-            raise Failure(str(e)) from None
-    wl = options.workload(o, tokenizer)
-    objectives = options.objectives(o)
-    headers = {"Authorization": f"Bearer {o['api_key']}"} if o["api_key"] else {}
-    extra = None
-    if o["extra_body"]:
-        try:
-            extra = json.loads(o["extra_body"])
-        except ValueError as e:
-            raise click.UsageError(f"--extra-body is not valid JSON ({e}); give an object like '{{\"top_k\": 1}}'")
-        if not isinstance(extra, dict):
-            raise click.UsageError("--extra-body must be a JSON object, like '{\"top_k\": 1}'")
-    try:
-        spec = api.RunSpec(api_base="", model="", load=load, endpoint=o["endpoint"], num_requests=num,
-                           duration_s=o["duration"], warmup=o["warmup"], seed=o["seed"],
-                           request_timeout_s=o["request_timeout"],
-                           continuous_usage=not o["no_continuous_usage"],
-                           keep_text=o["tokenizer"] is not None, token_ids=o["token_ids"], extra_body=extra,
-                           headers=headers)
-    except ValueError as e:
-        raise click.UsageError(options.flagged(str(e))) from None
-    try:
-        given_scale = parse_scale(o["time_scale"])
-    except TimeScaleError as e:
-        raise click.UsageError(str(e)) from None
-    target = api.Target(o["base_url"], o.get("servers"), o.get("variant"), o.get("engine"), given_scale)
-    return api.RunJob(
-        spec, wl, target, model=o["model"], keep_alive=o["keep_alive"], metrics_url=o["metrics_url"],
-        workers=o["workers"], ray_address=o["ray_address"],
-        workload_ref=api.WorkloadRef(wl.spec, o["data_dir"], o["skip_bad"], o["category"], o["tokenizer"]),
-        tokenizer=tokenizer, tokenizer_path=o["tokenizer"], objectives=objectives,
-        lateness_threshold_ms=o["lateness_threshold_ms"], timing_threshold_ms=o["timing_threshold_ms"],
-        note=lambda message: click.echo(message, err=True),
-        config={"host": options.host_config(), "argv": options.argv_without_secrets()})

@@ -2,23 +2,12 @@
 and summary as a real run, in seconds."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from loadgen import api
 from loadgen.cli import options
-from loadgen.cli.app import Failure, main
-from loadgen.simulate import CLIENT_RTT_S, SimSpec
-
-
-def _open_traces(path: str):
-    """The --acceptance-traces file, opened before the simulation so a bad path costs nothing."""
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return open(path, "w")
-    except OSError as e:
-        raise Failure(f"cannot write --acceptance-traces {path!r}: {e.strerror or e}") from None
+from loadgen.cli.app import main
+from loadgen.simulate.virtual import CLIENT_RTT_S
 
 
 @main.command()
@@ -42,34 +31,13 @@ def _open_traces(path: str):
 @options.result_options
 def simulate(**o) -> None:
     """Run a load against the emulated engine in virtual time (no server, no waiting)."""
-    from servers.emulator import profile as profiles
-    from servers.emulator.engine import EngineConfig
-    from servers.emulator.spec import SpecError, parse
-
-    load, num = options.load_shape(o)
-    wl = options.workload(o)
-    objectives = options.objectives(o)
-    name = o["profile"] or (profiles.for_model(o["model"]) if o["model"] else None)
-    if name is None:
-        raise click.UsageError("give --profile (one of " + ", ".join(profiles.available()) + ") or a --model it serves")
-    for key in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"):
-        if o[key] is not None and o[key] < 1:
-            raise click.UsageError(f"--{key.replace('_', '-')} must be >= 1, got {o[key]}")
-    try:
-        profiles.load(name)
-        spec = parse(o["spec_json"])
-    except (profiles.ProfileError, SpecError) as e:
-        raise Failure(str(e)) from None
-    sim = SimSpec(name, spec, load, num_requests=num, duration_s=o["duration"], warmup=o["warmup"],
-                  seed=o["seed"], endpoint=o["endpoint"], client_rtt_s=o["client_rtt_ms"] / 1e3,
-                  engine=EngineConfig(max_num_seqs=o["max_num_seqs"],
-                                      max_num_batched_tokens=o["max_num_batched_tokens"],
-                                      kv_capacity_tokens=o["kv_cache_tokens"], seed=o["seed"]))
+    job = api.sim_job(o, note=options.note, config={"host": api.config.host(),
+                                                    "argv": api.config.argv_without_secrets()})
     out = options.prepare_output(o, "simulate")
-    traces = _open_traces(o["traces_path"]) if o["traces_path"] else None
-    done = api.simulate(api.SimJob(sim, wl, model=o["model"], spec_json=o["spec_json"], traces=traces,
-                                   objectives=objectives,
-                                   config={"host": options.host_config(), "argv": options.argv_without_secrets()}))
-    click.echo(f"Simulated {len(done.frame)} requests on {name} ({spec.label if spec else 'no speculative decoding'}): "
+    done = api.simulate(job)
+    spec = job.sim.spec
+    click.echo(f"Simulated {len(done.frame)} requests on {job.sim.profile} "
+               f"({spec.label if spec else 'no speculative decoding'}): "
                f"{done.result.makespan_s:.1f} s of serving in {done.wall_s:.1f} s", err=True)
-    options.write_and_report(out, done.frame, done.summary, interrupted=False)
+    summary = api.write(out, done.frame, done.summary)
+    options.report(summary, out, interrupted=False)

@@ -7,12 +7,14 @@ import sys
 import click
 from click.core import ParameterSource
 
-from loadgen import analysis, api
+from loadgen import api
 from loadgen.cli import options
 from loadgen.cli.app import EXIT_INTERRUPTED, Failure, main
+from loadgen.report import speedup
 from loadgen.sweep import results
 from loadgen.sweep.planning import PLAN_OPTIONS, describe, plan_from
 from servers.deployments import ENGINES, DeploymentError
+
 
 @main.command()
 @click.option("--servers", help="Deployment: a catalog name (llama-3.1-8b, llama-3-70b, qwen3-8b, "
@@ -96,9 +98,8 @@ def sweep(**o) -> None:
     result = api.sweep(api.SweepJob(
         out, plan, retry_failed=o["retry_failed"], api_key=o["api_key"], ray_address=o["ray_address"],
         ray_resource=o["ray_resource"], metrics_port=o["metrics_port"], quiet=o["quiet"],
-        note=lambda message: click.echo(message, err=True), argv=options.argv_without_secrets(),
-        host=options.host_config()))
-    click.echo(analysis.render(result.table, result.plan.baseline))
+        note=options.note, argv=api.config.argv_without_secrets(), host=api.config.host()))
+    click.echo(speedup.render(result.table, result.plan.baseline))
     click.echo(f"\nResults: {out / results.TABLE} (one row per cell), {out / results.CELLS}/..., "
                f"{out / results.MANIFEST}\nPlots, break-even loads, acceptance and waste: loadgen report {out}")
     if result.interrupted:

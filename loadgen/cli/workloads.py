@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from loadgen.cli.app import Failure, main
-from loadgen.tokens import TokenizerError, load_tokenizer
+from loadgen.measures.tokens import TokenizerError, load_tokenizer
 from workloads import WorkloadError, open_workload
 from workloads.describe import catalog_lines, workload_lines
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import re
 
+from loadgen.client.record import RequestRecord
 from loadgen.client.sse import StreamFault
-from loadgen.record import RequestRecord
 
 _loads = json.loads
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens":\s*(\d+)')

@@ -31,8 +31,8 @@ from yarl import URL
 
 from loadgen.client.bodies import ENDPOINTS
 from loadgen.client.events import error_message, on_event, on_events
+from loadgen.client.record import RequestRecord
 from loadgen.client.sse import SSEDecoder, StreamFault
-from loadgen.record import RequestRecord
 
 _monotonic_ns = time.monotonic_ns
 _TAGS = re.compile(r"<[^>]+>")

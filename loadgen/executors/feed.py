@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Iterator
 
-from loadgen.record import RequestRecord
+from loadgen.client.record import RequestRecord
 from workloads import Request
 
 
@@ -26,7 +26,7 @@ Sender = Callable[[Item, "int | None", int], Awaitable[RequestRecord]]
 
 @dataclass(slots=True, frozen=True)
 class Share:
-    """Worker `worker` of `workers` (loadgen.workers): it sends items worker, worker +
+    """Worker `worker` of `workers` (loadgen.backends.workers): it sends items worker, worker +
     workers, worker + 2 workers, ... of the one numbering, each at its own scheduled time."""
     worker: int = 0
     workers: int = 1

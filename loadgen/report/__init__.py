@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadgen import store
+from loadgen.outputs import store
 from loadgen.report import plots, tables, whatif
 from loadgen.report.data import ReportError, Sweep, read
 from loadgen.report.render import Section, markdown, page

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from loadgen import store
+from loadgen.outputs import store
 from loadgen.sweep import manifest, results
 from loadgen.sweep.plan import Plan
 
@@ -106,3 +106,19 @@ def _planned(manifest: dict) -> list[str]:
         return [c.key for c in Plan.from_dict(manifest["plan"]).cells()]
     except (KeyError, TypeError, ValueError):
         return []
+
+
+def summaries(path: Path) -> dict[str, dict]:
+    """The summaries under `path`: a run's directory (one), or a sweep's (one per finished
+    cell); anything else is a LoadgenError."""
+    from loadgen.errors import LoadgenError
+    if (path / store.SUMMARY).is_file():
+        try:
+            return {path.name: json.loads((path / store.SUMMARY).read_text())}
+        except ValueError as e:
+            raise LoadgenError(f"{path / store.SUMMARY} is not valid JSON ({e})") from None
+    try:
+        sweep = read(path)
+    except ReportError as e:
+        raise LoadgenError(f"--results {path}: not a run ({store.SUMMARY} missing) nor a sweep: {e}") from None
+    return {key: sweep.summaries[key] for key in sweep.ok["path"]}

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from loadgen import analysis
+from loadgen.report import speedup as speedups
 from loadgen.report.data import Sweep
 
 KEYS = ["workload", "mode", "level", "variant"]
@@ -22,7 +22,7 @@ def throughput(sw: Sweep) -> pd.DataFrame:
 
 
 def speedup(sw: Sweep) -> pd.DataFrame:
-    return analysis.speedup(sw.ok, sw.baseline).sort_values(["workload", "variant", "level"]).reset_index(drop=True)
+    return speedups.speedup(sw.ok, sw.baseline).sort_values(["workload", "variant", "level"]).reset_index(drop=True)
 
 
 EVEN = 0.02  # a speedup within 2% of 1 is no measurable difference (open loop below saturation: all 1)

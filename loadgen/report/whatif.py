@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from loadgen import store
+from loadgen.outputs import store
 from loadgen.report import plots
 from loadgen.report.render import Section
 from loadgen.whatif import BATCHES, KS

@@ -1,6 +1,6 @@
 """Load shapes, a family: one module per shape, each a `Shape` (base.py) registered by its
 mode. A shape decides when requests are sent and nothing else; the executors
-(loadgen.executors) run it in real time and the simulator (loadgen.simulate) in virtual time,
+(loadgen.executors) run it in real time and the simulator (loadgen.simulate.virtual) in virtual time,
 from the same schedule. Members: closed loop (closed.py), open loop (open.py: Poisson, gamma,
 constant gaps), ramp (ramp.py: users or rate rising linearly). docs/architecture.md says how to
 add one."""

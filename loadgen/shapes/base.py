@@ -4,7 +4,7 @@ A shape is either driven by users (closed: each user sends its next request when
 ends; the shape says when each user joins) or by arrivals (open: requests go at scheduled
 times whatever the server does; the shape says when each is due). The same two schedules serve
 the real-time executors (loadgen.executors) and the simulator in virtual time
-(loadgen.simulate), so a shape is defined once. A new shape is one module: a frozen dataclass
+(loadgen.simulate.virtual), so a shape is defined once. A new shape is one module: a frozen dataclass
 subclassing `Shape`, registered with `@register`, plus its option in the CLI.
 """
 from __future__ import annotations

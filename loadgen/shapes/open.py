@@ -1,5 +1,5 @@
 """Open loop: requests at a steady `rate`, gaps from an arrival process (Poisson, gamma with a
-burstiness, constant; loadgen.arrivals), optionally capped in flight (`max_concurrency`);
+burstiness, constant; loadgen.shapes.arrivals), optionally capped in flight (`max_concurrency`);
 loadgen.executors.open_loop runs them."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadgen import arrivals
+from loadgen.shapes import arrivals
 from loadgen.shapes.base import Shape, register
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadgen import arrivals
+from loadgen.shapes import arrivals
 from loadgen.shapes.base import Shape, register
 from loadgen.shapes.open import check_open, open_label
 

@@ -1,23 +1,26 @@
 """`loadgen capacity` as a job: per variant of a deployment, its server started, and the highest
-load that meets the SLOs found by loadgen.capacity's search, each probe a sweep cell whose
+load that meets the SLOs found by loadgen.sweep.search's search, each probe a sweep cell whose
 results are kept (OUTPUT/VARIANT/LEVEL-N/); then the recommendation (docs/check.md)."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from loadgen import capacity as cap, gate, store
 from loadgen.errors import LoadgenError
+from loadgen.measures import slo
+from loadgen.outputs import store
+from loadgen.run.target import with_time_scale
+from loadgen.sweep import search as cap
 from loadgen.sweep.cell import run_cell
 from loadgen.sweep.plan import Cell, Plan
-from loadgen.target import with_time_scale
 
 
 @dataclass
 class CapacityJob:
     plan: Plan                      # the deployment, variants, one workload, mode; levels unused
-    slos: list                      # loadgen.gate SLOs
+    slos: list                      # loadgen.measures.slo SLOs
     output: Path
     start: float = 1.0
     limit: float = 256.0
@@ -31,6 +34,44 @@ class CapacityJob:
 class CapacityOutcome:
     results: list[cap.Capacity] = field(default_factory=list)
     recommendation: list[str] = field(default_factory=list)
+
+
+def capacity_job(o: dict, note: Callable[[str], None] = lambda _: None) -> CapacityJob:
+    """`loadgen capacity`'s options as a CapacityJob: every option checked, in one line each,
+    before any server starts."""
+    from loadgen.run.options import objectives
+    from loadgen.run.timescale import TimeScaleError, parse_scale
+    from servers.deployments import DeploymentError, load
+    from workloads import WorkloadError, open_workload
+    targets = slo.parse_all(o["slo_texts"])
+    try:
+        goodput = objectives([o["goodput"]] if o["goodput"] else [])
+        dep = load(o["servers"]).with_engine(o["engine"])
+        variants = o["variants"].split(",") if o["variants"] else list(dep.variants)
+        for v in variants:
+            if v not in dep.variants:
+                raise DeploymentError(f"deployment {dep.name!r} has no variant {v!r}; it has {', '.join(dep.variants)}")
+        open_workload(o["workload"], data_dir=o["data_dir"])  # a bad one is said before any server starts
+        time_scale = parse_scale(o["time_scale"])
+    except (DeploymentError, WorkloadError, TimeScaleError) as e:
+        raise LoadgenError(str(e)) from None
+    if time_scale is not None and dep.engine != "emulator":
+        raise LoadgenError(f"--time-scale runs the emulated GPU slower; deployment {dep.name!r} runs on "
+                           f"{dep.engine}, whose hardware keeps its own time: drop --time-scale (or add "
+                           "--engine emulator)")
+    if any(s.metric == "goodput" for s in targets) and not goodput:
+        raise LoadgenError("--slo goodput needs per-request objectives: add --goodput 'ttft<=2s,tpot<=50ms'")
+    closed = o["by"] == "concurrency"
+    if not 0 < o["start"] <= o["limit"]:
+        raise LoadgenError(f"--start {o['start']:g} must be > 0 and at most --limit {o['limit']:g}")
+    plan = Plan(deployment=o["servers"], engine=o["engine"], variants=variants, workloads=[o["workload"]],
+                workload_labels=[o["workload"].split(",")[0]], mode="closed" if closed else "open", levels=[],
+                num_requests=o["num_requests"], duration_s=o["duration"], warmup=o["warmup"], seed=o["seed"],
+                data_dir=o["data_dir"], baseline=o["baseline"], min_requests=20 if closed else 40,
+                time_scale=time_scale)
+    out = o["output"] or Path("results") / time.strftime("capacity-%Y%m%d-%H%M%S")
+    return CapacityJob(plan, targets, Path(out), start=o["start"], limit=o["limit"], resolution=o["resolution"],
+                       repeats=o["repeats"], goodput=goodput, note=note)
 
 
 def find_capacity(job: CapacityJob) -> CapacityOutcome:
@@ -84,7 +125,7 @@ def _probe(job: CapacityJob, variant: str, workload, url: str, model: str, out: 
         where.mkdir(parents=True, exist_ok=True)
         store.write_requests(where, res.frame)
         store.write_summary(where, res.summary)
-        verdicts = gate.judge(res.summary, job.slos)
+        verdicts = slo.judge(res.summary, job.slos)
         failing = [v.slo for v in verdicts if not v.passed]
         job.note(f"  {variant} at {level:g}: {'holds' if not failing else 'fails ' + ', '.join(failing)}")
         return cap.Probe(level, not failing, res.summary.get("output_throughput_tok_s"), failing)

@@ -11,14 +11,15 @@ from typing import Callable
 
 import pandas as pd
 
-from loadgen import backends, timescale
+from loadgen import backends
+from loadgen.backends.workers import WorkloadRef
+from loadgen.client.endpoint import EndpointError, probe
 from loadgen.config import clock, run_config
-from loadgen.endpoint import EndpointError, probe
-from loadgen.frame import request_frame
-from loadgen.run import LoadShape, RunSpec, execute, session_for, stop_on_signals
-from loadgen.summary import summarize
+from loadgen.measures.frame import request_frame
+from loadgen.measures.summary import summarize
+from loadgen.run import timescale
+from loadgen.run.execute import LoadShape, RunSpec, execute, session_for, stop_on_signals
 from loadgen.sweep.plan import Cell, Plan
-from loadgen.workers import WorkloadRef
 
 
 @dataclass
@@ -63,7 +64,7 @@ async def _measure_cell(plan: Plan, cell: Cell, workload, url: str, model: str, 
                         common: dict, stop: asyncio.Event, time_scale: float | None) -> tuple:
     session = session_for(common["load"])
     try:
-        try:  # llama.cpp wants a connection per request (loadgen.endpoint.CLOSE_AFTER_STREAM)
+        try:  # llama.cpp wants a connection per request (loadgen.client.endpoint.CLOSE_AFTER_STREAM)
             common["keep_alive"] = (await probe(session, common["api_base"], common["headers"], model)).keep_alive
         except EndpointError:
             pass  # the requests will say what is wrong

@@ -22,10 +22,11 @@ import tempfile
 import threading
 from pathlib import Path
 
-from loadgen.raycluster import ClusterError, resource_request
+from loadgen.backends.raycluster import ClusterError, resource_request
 from loadgen.sweep import results
 from loadgen.sweep.plan import Cell, Plan
 from loadgen.sweep.runner import Reporter, failed_event, variant_events, write_result
+
 
 def _variant_task(plan_dict: dict, variant: str, keys: list[str], resource: str, api_key: str | None):
     """In a Ray worker: one variant's cells, yielded as events (see the module docstring)."""

@@ -11,8 +11,8 @@ from typing import Callable
 
 import pandas as pd
 
-from loadgen import store
 from loadgen.errors import LoadgenError
+from loadgen.outputs import store
 from loadgen.sweep import manifest, results
 from loadgen.sweep.parallel import run_parallel, worker_slot
 from loadgen.sweep.plan import Plan
@@ -195,16 +195,12 @@ def _live(job: SweepJob, plan: Plan):
     if plan.parallel:
         raise LoadgenError("--metrics-port is not available with --parallel (the workers are separate "
                            "processes); drop one of them")
-    from loadgen.live import LiveMetrics
-    try:
-        return LiveMetrics(job.metrics_port)
-    except OSError as e:
-        raise LoadgenError(f"--metrics-port {job.metrics_port}: cannot listen on 127.0.0.1:{job.metrics_port} "
-                           f"({e.strerror or e}); choose a free port") from None
+    from loadgen.outputs import live
+    return live.serve(job.metrics_port)
 
 
 def _ray_resource(job: SweepJob, dep) -> str:
-    from loadgen.raycluster import default_resource
+    from loadgen.backends.raycluster import default_resource
     return job.ray_resource or default_resource(dep.engine)
 
 
@@ -212,7 +208,7 @@ def _join_ray(job: SweepJob, plan: Plan, dep):
     """With Ray asked for: the joined cluster (Ray's module, initialised), else None."""
     if job.ray_address is None:
         return None
-    from loadgen.raycluster import ClusterError, connect
+    from loadgen.backends.raycluster import ClusterError, connect
     if job.metrics_port is not None:
         raise LoadgenError("--metrics-port is not available with --ray (the load runs on the cluster's "
                            "nodes); drop one of them")
@@ -225,7 +221,7 @@ def _join_ray(job: SweepJob, plan: Plan, dep):
 
 
 def _run_on_ray(job: SweepJob, ray, out: Path, plan: Plan, dep, todo, order) -> bool:
-    from loadgen.raycluster import ClusterError
+    from loadgen.backends.raycluster import ClusterError
     from loadgen.sweep.cluster import run_on_ray
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     reporter = BarReporter(len(todo), quiet=job.quiet)

@@ -10,7 +10,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from loadgen import __version__, store
+from loadgen import __version__
+from loadgen.outputs import store
 from loadgen.sweep.plan import Plan
 from loadgen.sweep.results import MANIFEST
 from servers.deployments import Deployment, default_port, render

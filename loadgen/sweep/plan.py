@@ -112,8 +112,8 @@ class Plan:
     baseline: str = "baseline"
     min_requests: int = 50          # with num_requests None: max(min_requests, per_user * C)
     per_user: int = 4
-    workers: int = 1                # load-generating processes per cell (loadgen.workers)
-    # the emulated GPU's time scale (loadgen.timescale): None on a real server; "auto" or a number
+    workers: int = 1                # load-generating processes per cell (loadgen.backends.workers)
+    # the emulated GPU's time scale (loadgen.run.timescale): None on a real server; "auto" or a number
     # on the emulator; with "auto", the scale the probe chose per level (level label -> scale)
     time_scale: str | float | None = None
     time_scales: dict[str, float] | None = None

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Mapping
 
 from loadgen.errors import LoadgenError
+from loadgen.run.timescale import TimeScaleError, parse_scale
 from loadgen.sweep import manifest
 from loadgen.sweep.plan import Plan, PlanError, labels, levels, split_workloads
-from loadgen.timescale import TimeScaleError, parse_scale
 from servers.deployments import DeploymentError, load
 from workloads import WorkloadError, open_workload
 

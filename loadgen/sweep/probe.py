@@ -38,8 +38,8 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-from loadgen import timescale
-from loadgen.run import LoadShape, RunSpec, execute, session_for
+from loadgen.run import timescale
+from loadgen.run.execute import LoadShape, RunSpec, execute, session_for
 from loadgen.sweep.plan import Cell, Plan
 from servers.deployments import Deployment, render
 from servers.launcher import LaunchError, Server, free_port

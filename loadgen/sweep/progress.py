@@ -56,7 +56,7 @@ class BarReporter(Reporter):
 
 
 class LiveReporter(Reporter):
-    """Another reporter, plus the client's live metrics (loadgen.live) labelled by cell."""
+    """Another reporter, plus the client's live metrics (loadgen.outputs.live) labelled by cell."""
 
     def __init__(self, inner: Reporter, live, model_name: str, planned: int) -> None:
         self.inner, self.live, self.model_name = inner, live, model_name

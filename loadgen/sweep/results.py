@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from loadgen import store
+from loadgen.outputs import store
 from loadgen.sweep.plan import Cell
 
 MANIFEST = "manifest.json"

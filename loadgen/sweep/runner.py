@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from loadgen.frame import request_frame
+from loadgen.measures.frame import request_frame
 from loadgen.sweep import results
 from loadgen.sweep.cell import CellError, run_cell
 from loadgen.sweep.plan import Cell, Plan

@@ -4,7 +4,7 @@ Every policy becomes a step plan per request (policies.py); the replaying engine
 (servers/emulator/replay.py) serves those requests in virtual time with the profile's cost
 model, closed loop at each batch size (B users, each sending its next request when its last
 ends, the traces taken in order and cycled until at least 4 x B requests were sent); the run
-is measured exactly as a real run is (loadgen.summary: output tokens per second over the
+is measured exactly as a real run is (loadgen.measures.summary: output tokens per second over the
 steady window). Speedup: a policy's throughput over no speculation's at the same batch size.
 """
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Callable
 
 import numpy as np
 
-from loadgen.frame import request_frame
-from loadgen.run import LoadShape
-from loadgen.simulate import SimSpec, simulate
-from loadgen.summary import summarize
+from loadgen.measures.frame import request_frame
+from loadgen.measures.summary import summarize
+from loadgen.run.execute import LoadShape
+from loadgen.simulate.virtual import SimSpec, simulate
 from loadgen.whatif import KS, policies
 from loadgen.whatif.policies import Step
 from loadgen.whatif.traces import Trace

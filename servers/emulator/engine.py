@@ -1,6 +1,6 @@
 """The engine, clock-agnostic: it plans a step, says how long the step takes, and applies its
 outcome when told the step is over. A real-time driver (realtime.py) sleeps through the step;
-the simulator (loadgen/simulate.py) jumps its virtual clock over it. One engine, two clocks.
+the simulator (loadgen/simulate/virtual.py) jumps its virtual clock over it. One engine, two clocks.
 
 What a step does, as vLLM's v1 scheduler does it:
 - running requests first, in arrival order: a decoding request needs 1 + its drafts tokens, a
@@ -22,8 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from servers.emulator import content
-from servers.emulator import ngram
+from servers.emulator import content, ngram
 from servers.emulator.acceptance import DEPTH, acceptance_lengths
 from servers.emulator.ngram import NgramIndex
 from servers.emulator.profile import Profile

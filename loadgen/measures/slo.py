@@ -1,6 +1,13 @@
-"""SLO gates: `ttft_p99<=2s`, `tpot_p50<=40ms`, `error_rate<=0.1%`, `goodput>=95%` judged
-against a run's summary (docs/check.md). Each SLO gives a row: target, measured, margin,
-verdict; a missing figure (no successful request) fails."""
+"""The one SLO language, `METRIC OP VALUE[UNIT]`, in its two uses.
+
+Per-request objectives for goodput (`--goodput 'ttft<=500ms,tpot<=50ms'`): a request is good
+when it succeeded and meets every objective. TTFT and E2E are taken from the request's
+scheduled time (what its user waited, client-side queueing included); TPOT is per token after
+the first.
+
+SLO gates over a run's summary (`loadgen check --slo`, docs/check.md): `ttft_p99<=2s`,
+`tpot_p50<=40ms`, `error_rate<=0.1%`, `goodput>=95%`. Each SLO gives a row: target, measured,
+margin, verdict; a missing figure (no successful request) fails."""
 from __future__ import annotations
 
 import json
@@ -9,6 +16,8 @@ import re
 from dataclasses import asdict, dataclass
 from xml.etree import ElementTree as ET
 
+import pandas as pd
+
 LATENCY = ("ttft", "tpot", "itl", "e2e")
 STATS = ("mean", "min", "p50", "p90", "p95", "p99", "p99.9", "max")
 RATIOS = ("error_rate", "goodput")                               # fractions; % allowed
@@ -16,8 +25,33 @@ RATES = ("output_throughput", "request_throughput")              # tok/s, req/s
 _EXPR = re.compile(r"^\s*([a-z0-9_.]+)\s*(<=|>=|<|>)\s*([0-9]*\.?[0-9]+)\s*(ms|s|%)?\s*$")
 
 
+# goodput objective -> the per-request column it is judged on
+OBJECTIVES = {"ttft": "ttft_from_scheduled_ms", "tpot": "tpot_ms", "e2e": "e2e_from_scheduled_ms"}
+
+
 class SLOError(ValueError):
     pass
+
+
+def objectives(specs: list[str]) -> dict[str, float]:
+    """'ttft<=500ms,tpot<=50ms' (or several strings) -> {'ttft': 500.0, 'tpot': 50.0} in ms."""
+    out: dict[str, float] = {}
+    for spec in specs:
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            m = _EXPR.match(part)
+            if not m or m.group(1) not in OBJECTIVES or m.group(2) != "<=" or m.group(4) not in ("ms", "s"):
+                raise SLOError(f"bad goodput objective {part!r}: write METRIC<=VALUE(ms|s) "
+                               f"with METRIC one of {', '.join(OBJECTIVES)}, e.g. ttft<=500ms")
+            out[m.group(1)] = float(m.group(3)) * (1000.0 if m.group(4) == "s" else 1.0)
+    return out
+
+
+def good(frame: pd.DataFrame, objectives: dict[str, float]) -> pd.Series:
+    """Which requests of `frame` are good (boolean, aligned with the frame)."""
+    mask = frame["ok"].copy()
+    for name, limit in objectives.items():
+        mask &= frame[OBJECTIVES[name]].fillna(0.0) <= limit
+    return mask
 
 
 def metric_names() -> list[str]:
@@ -54,6 +88,17 @@ def parse(text: str) -> SLO:
     elif unit is not None:
         raise SLOError(f"bad --slo {text!r}: {metric} is per second and takes no unit (e.g. {metric}>=1000)")
     return SLO(text.strip(), metric, op, value)
+
+
+def parse_all(texts) -> list[SLO]:
+    """The --slo options, at least one; a bad one is a LoadgenError."""
+    from loadgen.errors import LoadgenError
+    if not texts:
+        raise LoadgenError("give at least one --slo, e.g. --slo 'ttft_p99<=2s' --slo 'error_rate<=0.1%'")
+    try:
+        return [parse(t) for t in texts]
+    except SLOError as e:
+        raise LoadgenError(str(e)) from None
 
 
 def measured(summary: dict, metric: str) -> float | None:
@@ -118,7 +163,7 @@ def junit(suites: dict[str, list[Verdict]]) -> str:
         suite = ET.SubElement(root, "testsuite", name=name, tests=str(len(verdicts)), failures=str(failures),
                               errors="0")
         for v in verdicts:
-            case = ET.SubElement(suite, "testcase", classname=f"loadgen.slo.{name}", name=v.slo)
+            case = ET.SubElement(suite, "testcase", classname=f"loadgen.measures.objectives.{name}", name=v.slo)
             if not v.passed:
                 what = "no figure (no successful request)" if v.measured is None else \
                     f"measured {_fmt(v.measured, v.unit)}, target {v.slo}"

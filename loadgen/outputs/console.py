@@ -1,5 +1,8 @@
-"""The summary table printed at the end of a run."""
+"""What a person reads while and after a run: the progress bar, the summary table and its
+warnings."""
 from __future__ import annotations
+
+import sys
 
 from loadgen.shapes import label_of
 
@@ -109,3 +112,28 @@ def warnings(summary: dict) -> list[str]:
     if summary["interrupted"]:
         out.append("note: the run was interrupted; the results cover the requests that finished")
     return out
+
+
+class ProgressBar:
+    """The run's progress bar on stderr (none when quiet), from the moment the load starts."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet, self.bar, self.failed = quiet, None, 0
+
+    def start(self, total: int | None) -> None:
+        from tqdm import tqdm
+        tqdm.monitor_interval = 0  # no monitor thread in a process that measures latency
+        self.bar = tqdm(total=total, unit="req", disable=self.quiet or None, leave=False,
+                        mininterval=0.5, file=sys.stderr)
+
+    def update(self, done: int, failed: int) -> None:
+        if self.bar is None:
+            return
+        self.failed += failed
+        self.bar.update(done)
+        if self.failed:
+            self.bar.set_postfix(failed=self.failed, refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from loadgen.record import RequestRecord
-from loadgen.steps import request_steps
-from loadgen.tokens import resolve
+from loadgen.client.record import RequestRecord
+from loadgen.measures.steps import request_steps
+from loadgen.measures.tokens import resolve
 
 _NS_PER_MS = 1e6
 

@@ -1,7 +1,7 @@
 """One measured run: a workload sent to one server under one load shape.
 
 Wires the pieces (feed -> executor -> client -> records) and returns the raw records plus
-the client's own lag samples. Nothing here computes a figure; `loadgen.frame` and `loadgen.summary` do.
+the client's own lag samples. Nothing here computes a figure; `loadgen.measures.frame` and `loadgen.measures.summary` do.
 """
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from typing import Any, Callable, Iterator
 import aiohttp
 
 from loadgen.client import StreamClient, make_session
-from loadgen.client.stream import chunk_times
 from loadgen.client.bodies import build_body, stream_options
+from loadgen.client.record import RequestRecord
+from loadgen.client.stream import chunk_times
 from loadgen.executors import Feed, Item, Share, closed_loop, open_loop
-from loadgen.record import RequestRecord
-from loadgen.scrape import Window, recorder_for
-from loadgen.selfcheck import LoopLagMonitor
+from loadgen.run.scrape import Window, recorder_for
+from loadgen.run.selfcheck import LoopLagMonitor
 from loadgen.shapes import LoadShape, Shape  # noqa: F401 - LoadShape: the steady shapes by their numbers
 from workloads import Request
 
@@ -65,7 +65,7 @@ class RunSpec:
     keep_alive: bool = True  # reuse connections; False: `Connection: close`, one per request
     metrics_url: str | None = None  # the server's Prometheus /metrics, scraped around the run
     scrape_interval_s: float = 1.0
-    # real seconds per emulated second of a dilated emulator (loadgen.timescale): open-loop gaps,
+    # real seconds per emulated second of a dilated emulator (loadgen.run.timescale): open-loop gaps,
     # the duration and the timeout are emulated seconds, stretched by it in real time
     time_scale: float = 1.0
 
@@ -95,7 +95,7 @@ class RunResult:
     load_info: dict = field(default_factory=dict)  # what the executor reports (e.g. ramp_s)
     server_window: Window | None = None  # the server's counters over the measurement
     loop_lag_worker: list[int] = field(default_factory=list)  # whose loop each tick was (empty: one)
-    time_scale: float = 1.0  # its timestamps are in emulated time at this scale (loadgen.timescale)
+    time_scale: float = 1.0  # its timestamps are in emulated time at this scale (loadgen.run.timescale)
 
     def loop_lag(self) -> tuple[list[int], list[int], list[int] | None]:
         """The self-check's input: tick times, their lags, and which worker's loop each was."""

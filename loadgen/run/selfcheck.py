@@ -17,7 +17,7 @@ from array import array
 import numpy as np
 import pandas as pd
 
-from loadgen.stats import describe
+from loadgen.measures.stats import describe
 
 
 class LoopLagMonitor:

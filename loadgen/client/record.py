@@ -13,7 +13,7 @@ class RequestRecord:
     timestamp per socket read, shared by the events in that read), the cumulative
     `completion_tokens` from the chunk's `usage` (`chunk_usage`, -1 when the chunk had none)
     and its text length in characters (`chunk_chars`). Token counts per chunk are resolved
-    after the run (`loadgen.tokens`).
+    after the run (`loadgen.measures.tokens`).
     """
 
     index: int
@@ -24,7 +24,7 @@ class RequestRecord:
     category: str = ""
     max_tokens: int = 0
     queue_delay_ns: int = 0
-    worker: int = 0  # which load-generating process sent it (loadgen.workers; 0 when one)
+    worker: int = 0  # which load-generating process sent it (loadgen.backends.workers; 0 when one)
     t_call_ns: int = 0  # the client began sending (called the HTTP library)
     t_send_ns: int = 0  # the request's bytes were handed to the socket (t_call_ns if never)
     t_headers_ns: int = 0

@@ -6,10 +6,11 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from loadgen import scrape, slo
-from loadgen.frame import measured, token_gaps
-from loadgen.selfcheck import self_check
-from loadgen.stats import describe
+from loadgen.measures import slo
+from loadgen.measures.frame import measured, token_gaps
+from loadgen.measures.stats import describe
+from loadgen.run import scrape
+from loadgen.run.selfcheck import self_check
 
 _NS = 1e9
 
@@ -73,7 +74,7 @@ def sending(frame: pd.DataFrame, load_info: dict) -> dict:
 
 def acceptance_client(m: pd.DataFrame) -> dict:
     """The client's view of speculative decoding over the measured requests: engine steps
-    (from chunks, or reconstructed from bursts; loadgen.steps) and, where the server reports
+    (from chunks, or reconstructed from bursts; loadgen.measures.steps) and, where the server reports
     them per request, its draft and accepted counts."""
     decode = [n for steps in m["step_tokens"] for n in list(steps)[1:]]
     sources = dict(Counter(m.loc[m["steps_source"] != "none", "steps_source"]))

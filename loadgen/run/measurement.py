@@ -1,6 +1,6 @@
-"""One measured run, end to end: the server (loadgen.target), the load from the execution
+"""One measured run, end to end: the server (loadgen.run.target), the load from the execution
 backend the job asks for (loadgen.backends), the figures converted to the emulated hardware's
-time (loadgen.timescale), the request frame and the summary. `loadgen run` and `loadgen check`
+time (loadgen.run.timescale), the request frame and the summary. `loadgen run` and `loadgen check`
 are this plus their output; `loadgen.api.run` is its door for Python."""
 from __future__ import annotations
 
@@ -11,14 +11,16 @@ from typing import Callable
 
 import pandas as pd
 
-from loadgen import backends, config as configs, timescale
-from loadgen.endpoint import EndpointError, api_base, metrics_url, probe
+from loadgen import backends
+from loadgen import config as configs
+from loadgen.backends.workers import WorkerError, WorkloadRef
+from loadgen.client.endpoint import EndpointError, api_base, metrics_url, probe
 from loadgen.errors import LoadgenError
-from loadgen.frame import request_frame
-from loadgen.run import RunResult, RunSpec, session_for, stop_on_signals
-from loadgen.summary import summarize
-from loadgen.target import Note, Target, serving
-from loadgen.workers import WorkerError, WorkloadRef
+from loadgen.measures.frame import request_frame
+from loadgen.measures.summary import summarize
+from loadgen.run import timescale
+from loadgen.run.execute import RunResult, RunSpec, session_for, stop_on_signals
+from loadgen.run.target import Note, Target, serving
 
 
 @dataclass
@@ -37,10 +39,10 @@ class RunJob:
     workload_ref: WorkloadRef | None = None  # how other processes open the same workload
     tokenizer: object = None
     tokenizer_path: str | None = None
-    objectives: dict | None = None         # goodput objectives (loadgen.slo)
+    objectives: dict | None = None         # goodput objectives (loadgen.measures.objectives)
     lateness_threshold_ms: float = 5.0
     timing_threshold_ms: float = 4.0
-    live: object = None                    # loadgen.live metrics, in-process only
+    live: object = None                    # loadgen.outputs.live metrics, in-process only
     on_started: Callable[[], None] | None = None  # the server checked, the load about to go
     progress: Callable[[int, int], None] | None = None  # (done, failed) since the last call
     note: Note = lambda _: None            # what a person should know (stderr in the CLI)
@@ -105,7 +107,7 @@ def measure(job: RunJob) -> Measured:
 def _join_ray(job: RunJob):
     if job.ray_address is None:
         return None
-    from loadgen.raycluster import ClusterError, connect
+    from loadgen.backends.raycluster import ClusterError, connect
     try:
         return connect(job.ray_address or None, "CPU", job.workers, what=f"--workers {job.workers} (a CPU each)",
                        fix="add nodes, or give fewer --workers")
@@ -163,7 +165,7 @@ async def _load(job: RunJob, cluster, stop: asyncio.Event) -> RunResult:
 def _tokenize_ids(job: RunJob, records) -> int:
     """Token ids from the tokenizer for the requests the server returned none for (the
     workload's requests regenerated: the same seed gives the same requests, in order)."""
-    from loadgen.tokens import fill_token_ids
+    from loadgen.measures.tokens import fill_token_ids
     missing = [r for r in records if r.token_ids == [] and r.ok]
     if not missing:
         return 0

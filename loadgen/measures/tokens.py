@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen.record import RequestRecord
+from loadgen.client.record import RequestRecord
+
 
 class TokenizerError(ValueError):
     pass

@@ -14,6 +14,8 @@ import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from loadgen.errors import LoadgenError
+
 LABELS = ("model_name", "variant", "workload", "level")
 # vLLM's TTFT buckets, and its inter-token buckets with 1, 2.5 and 5 ms added below vLLM's first
 # (10 ms) for fast decoding (vllm.md): where both have a bound, client and server quantiles compare
@@ -180,3 +182,15 @@ class LiveMetrics:
         if current is not None:
             cur.add_metric(current, 1)
         yield cur
+
+
+def serve(port: int | None) -> LiveMetrics | None:
+    """The live metrics on 127.0.0.1:`port` (--metrics-port), or None without a port; a port
+    that cannot be listened on is a LoadgenError."""
+    if port is None:
+        return None
+    try:
+        return LiveMetrics(port)
+    except OSError as e:
+        raise LoadgenError(f"--metrics-port {port}: cannot listen on 127.0.0.1:{port} ({e.strerror or e}); "
+                           "choose a free port") from None

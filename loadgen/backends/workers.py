@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from loadgen.executors import Share
-from loadgen.run import RunResult, RunSpec, execute, session_for
-from loadgen.scrape import Window, recorder_for
+from loadgen.run.execute import RunResult, RunSpec, execute, session_for
+from loadgen.run.scrape import Window, recorder_for
 
 START_MARGIN_S = 0.05  # from the go message to t0: every worker is waiting on its timers by then
 
@@ -50,7 +50,7 @@ class WorkloadRef:
         from workloads import open_workload
         tok = None
         if self.tokenizer:
-            from loadgen.tokens import load_tokenizer
+            from loadgen.measures.tokens import load_tokenizer
             tok = load_tokenizer(self.tokenizer)
         return open_workload(self.spec, data_dir=self.data_dir, skip_bad=self.skip_bad,
                              category=self.category, tokenizer=tok)

@@ -22,10 +22,10 @@ from typing import Callable
 
 import numpy as np
 
+from loadgen.backends.workers import WorkloadRef, check_workers, merge
 from loadgen.executors import Share
-from loadgen.run import RunResult, RunSpec, execute, session_for
-from loadgen.scrape import recorder_for
-from loadgen.workers import WorkloadRef, check_workers, merge
+from loadgen.run.execute import RunResult, RunSpec, execute, session_for
+from loadgen.run.scrape import recorder_for
 
 START_MARGIN_S = 1.0  # from naming the start to it: the calls must reach every node first
 

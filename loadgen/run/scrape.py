@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen.metric_names import COUNTERS, GAUGES, HISTOGRAMS
+from loadgen.run.metric_names import COUNTERS, GAUGES, HISTOGRAMS
 
 Key = tuple[str, tuple[tuple[str, str], ...]]  # sample name, labels other than engine
 
@@ -252,7 +252,7 @@ class Recorder:
 
 
 def recorder_for(spec) -> Recorder | None:
-    """A run's window on its server's /metrics (`spec`: a loadgen.run.RunSpec), None when it has
+    """A run's window on its server's /metrics (`spec`: a loadgen.run.execute.RunSpec), None when it has
     no metrics URL. Whichever backend runs the load opens it: from the start when there is no
     warm-up, else when the first measured request goes; and closes it when the load ends."""
     return Recorder(spec.metrics_url, spec.scrape_interval_s) if spec.metrics_url else None

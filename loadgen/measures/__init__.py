@@ -1,0 +1,3 @@
+"""From records to figures: tokens per chunk (`tokens.py`), engine steps (`steps.py`), the
+request frame (`frame.py`: one row per request), the summary (`summary.py`, every figure of
+docs/metrics.md, with `stats.py`), and the SLO language for goodput and gates (`slo.py`)."""

@@ -1,0 +1,127 @@
+"""A measured run from the options of `loadgen run`, `check` and `simulate`, by their names (as
+click gives them): every option checked before anything runs, each mistake a LoadgenError that
+names the flag and the fix. `loadgen/sweep/planning.py` does the same for a sweep."""
+from __future__ import annotations
+
+import json
+
+from loadgen.backends.workers import WorkloadRef
+from loadgen.errors import LoadgenError
+from loadgen.measures import slo
+from loadgen.measures.tokens import TokenizerError, load_tokenizer
+from loadgen.run.execute import RunSpec
+from loadgen.run.measurement import RunJob
+from loadgen.run.target import Note, Target
+from loadgen.run.timescale import TimeScaleError, parse_scale
+from loadgen.shapes import Shape
+from loadgen.shapes.options import from_options
+from workloads import Workload, WorkloadError, open_workload
+
+_SPEC_FIELDS = ("max_concurrency", "concurrency", "rate", "burstiness", "num_requests", "duration", "warmup",
+                "request_timeout")
+
+
+def flagged(message: str) -> str:
+    """Name the flag: 'num_requests must be >= 1' -> '--num-requests must be >= 1'."""
+    for word in _SPEC_FIELDS:
+        if message.startswith(word + " "):
+            return "--" + word.replace("_", "-") + message[len(word):]
+    return message
+
+
+def load_shape(o: dict) -> tuple[Shape, int | None]:
+    """The load, and the number of measured requests (200 unless bounded by duration)."""
+    load = from_options(o["concurrency"], o["rate"], o.get("ramp"), o["arrival"], o["burstiness"],
+                        o["max_concurrency"])
+    num = o["num_requests"]
+    if num is None and o["duration"] is None:
+        num = 200
+    for key, lo in (("num_requests", 1), ("warmup", 0)):
+        if o[key] is not None and o[key] < lo:
+            raise LoadgenError(f"--{key.replace('_', '-')} must be >= {lo}, got {o[key]}")
+    if o["duration"] is not None and not o["duration"] > 0:
+        raise LoadgenError(f"--duration must be > 0, got {o['duration']}")
+    return load, num
+
+
+def workload(o: dict, tokenizer=None, note: Note = lambda _: None) -> Workload:
+    """The workload the options describe, with the synthetic shorthand (--input-len, --output-len,
+    --range-ratio) folded into its spec; with a tokenizer, synthetic prompt lengths are exact."""
+    spec = o["workload"]
+    shorthand = {k: o[k] for k in ("input_len", "output_len", "range_ratio") if o[k] is not None}
+    for key in ("input_len", "output_len"):
+        if key in shorthand and shorthand[key] < 1:
+            raise LoadgenError(f"--{key.replace('_', '-')} must be >= 1, got {shorthand[key]}")
+    if "range_ratio" in shorthand and not 0 <= shorthand["range_ratio"] < 1:
+        raise LoadgenError(f"--range-ratio must be in [0, 1), got {shorthand['range_ratio']}")
+    if shorthand:
+        if not (spec == "synthetic" or spec.startswith("synthetic:")):
+            raise LoadgenError("--input-len, --output-len and --range-ratio apply to synthetic workloads; "
+                               "give other workloads' options in --workload")
+        base = "synthetic:random" if spec == "synthetic" else spec
+        spec = base + "".join(f",{k}={v}" for k, v in shorthand.items() if f"{k}=" not in base)
+    try:
+        w = open_workload(spec, data_dir=o["data_dir"], skip_bad=o["skip_bad"], category=o["category"],
+                          tokenizer=tokenizer)
+    except WorkloadError as e:
+        raise LoadgenError(str(e)) from None
+    if w.notice:
+        note(f"note: {w.notice}")
+    if w.skipped:
+        note(f"note: skipped {w.skipped} bad records of {spec} (first: {w.bad[0]})")
+    return w
+
+
+def objectives(specs) -> dict | None:
+    """--goodput's per-request objectives (loadgen.measures.slo), or None without any."""
+    try:
+        return slo.objectives(list(specs)) or None
+    except slo.SLOError as e:
+        raise LoadgenError(str(e)) from None
+
+
+def _extra_body(text: str | None) -> dict | None:
+    if not text:
+        return None
+    try:
+        extra = json.loads(text)
+    except ValueError as e:
+        raise LoadgenError(f"--extra-body is not valid JSON ({e}); give an object like '{{\"top_k\": 1}}'") from None
+    if not isinstance(extra, dict):
+        raise LoadgenError("--extra-body must be a JSON object, like '{\"top_k\": 1}'")
+    return extra
+
+
+def run_job(o: dict, note: Note = lambda _: None, config: dict | None = None) -> RunJob:
+    """`loadgen run`'s options as a RunJob (every option checked, in one line each, before
+    anything runs); `config`: more keys for the run's config record."""
+    load, num = load_shape(o)
+    tokenizer = None
+    if o["tokenizer"]:
+        try:
+            tokenizer = load_tokenizer(o["tokenizer"])
+        except TokenizerError as e:
+            raise LoadgenError(str(e)) from None
+    wl = workload(o, tokenizer, note)
+    goals = objectives(o["goodput_specs"])
+    headers = {"Authorization": f"Bearer {o['api_key']}"} if o["api_key"] else {}
+    extra = _extra_body(o["extra_body"])
+    try:
+        spec = RunSpec(api_base="", model="", load=load, endpoint=o["endpoint"], num_requests=num,
+                       duration_s=o["duration"], warmup=o["warmup"], seed=o["seed"],
+                       request_timeout_s=o["request_timeout"], continuous_usage=not o["no_continuous_usage"],
+                       keep_text=o["tokenizer"] is not None, token_ids=o["token_ids"], extra_body=extra,
+                       headers=headers)
+        given_scale = parse_scale(o["time_scale"])
+    except TimeScaleError as e:
+        raise LoadgenError(str(e)) from None
+    except ValueError as e:
+        raise LoadgenError(flagged(str(e))) from None
+    target = Target(o["base_url"], o.get("servers"), o.get("variant"), o.get("engine"), given_scale)
+    return RunJob(
+        spec, wl, target, model=o["model"], keep_alive=o["keep_alive"], metrics_url=o["metrics_url"],
+        workers=o["workers"], ray_address=o["ray_address"],
+        workload_ref=WorkloadRef(wl.spec, o["data_dir"], o["skip_bad"], o["category"], o["tokenizer"]),
+        tokenizer=tokenizer, tokenizer_path=o["tokenizer"], objectives=goals,
+        lateness_threshold_ms=o["lateness_threshold_ms"], timing_threshold_ms=o["timing_threshold_ms"],
+        note=note, config=dict(config or {}))
