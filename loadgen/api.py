@@ -43,14 +43,14 @@ from loadgen.whatif.job import WhatIf, WhatIfJob, traces_from_run, whatif
 
 SUMMARY, REQUESTS = store.SUMMARY, store.REQUESTS
 
-__all__ = ["CapacityJob", "CapacityOutcome", "LoadgenError", "Outcome", "Plan", "RunJob", "RunSpec", "SimJob",
+__all__ = ["CapacityJob", "CapacityOutcome", "LoadgenError", "RunOutcome", "Plan", "RunJob", "RunSpec", "SimJob",
            "Simulated", "SweepJob", "SweepResult", "Target", "TimeScaleError", "WhatIf", "WhatIfJob", "WorkloadRef",
            "capacity", "capacity_job", "config", "live_metrics", "load_shape", "objectives", "parse_scale", "prepare", "run",
            "run_job", "sim_job", "simulate", "summaries", "sweep", "traces_from_run", "whatif", "workload", "write"]
 
 
 @dataclass
-class Outcome:
+class RunOutcome:
     """A finished run: its request frame, its summary, and where they were written (if)."""
 
     frame: pd.DataFrame
@@ -83,9 +83,9 @@ def write(output: Path, frame: pd.DataFrame, summary: Callable[[], dict]) -> dic
     return s
 
 
-def run(job: RunJob, output: str | Path | None = None) -> Outcome:
+def run(job: RunJob, output: str | Path | None = None) -> RunOutcome:
     """One measured run (loadgen.run.measurement); with `output`, its results written there."""
     out = prepare(output) if output is not None else None
     measured: Measured = measure(job)
     summary = write(out, measured.frame, measured.summary) if out is not None else measured.summary()
-    return Outcome(measured.frame, summary, measured.result, out)
+    return RunOutcome(measured.frame, summary, measured.result, out)

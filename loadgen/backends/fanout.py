@@ -25,7 +25,7 @@ import numpy as np
 from loadgen.backends.workers import WorkloadRef, check_workers, merge
 from loadgen.executors import Share
 from loadgen.run.execute import RunResult, RunSpec, execute, session_for
-from loadgen.run.scrape import recorder_for
+from loadgen.run.scrape import RunWindow
 
 START_MARGIN_S = 1.0  # from naming the start to it: the calls must reach every node first
 
@@ -97,12 +97,11 @@ async def execute_on_ray(ray, spec: RunSpec, workload: WorkloadRef, workers: int
     worker_spec = dataclasses.replace(spec, metrics_url=None)  # this process scrapes the server
     actors = [actor.options(num_cpus=1, scheduling_strategy="SPREAD", name=None).remote(
         worker_spec, workload, Share(w, workers)) for w in range(workers)]
-    recorder = recorder_for(spec)
+    window = RunWindow(spec, from_start=True)  # the actors do not say when warm-up ends
     try:
         infos = await asyncio.wait_for(asyncio.gather(*[_get(a.prepare.remote()) for a in actors]),
                                        start_timeout_s)
-        if recorder is not None:  # from the start: the actors do not say when warm-up ends
-            await recorder.begin()
+        await window.start()
         here, mine = socket.gethostname(), _offset_ns()
         t0_unix = time.time_ns() + int(START_MARGIN_S * 1e9)
         runs = {w: asyncio.ensure_future(_get(a.run.remote(t0_unix))) for w, a in enumerate(actors)}
@@ -126,8 +125,7 @@ async def execute_on_ray(ray, spec: RunSpec, workload: WorkloadRef, workers: int
                                                 return_exceptions=True):
                     if not isinstance(got, BaseException):
                         on_progress(*got)
-        window = await recorder.end() if recorder is not None else None
-        out = merge(results, lost, workers, t0_unix - mine, t0_unix / 1e9, window)
+        out = merge(results, lost, workers, t0_unix - mine, t0_unix / 1e9, await window.close())
         out.load_info["worker_nodes"] = {w: {"host": i["host"], "node_id": i["node_id"]} for w, i in enumerate(infos)}
         return out
     finally:

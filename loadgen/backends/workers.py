@@ -27,7 +27,7 @@ from typing import Callable
 
 from loadgen.executors import Share
 from loadgen.run.execute import RunResult, RunSpec, execute, session_for
-from loadgen.run.scrape import Window, recorder_for
+from loadgen.run.scrape import RunWindow, Window
 
 START_MARGIN_S = 0.05  # from the go message to t0: every worker is waiting on its timers by then
 
@@ -179,7 +179,7 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
             except OSError:
                 pass  # that worker is gone; its end is reported
 
-    recorder = recorder_for(spec)
+    window = RunWindow(spec)
     stopper = None
     try:
         for w in range(workers):
@@ -207,8 +207,7 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
         if stop is not None and stop.is_set():
             send_all(("stop",))
             return RunResult([], [], [], time.monotonic_ns(), time.time(), interrupted=True)
-        if recorder is not None and spec.warmup == 0:
-            await recorder.begin()
+        await window.start()
         t0 = time.monotonic_ns() + int(START_MARGIN_S * 1e9)
         t0_unix = time.time() + START_MARGIN_S
         send_all(("start", t0))
@@ -228,12 +227,10 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
                 on_progress(msg[1], msg[2])
             elif msg[0] == "measuring" and not measuring:
                 measuring = True
-                if recorder is not None and spec.warmup:
-                    recorder.begin_soon()
+                window.measuring()
             elif msg[0] == "result":
                 results[w] = msg[1]
-        window = await recorder.end() if recorder is not None else None
-        return merge(results, lost, workers, t0, t0_unix, window)
+        return merge(results, lost, workers, t0, t0_unix, await window.close())
     finally:
         if stopper is not None:
             stopper.cancel()

@@ -41,7 +41,7 @@ def whatif(traces: Path, profile: str | None, model: str | None, batches: str, k
     """Replay acceptance traces (docs/whatif.md) in virtual time on a cost profile: per batch
     size, the throughput of no speculation, fixed k per drafter, each drafter's oracle, the
     per-position combination oracle and realisable policies, and the best of those."""
-    from loadgen.whatif.report import render
+    from loadgen.whatif.results import render
     from servers.emulator import profile as profiles
 
     batch_sizes, k_values = _positive_ints(batches, "--batch"), _positive_ints(ks, "--k")

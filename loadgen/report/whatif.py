@@ -27,7 +27,7 @@ def load(root: Path, model: str | None, levels: list[int] | None = None) -> tupl
     if not traces_path.is_file():
         return None, []
     from loadgen.whatif import evaluate as ev
-    from loadgen.whatif.report import to_json
+    from loadgen.whatif.results import to_json
     from loadgen.whatif.traces import TraceError, read
     from servers.emulator import profile as profiles
     name = profiles.for_model(model) if model else None

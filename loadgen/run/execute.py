@@ -22,7 +22,7 @@ from loadgen.client.bodies import build_body, stream_options
 from loadgen.client.record import RequestRecord
 from loadgen.client.stream import chunk_times
 from loadgen.executors import Feed, Item, Share, closed_loop, open_loop
-from loadgen.run.scrape import Window, recorder_for
+from loadgen.run.scrape import RunWindow, Window
 from loadgen.run.selfcheck import LoopLagMonitor
 from loadgen.shapes import LoadShape, Shape  # noqa: F401 - LoadShape: the steady shapes by their numbers
 from workloads import Request
@@ -193,11 +193,8 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     else:
         total = None if spec.num_requests is None else spec.num_requests + spec.warmup
         offsets = load.arrivals_s(num=total, duration_s=spec.duration_s, seed=spec.seed) * scale
-    # The server window opens when the first measured request goes out (before the run when
-    # there is no warm-up) and closes when the last one is done.
-    recorder = recorder_for(spec)
-    if recorder is not None and spec.warmup == 0:
-        await recorder.begin()
+    window = RunWindow(spec)
+    await window.start()
     monitor = LoopLagMonitor()
     # Python's full garbage collections scan every object alive (pandas, numpy, aiohttp: a few
     # hundred thousand) and stopped the client for 20-30 ms mid-run; frozen, those are skipped
@@ -209,7 +206,7 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     t0_unix = time.time() + (t0 - now) / 1e9
     deadline = None if spec.duration_s is None else t0 + int(spec.duration_s * scale * 1e9)
     feed = Feed(requests, encode, num=spec.num_requests, warmup=spec.warmup, deadline_ns=deadline,
-                on_measure_start=recorder.begin_soon if recorder and spec.warmup else on_measure_start,
+                on_measure_start=_both(window.measuring, on_measure_start),
                 share=share)
     if load.closed:
         work = closed_loop.run(feed, send, join_s=joins, t0_ns=t0, share=share)
@@ -236,8 +233,18 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     finally:
         gc.unfreeze()  # what was alive before the run can be collected again (sweeps run many)
         await monitor.stop()
-        window = await recorder.end() if recorder is not None else None
+        server_window = await window.close()
         if own_session:
             await session.close()
     return RunResult(records, list(monitor.at_ns), list(monitor.lag_ns), t0, t0_unix,
-                     interrupted, load_info, window)
+                     interrupted, load_info, server_window)
+
+
+def _both(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    if then is None:
+        return first
+
+    def both() -> None:
+        first()
+        then()
+    return both

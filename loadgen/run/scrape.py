@@ -251,8 +251,29 @@ class Recorder:
         return Window(before, after, during)
 
 
-def recorder_for(spec) -> Recorder | None:
-    """A run's window on its server's /metrics (`spec`: a loadgen.run.execute.RunSpec), None when it has
-    no metrics URL. Whichever backend runs the load opens it: from the start when there is no
-    warm-up, else when the first measured request goes; and closes it when the load ends."""
-    return Recorder(spec.metrics_url, spec.scrape_interval_s) if spec.metrics_url else None
+class RunWindow:
+    """A run's window on its server's /metrics (`spec`: a loadgen.run.execute.RunSpec), by the
+    one rule every backend follows: it opens when the first measured request goes (before the
+    load when there is no warm-up, or with `from_start` for a backend that cannot tell when
+    warm-up ends) and closes when the load ends. Without a metrics URL every call does nothing
+    and `close()` gives None."""
+
+    def __init__(self, spec, from_start: bool = False) -> None:
+        self.recorder = Recorder(spec.metrics_url, spec.scrape_interval_s) if spec.metrics_url else None
+        self.early = from_start or spec.warmup == 0
+        self._open = False
+
+    async def start(self) -> None:
+        """The load is about to go: open now when the window starts with it."""
+        if self.recorder is not None and self.early:
+            self._open = True
+            await self.recorder.begin()
+
+    def measuring(self) -> None:
+        """The first measured request is going (from synchronous code): open now, if not yet."""
+        if self.recorder is not None and not self._open:
+            self._open = True
+            self.recorder.begin_soon()
+
+    async def close(self) -> Window | None:
+        return await self.recorder.end() if self.recorder is not None else None

@@ -33,7 +33,7 @@ class WhatIf:
 
 def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> WhatIf:
     from loadgen.whatif import evaluate as ev
-    from loadgen.whatif.report import to_json
+    from loadgen.whatif.results import to_json
     from loadgen.whatif.traces import TraceError, read
     from servers.emulator import profile as profiles
     if job.oracle_depth is not None and job.oracle_depth < 0:
