@@ -36,8 +36,12 @@ def _positive_ints(text: str, flag: str) -> list[int]:
               help="Requests served per batch size [default: the traces, cycled to at least 4 x batch].")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path),
               help="Also write whatif.json here (loadgen report shows it when it sits in the results directory).")
+@click.option("--ngram-lookup", "lookup", default="3,7", show_default=True, help="prompt_lookup_min,max to "
+              "derive the n-gram drafter's 'proposed' where a trace has none (vLLM's, as the study ran it).")
+@click.option("--acc-as", default="eagle", show_default=True, help="The drafter a bare 'acc' (no method) is.")
 def whatif(traces: Path, profile: str | None, model: str | None, batches: str, ks: str, drafters: str | None,
-           oracle_depth: int | None, num_requests: int | None, output: Path | None) -> None:
+           oracle_depth: int | None, num_requests: int | None, output: Path | None, lookup: str,
+           acc_as: str) -> None:
     """Replay acceptance traces (docs/whatif.md) in virtual time on a cost profile: per batch
     size, the throughput of no speculation, fixed k per drafter, each drafter's oracle, the
     per-position combination oracle and realisable policies, and the best of those."""
@@ -56,12 +60,21 @@ def whatif(traces: Path, profile: str | None, model: str | None, batches: str, k
     done = api.whatif(api.WhatIfJob(
         traces, name, tuple(batch_sizes), tuple(k_values),
         [d.strip() for d in drafters.split(",") if d.strip()] if drafters else None, oracle_depth, num_requests,
-        output), progress=lambda line: click.echo(line, err=True))
+        output, acc_as, _lookup(lookup, "--ngram-lookup")), progress=lambda line: click.echo(line, err=True))
+    for note in done.notes:
+        click.echo(f"note: {note}", err=True)
     click.echo(render(done.doc))
     click.echo(f"({done.policies} policies x {len(batch_sizes)} batch sizes in {done.wall_s:.1f} s of simulation)",
                err=True)
     if output is not None:
         click.echo(f"Wrote {output / 'whatif.json'}", err=True)
+
+
+def _lookup(text: str, flag: str) -> tuple[int, int]:
+    lo_hi = _positive_ints(text, flag)
+    if len(lo_hi) != 2 or lo_hi[0] > lo_hi[1]:
+        raise click.UsageError(f"{flag} {text!r}: give MIN,MAX with MIN <= MAX, like 3,7")
+    return lo_hi[0], lo_hi[1]
 
 
 def _drafter(text: str | None) -> tuple[str, int] | None:
@@ -87,10 +100,7 @@ def traces(results: Path, output: Path | None, drafter: str | None, lookup: str)
     """Acceptance traces from a run made with --token-ids: per request its token ids, the
     n-gram drafter's acceptance (exact, replayed) and the served model drafter's (estimated from
     the tokens each step emitted, censored at its k). Input for loadgen whatif."""
-    lo_hi = _positive_ints(lookup, "--ngram")
-    if len(lo_hi) != 2 or lo_hi[0] > lo_hi[1]:
-        raise click.UsageError(f"--ngram {lookup!r}: give MIN,MAX with MIN <= MAX, like 5,5")
-    path, built, notes = api.traces_from_run(results, output, _drafter(drafter), (lo_hi[0], lo_hi[1]))
+    path, built, notes = api.traces_from_run(results, output, _drafter(drafter), _lookup(lookup, "--ngram"))
     for note in notes:
         click.echo(f"note: {note}", err=True)
     click.echo(f"Wrote {len(built)} traces to {path} (drafters: "

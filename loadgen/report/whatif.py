@@ -28,20 +28,23 @@ def load(root: Path, model: str | None, levels: list[int] | None = None) -> tupl
         return None, []
     from loadgen.whatif import evaluate as ev
     from loadgen.whatif.results import to_json
-    from loadgen.whatif.traces import TraceError, read
+    from loadgen.whatif.reading import read
+    from loadgen.whatif.traces import TraceError
     from servers.emulator import profile as profiles
     name = profiles.for_model(model) if model else None
     if name is None:
         return None, [f"traces.jsonl is here but no cost profile serves {model!r}: run "
                       f"loadgen whatif {traces_path} --profile NAME --output {root} to add the what-if section"]
     try:
-        traces = read(traces_path)
+        traces, reading = read(traces_path)
         prof = profiles.load(name)
         methods = ev.drafters_of(traces, prof)
-        outcomes = ev.evaluate(traces, name, levels or list(BATCHES), ev.candidates(methods))  # open loop: the study's
+        outcomes = ev.evaluate(traces, name, levels or list(BATCHES),
+                               ev.candidates(methods, hybrid=ev.hybrid_possible(traces, methods)))  # open loop: the study's
     except (TraceError, ev.WhatIfError) as e:
         return None, [f"what-if over traces.jsonl failed: {e}"]
     doc = to_json(traces, methods, name, outcomes, source=str(traces_path), ks=KS, oracle_depth=max(KS))
+    doc["input"] = {**reading.to_json(), "notes": reading.notes()}
     store.atomic(done, lambda tmp: Path(tmp).write_text(json.dumps(doc, indent=1)))
     return doc, [f"what-if evaluated here over traces.jsonl on profile {name} (kept as whatif.json)"]
 
@@ -67,7 +70,7 @@ def section(doc: dict, out: Path) -> tuple[Section, pd.DataFrame, Path | None]:
         "cost profile, closed loop at each batch size (docs/whatif.md). Oracles are upper bounds no server "
         "can run; realisable policies could be deployed.",
         f"Best realisable policy per batch size: {best}.",
-        *[f"Note: {n}" for n in doc["notes"]]])
+        *[f"Note: {n}" for n in doc["notes"] + doc.get("input", {}).get("notes", [])]])
     wide = table(doc)
     return Section("What-if: fixed k, oracles and combined drafters", text,
                    [("Speedup over no speculation by batch size", wide)], [fig] if fig else []), wide, fig

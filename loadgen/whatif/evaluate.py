@@ -69,10 +69,17 @@ def oracle_caps(methods: list[str], depth: int | None) -> dict[str, int | None]:
     return {m: None if m == "ngram" else depth for m in methods}
 
 
-def candidates(methods: list[str], ks=KS, k_max: int = max(KS), oracle_depth: int | None = max(KS)) -> list[Policy]:
+def hybrid_possible(traces: list[Trace], methods: list[str]) -> bool:
+    """The hybrid needs to know where the n-gram lookup matches: every trace's n-gram 'proposed'."""
+    return "ngram" in methods and all(t.drafters["ngram"].proposed is not None for t in traces)
+
+
+def candidates(methods: list[str], ks=KS, k_max: int = max(KS), oracle_depth: int | None = max(KS),
+               hybrid: bool = True) -> list[Policy]:
     """No speculation; per drafter fixed k for each k, its oracle and adaptive k; with the
     n-gram drafter and a model drafter, the realisable hybrid; with two or more drafters, the
     combination oracle charged at each step's own drafter's price and at the n-gram price.
+    `hybrid`: whether the traces allow the hybrid (hybrid_possible).
     Oracles of model drafters propose at most `oracle_depth` drafts (None: no limit)."""
     methods = order_drafters(methods)
     caps = oracle_caps(methods, oracle_depth)
@@ -86,7 +93,7 @@ def candidates(methods: list[str], ks=KS, k_max: int = max(KS), oracle_depth: in
         depth = f" <={caps[m]}" if caps[m] else ""
         out.append(Policy(f"{m} oracle{depth}", "oracle", False,
                           lambda t, m=m: policies.oracle(m, t.drafters[m], START, caps[m])))
-    if "ngram" in methods:
+    if "ngram" in methods and hybrid:
         for m in methods:
             if m != "ngram":
                 out.append(Policy(f"ngram k={k_max} where it matches, else {m} k=3", "hybrid", True,

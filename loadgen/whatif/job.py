@@ -22,6 +22,8 @@ class WhatIfJob:
     oracle_depth: int | None = None    # None: the largest k; 0: no limit
     requests: int | None = None        # per batch size [default: the traces, cycled to >= 4 x batch]
     output: Path | None = None         # also write whatif.json there
+    acc_as: str = "eagle"              # the drafter a bare "acc" is
+    ngram_lookup: tuple[int, int] = (3, 7)  # prompt lookup min, max to derive a missing n-gram "proposed"
 
 
 @dataclass
@@ -29,13 +31,18 @@ class WhatIf:
     doc: dict            # whatif.json's content
     policies: int
     wall_s: float
+    notes: list[str]     # what reading the traces took (repairs, skipped lines), and policies left out
 
 
 def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> WhatIf:
     from loadgen.whatif import evaluate as ev
     from loadgen.whatif.results import to_json
-    from loadgen.whatif.traces import TraceError, read
+    from loadgen.whatif.reading import read
+    from loadgen.whatif.traces import TraceError
     from servers.emulator import profile as profiles
+    lo, hi = job.ngram_lookup
+    if not 1 <= lo <= hi:
+        raise LoadgenError(f"--ngram-lookup {lo},{hi}: give MIN,MAX with 1 <= MIN <= MAX, like 3,7")
     if job.oracle_depth is not None and job.oracle_depth < 0:
         raise LoadgenError(f"--oracle-depth must be >= 0, got {job.oracle_depth}")
     if job.requests is not None and job.requests < 1:
@@ -43,9 +50,14 @@ def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> 
     depth = max(job.ks) if job.oracle_depth is None else (job.oracle_depth or None)
     try:
         prof = profiles.load(job.profile)
-        loaded = read(job.traces)
+        loaded, reading = read(job.traces, acc_as=job.acc_as, ngram_lookup=job.ngram_lookup)
+        notes = reading.notes()
         methods = ev.drafters_of(loaded, prof, job.drafters)
-        chosen = ev.candidates(methods, tuple(job.ks), k_max=max(job.ks), oracle_depth=depth)
+        hybrid = ev.hybrid_possible(loaded, methods)
+        if not hybrid and "ngram" in methods and len(methods) > 1:
+            notes.append("the hybrid policy is left out: some traces have no n-gram 'proposed' and no token "
+                         "ids to derive it from")
+        chosen = ev.candidates(methods, tuple(job.ks), k_max=max(job.ks), oracle_depth=depth, hybrid=hybrid)
         wall = time.monotonic()
         outcomes = ev.evaluate(loaded, job.profile, list(job.batches), chosen, requests=job.requests,
                                progress=progress)
@@ -54,6 +66,7 @@ def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> 
     wall = time.monotonic() - wall
     doc = to_json(loaded, methods, job.profile, outcomes, source=str(job.traces), ks=list(job.ks),
                   oracle_depth=depth)
+    doc["input"] = {**reading.to_json(), "notes": notes}
     if job.output is not None:
         try:
             job.output.mkdir(parents=True, exist_ok=True)
@@ -61,7 +74,7 @@ def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> 
         except OSError as e:
             raise LoadgenError(f"cannot write {job.output / 'whatif.json'}: {e.strerror or e}; "
                                "choose another --output") from None
-    return WhatIf(doc, len(chosen), wall)
+    return WhatIf(doc, len(chosen), wall, notes)
 
 
 def traces_from_run(results: Path, output: Path | None = None, drafter: tuple[str, int] | None = None,

@@ -12,6 +12,8 @@ JSONL, one request per line:
 tokens after its match; 0: no match, and then it proposes nothing and nothing is verified). `censored_at` (optional): the trace was estimated
 from a fixed-k run, where a step that accepted all k drafts only says acc_len >= k + 1; such
 values are recorded as k + 1.
+
+Reading a file, with the repairs files from elsewhere need: loadgen/whatif/reading.py.
 """
 from __future__ import annotations
 
@@ -53,73 +55,10 @@ class Trace:
     generated_token_ids: list[int]
     drafters: dict[str, Acceptance] = field(default_factory=dict)
 
-    def check(self) -> None:
-        """ValueError naming what is wrong: an acc_len of the wrong length, or one that would
-        emit past the end or less than one token."""
-        n = len(self.generated_token_ids)
-        rest = n - np.arange(n)
-        for method, a in self.drafters.items():
-            if len(a.acc_len) != n:
-                raise ValueError(f"{PREFIX}{method}.acc_len has {len(a.acc_len)} values for {n} generated tokens")
-            if n and (a.acc_len.min() < 1 or (a.acc_len > rest).any()):
-                raise ValueError(f"{PREFIX}{method}.acc_len values must be between 1 and the tokens left "
-                                 "(acc_len[i] <= n - i)")
-            if a.proposed is not None and len(a.proposed) != n:
-                raise ValueError(f"{PREFIX}{method}.proposed has {len(a.proposed)} values for {n} generated tokens")
-            if a.proposed is not None and n and (a.proposed < a.acc_len - 1).any():
-                raise ValueError(f"{PREFIX}{method}.proposed must be at least acc_len - 1 (the drafts accepted)")
-
     def to_json(self) -> dict:
         return {"id": self.id, "prompt_token_ids": self.prompt_token_ids,
                 "generated_token_ids": self.generated_token_ids,
                 **{PREFIX + m: a.to_json() for m, a in self.drafters.items()}}
-
-
-def _acceptance(d) -> Acceptance:
-    if not isinstance(d, dict) or "acc_len" not in d:
-        raise ValueError('must be an object with "acc_len"')
-    proposed = d.get("proposed")
-    return Acceptance(np.asarray(d["acc_len"], dtype=np.int64),
-                      None if proposed is None else np.asarray(proposed, dtype=np.int64),
-                      d.get("censored_at"), d.get("source"))
-
-
-def parse(line: str) -> Trace:
-    d = json.loads(line)
-    if not isinstance(d, dict):
-        raise ValueError("not a JSON object")
-    for key in ("id", "prompt_token_ids", "generated_token_ids"):
-        if key not in d:
-            raise ValueError(f"no {key!r}")
-    drafters = {}
-    for key, value in d.items():
-        if key.startswith(PREFIX):
-            try:
-                drafters[key[len(PREFIX):]] = _acceptance(value)
-            except (ValueError, TypeError) as e:
-                raise ValueError(f"{key}: {e}") from None
-    t = Trace(str(d["id"]), [int(x) for x in d["prompt_token_ids"]],
-              [int(x) for x in d["generated_token_ids"]], drafters)
-    t.check()
-    return t
-
-
-def read(path: str | Path) -> list[Trace]:
-    """Every trace in a JSONL file; TraceError (one line: file, line, what) on the first bad one."""
-    out = []
-    try:
-        with open(path) as f:
-            for no, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        out.append(parse(line))
-                    except (ValueError, TypeError) as e:
-                        raise TraceError(f"{path}:{no}: {e}") from None
-    except OSError as e:
-        raise TraceError(f"cannot read traces {str(path)!r}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"{path} is not a text file of JSON lines (acceptance traces, docs/whatif.md)") from None
-    return out
 
 
 def write(path: str | Path, traces: list[Trace]) -> None:
