@@ -145,3 +145,21 @@ def test_no_broken_file_makes_the_cli_print_a_traceback(tmp_path):
             assert res.returncode == 0 and "skipped 1 line(s)" in res.stderr, (name, res.stderr)
         else:
             assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, (name, res.stderr)
+
+
+def test_no_broken_results_directory_makes_traces_print_a_traceback(tmp_path):
+    import pandas as pd
+    cases = {"missing": tmp_path / "none", "empty": tmp_path / "empty", "garbage": tmp_path / "garbage",
+             "columns": tmp_path / "columns", "summary": tmp_path / "summary"}
+    for name in ("empty", "garbage", "columns", "summary"):
+        cases[name].mkdir()
+    (cases["garbage"] / "requests.parquet").write_bytes(b"PAR1 not parquet")
+    (cases["garbage"] / "summary.json").write_text("{}")
+    pd.DataFrame({"x": [1, 2]}).to_parquet(cases["columns"] / "requests.parquet")
+    (cases["columns"] / "summary.json").write_text("{}")
+    pd.DataFrame({"x": [1]}).to_parquet(cases["summary"] / "requests.parquet")
+    (cases["summary"] / "summary.json").write_text("[1, 2]")
+    for name, path in cases.items():
+        res = run_cli("traces", str(path))
+        assert res.returncode == 2 and "Traceback" not in res.stderr, (name, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1 and str(path) in res.stderr, (name, res.stderr)

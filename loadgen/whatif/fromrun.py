@@ -39,13 +39,20 @@ def from_results(directory: Path, *, drafter: tuple[str, int] | None = None,
     line) when the directory holds no run or the run kept no token ids."""
     try:
         frame = pd.read_parquet(directory / "requests.parquet")
-        config = json.loads((directory / "summary.json").read_text()).get("config", {})
+        summary = json.loads((directory / "summary.json").read_text())
     except (OSError, ValueError) as e:
         raise TraceError(f"{directory} holds no run results (requests.parquet, summary.json): "
                          f"{getattr(e, 'strerror', None) or e}") from None
+    config = summary.get("config") if isinstance(summary, dict) else None
+    config = config if isinstance(config, dict) else {}
+    missing = [c for c in ("request_id", "ok", "warmup", "step_tokens", "steps_source", "token_count_source")
+               if c not in frame.columns]
+    if missing:
+        raise TraceError(f"{directory / 'requests.parquet'} is not a loadgen run's request table (no column "
+                         f"{missing[0]!r}); give the directory of a `loadgen run --token-ids`")
     if "output_token_ids" not in frame.columns:
         frame["output_token_ids"] = frame["prompt_token_ids"] = None
-    measured = frame[frame["ok"] & ~frame["warmup"]]
+    measured = frame[frame["ok"].fillna(False).astype(bool) & ~frame["warmup"].fillna(False).astype(bool)]
     has_ids = measured["output_token_ids"].notna() & measured["prompt_token_ids"].notna()
     if not has_ids.any():
         raise TraceError(f"{directory}: the run kept no token ids; run it again with --token-ids "
@@ -56,18 +63,22 @@ def from_results(directory: Path, *, drafter: tuple[str, int] | None = None,
         notes.append("n-gram only: no model drafter to estimate (if the server ran one at fixed k, "
                      "give --drafter METHOD:K)")
     lo, hi = ngram_lookup
-    traces, mismatched = [], 0
+    traces, mismatched, unreadable = [], 0, 0
     inexact = set()
     for row in measured[has_ids].itertuples():
-        prompt = [int(x) for x in row.prompt_token_ids]
-        output = [int(x) for x in row.output_token_ids]
+        try:
+            prompt = [int(x) for x in row.prompt_token_ids]
+            output = [int(x) for x in row.output_token_ids]
+        except (TypeError, ValueError, OverflowError):
+            unreadable += 1
+            continue
         if not output:
             continue
         acc = {"ngram": ngram(prompt, output, min_n=lo, max_n=hi)}
         if drafter is not None:
             try:
                 acc[drafter[0]] = estimate(row.step_tokens, len(output), drafter[1])
-            except ValueError:
+            except (TypeError, ValueError):
                 mismatched += 1
                 continue
             if row.steps_source != "chunks" or row.token_count_source != "continuous_usage":
@@ -81,6 +92,8 @@ def from_results(directory: Path, *, drafter: tuple[str, int] | None = None,
                      "the estimate inherits their error (docs/metrics.md)")
     if mismatched:
         notes.append(f"{mismatched} requests skipped: their steps' tokens do not add up to their token ids")
+    if unreadable:
+        notes.append(f"{unreadable} requests skipped: their token ids are not lists of whole numbers")
     skipped = int((~has_ids).sum())
     if skipped:
         notes.append(f"{skipped} requests without token ids skipped")
