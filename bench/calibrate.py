@@ -21,10 +21,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from loadgen.run.execute import LoadShape  # noqa: E402
-from loadgen.simulate.virtual import SimSpec, simulate  # noqa: E402
 from servers.emulator import profile as profiles  # noqa: E402
-from servers.emulator.engine import EngineConfig  # noqa: E402
+from servers.emulator.engine import Engine, EngineConfig, EngineError  # noqa: E402
 from servers.emulator.spec import parse  # noqa: E402
 from workloads import kind_like  # noqa: E402
 
@@ -78,14 +76,22 @@ def makespan(profile: str, method: str | None, prompt_req, batch: int) -> float:
 
 
 def _makespan(profile: str, method: str | None, prompt_req, batch: int) -> float:
+    """The engine itself in virtual time, every copy submitted at 0 (a closed loop of B users
+    would not start them together: each user takes its next request as it sends one)."""
     spec = parse(SPECS[method]) if method else None
-    sim = SimSpec(profile, spec, LoadShape(concurrency=batch), num_requests=batch, join_gap_s=0.0,
-                  engine=EngineConfig(max_num_seqs=1024, max_num_batched_tokens=16384))
-    result = simulate(sim, itertools.repeat(prompt_req, batch))
-    refused = [r.error_message for r in result.run.records if not r.ok]
-    if refused:
-        raise SystemExit(f"calibration request refused by the engine: {refused[0]}")
-    return result.makespan_s
+    engine = Engine(profiles.load(profile), spec, EngineConfig(max_num_seqs=1024, max_num_batched_tokens=16384))
+    try:
+        for i in range(batch):
+            engine.submit(str(i), prompt_req.prompt, prompt_req.max_tokens, arrival=0.0,
+                          ignore_eos=prompt_req.ignore_eos, min_tokens=prompt_req.min_tokens)
+    except EngineError as e:
+        raise SystemExit(f"calibration request refused by the engine: {e}") from None
+    now = 0.0
+    while engine.has_work:
+        step = engine.plan(now)
+        now += step.duration
+        engine.commit(step, now)
+    return now
 
 
 def speedups(profile: str, method: str, kind: str, prompts: int) -> list[float]:

@@ -32,16 +32,20 @@ def _positive_ints(text: str, flag: str) -> list[int]:
 @click.option("--drafters", help="Drafters to consider, comma-separated [default: all the traces have].")
 @click.option("--oracle-depth", type=int,
               help="Most drafts a model drafter's oracle proposes [default: the largest --k; 0: no limit].")
-@click.option("--requests", "num_requests", type=int,
-              help="Requests served per batch size [default: the traces, cycled to at least 4 x batch].")
+@click.option("--requests", "num_requests", type=int, help="Requests served per batch size [default: the "
+              "traces, cycled to at least 4 x batch]; offline: requests sampled [300, or all there are].")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path),
               help="Also write whatif.json here (loadgen report shows it when it sits in the results directory).")
 @click.option("--ngram-lookup", "lookup", default="3,7", show_default=True, help="prompt_lookup_min,max to "
               "derive the n-gram drafter's 'proposed' where a trace has none (vLLM's, as the study ran it).")
 @click.option("--acc-as", default="eagle", show_default=True, help="The drafter a bare 'acc' (no method) is.")
+@click.option("--protocol", type=click.Choice(["closed", "offline"]), default="closed", show_default=True,
+              help="closed: a closed loop of B users at each batch size; offline: the study's measurement, B copies "
+              "of each sampled request (--requests, default 300) run together to the end (docs/whatif.md).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Offline: which requests are sampled.")
 def whatif(traces: Path, profile: str | None, model: str | None, batches: str, ks: str, drafters: str | None,
            oracle_depth: int | None, num_requests: int | None, output: Path | None, lookup: str,
-           acc_as: str) -> None:
+           acc_as: str, protocol: str, seed: int) -> None:
     """Replay acceptance traces (docs/whatif.md) in virtual time on a cost profile: per batch
     size, the throughput of no speculation, fixed k per drafter, each drafter's oracle, the
     per-position combination oracle and realisable policies, and the best of those."""
@@ -60,7 +64,7 @@ def whatif(traces: Path, profile: str | None, model: str | None, batches: str, k
     done = api.whatif(api.WhatIfJob(
         traces, name, tuple(batch_sizes), tuple(k_values),
         [d.strip() for d in drafters.split(",") if d.strip()] if drafters else None, oracle_depth, num_requests,
-        output, acc_as, _lookup(lookup, "--ngram-lookup")), progress=lambda line: click.echo(line, err=True))
+        output, acc_as, _lookup(lookup, "--ngram-lookup"), protocol, seed), progress=lambda line: click.echo(line, err=True))
     for note in done.notes:
         click.echo(f"note: {note}", err=True)
     click.echo(render(done.doc))

@@ -24,6 +24,8 @@ class WhatIfJob:
     output: Path | None = None         # also write whatif.json there
     acc_as: str = "eagle"              # the drafter a bare "acc" is
     ngram_lookup: tuple[int, int] = (3, 7)  # prompt lookup min, max to derive a missing n-gram "proposed"
+    protocol: str = "closed"           # closed (loop at each batch size) | offline (the study's batches)
+    seed: int = 0                      # offline: which requests are sampled
 
 
 @dataclass
@@ -43,6 +45,8 @@ def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> 
     lo, hi = job.ngram_lookup
     if not 1 <= lo <= hi:
         raise LoadgenError(f"--ngram-lookup {lo},{hi}: give MIN,MAX with 1 <= MIN <= MAX, like 3,7")
+    if job.protocol not in ("closed", "offline"):
+        raise LoadgenError(f"--protocol {job.protocol!r}: give closed or offline")
     if job.oracle_depth is not None and job.oracle_depth < 0:
         raise LoadgenError(f"--oracle-depth must be >= 0, got {job.oracle_depth}")
     if job.requests is not None and job.requests < 1:
@@ -59,13 +63,18 @@ def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> 
                          "ids to derive it from")
         chosen = ev.candidates(methods, tuple(job.ks), k_max=max(job.ks), oracle_depth=depth, hybrid=hybrid)
         wall = time.monotonic()
-        outcomes = ev.evaluate(loaded, job.profile, list(job.batches), chosen, requests=job.requests,
-                               progress=progress)
+        if job.protocol == "offline":
+            from loadgen.whatif import offline
+            outcomes = offline.evaluate(loaded, job.profile, list(job.batches), chosen, requests=job.requests,
+                                        seed=job.seed, progress=progress)
+        else:
+            outcomes = ev.evaluate(loaded, job.profile, list(job.batches), chosen, requests=job.requests,
+                                   progress=progress)
     except (profiles.ProfileError, TraceError, ev.WhatIfError) as e:
         raise LoadgenError(str(e)) from None
     wall = time.monotonic() - wall
     doc = to_json(loaded, methods, job.profile, outcomes, source=str(job.traces), ks=list(job.ks),
-                  oracle_depth=depth)
+                  oracle_depth=depth, protocol=job.protocol)
     doc["input"] = {**reading.to_json(), "notes": notes}
     if job.output is not None:
         try:

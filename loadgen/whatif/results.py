@@ -53,8 +53,16 @@ def notes(traces: list[Trace], methods: list[str], caps: dict, ks) -> list[str]:
     return out
 
 
+PROTOCOLS = {
+    "closed": "closed loop at each batch size B: B users, each sending its next request when its last ends, "
+              "the traces in turn (what a deployment under steady load sees)",
+    "offline": "offline batches, the study's measurement: B copies of each sampled request start together and "
+               "run to the end, no new arrivals; speedup = mean batch throughput over no speculation's",
+}
+
+
 def to_json(traces: list[Trace], methods: list[str], profile: str, outcomes: list[Outcome], *,
-            source: str, ks, oracle_depth: int | None) -> dict:
+            source: str, ks, oracle_depth: int | None, protocol: str = "closed") -> dict:
     best = best_realisable(outcomes)
     caps = oracle_caps(methods, oracle_depth)
     return {"source": source, "profile": profile, "traces": len(traces), "drafters": methods,
@@ -62,12 +70,13 @@ def to_json(traces: list[Trace], methods: list[str], profile: str, outcomes: lis
             "tokens_per_step": _trace_figures(traces, methods, ks, caps),
             "results": [asdict(o) for o in outcomes],
             "best_realisable": {str(b): o.policy for b, o in best.items()},
-            "oracle_depth": oracle_depth, "notes": notes(traces, methods, caps, ks)}
+            "oracle_depth": oracle_depth, "protocol": protocol, "notes": notes(traces, methods, caps, ks)}
 
 
 def render(doc: dict) -> str:
     lines = [f"What-if over {doc['traces']} traces ({doc['output_tokens']:,} output tokens) from "
-             f"{doc['source']}, on profile {doc['profile']}; drafters: {', '.join(doc['drafters'])}", "",
+             f"{doc['source']}, on profile {doc['profile']}; drafters: {', '.join(doc['drafters'])}",
+             f"Protocol: {PROTOCOLS[doc.get('protocol', 'closed')]}", "",
              "Tokens per decoding step from the traces alone:"]
     for m, figs in doc["tokens_per_step"].items():
         lines.append(f"  {m:12s} " + "  ".join(f"{k} {v:.2f}" for k, v in figs.items()))
@@ -77,7 +86,8 @@ def render(doc: dict) -> str:
     width = max((len(r["policy"]) for r in doc["results"]), default=10)
     for batch, rows in by_batch.items():
         best = doc["best_realisable"].get(str(batch))
-        lines += ["", f"Batch {batch} ({rows[0]['requests']} requests):",
+        unit = "batches" if doc.get("protocol") == "offline" else "requests"
+        lines += ["", f"Batch {batch} ({rows[0]['requests']} {unit}):",
                   f"  {'policy':{width}s}  {'tok/s':>9s}  {'speedup':>7s}  {'tok/step':>8s}  {'drafts/step':>11s}"]
         for r in rows:
             mark = " <- best realisable" if r["policy"] == best else ("" if r["realisable"] else " (oracle)")

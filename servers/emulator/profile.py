@@ -31,10 +31,12 @@ class Forward:
     moe_experts: int = 0
     moe_top_k: int = 0
 
-    def time(self, kv_tokens: float, batched_tokens: float) -> float:
+    def time(self, kv_tokens, batched_tokens):
+        """Seconds; numbers or numpy arrays (element-wise) alike."""
         t = self.constant + self.per_kv_token * kv_tokens + self.per_batched_token * batched_tokens
-        if self.moe_expert_time and batched_tokens > 0:
-            t += self.moe_expert_time * (1.0 - (1.0 - self.moe_top_k / self.moe_experts) ** batched_tokens)
+        if self.moe_expert_time:
+            t = t + self.moe_expert_time * (1.0 - (1.0 - self.moe_top_k / self.moe_experts) ** batched_tokens) \
+                * (batched_tokens > 0)
         return t
 
 
@@ -53,15 +55,16 @@ class Drafter:
     verify_fraction: float = 0.0
     draft_forward: Forward | None = None
 
-    def time(self, k: int, requests: int, kv_tokens: float, verify_time: float) -> float:
-        if requests == 0 or k == 0:
-            return 0.0
+    def time(self, k, requests, kv_tokens, verify_time):
+        """Seconds to propose k drafts for each of `requests` over `kv_tokens`; numbers or numpy
+        arrays (element-wise) alike; 0 where k or requests is 0."""
         if self.method == "ngram":
-            return self.verify_fraction * verify_time
-        if self.draft_forward is not None:
-            return k * self.draft_forward.time(kv_tokens, requests)
-        return (self.constant * k / self.fit_k + self.per_kv_token * kv_tokens
-                + self.per_draft_token * requests * k)
+            t = self.verify_fraction * verify_time
+        elif self.draft_forward is not None:
+            t = k * self.draft_forward.time(kv_tokens, requests)
+        else:
+            t = self.constant * k / self.fit_k + self.per_kv_token * kv_tokens + self.per_draft_token * requests * k
+        return t * ((k > 0) & (requests > 0))
 
 
 @dataclass(frozen=True)
