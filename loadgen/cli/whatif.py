@@ -2,6 +2,7 @@
 speculation would give on the traffic the traces recorded, at each batch size."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -43,9 +44,12 @@ def _positive_ints(text: str, flag: str) -> list[int]:
               help="closed: a closed loop of B users at each batch size; offline: the study's measurement, B copies "
               "of each sampled request (--requests, default 300) run together to the end (docs/whatif.md).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Offline: which requests are sampled.")
+@click.option("--schedule", is_flag=True, help="Print, per drafter, the k schedule by batch size as vLLM's "
+              "--speculative-config and a deployment file (no SD, each fixed k, the schedule) for loadgen sweep; "
+              "with --output, written as OUTPUT/schedule-METHOD.toml.")
 def whatif(traces: Path, profile: str | None, model: str | None, batches: str, ks: str, drafters: str | None,
            oracle_depth: int | None, num_requests: int | None, output: Path | None, lookup: str,
-           acc_as: str, protocol: str, seed: int) -> None:
+           acc_as: str, protocol: str, seed: int, schedule: bool) -> None:
     """Replay acceptance traces (docs/whatif.md) in virtual time on a cost profile: per batch
     size, the throughput of no speculation, fixed k per drafter, each drafter's oracle, the
     per-position combination oracle and realisable policies, and the best of those."""
@@ -64,12 +68,17 @@ def whatif(traces: Path, profile: str | None, model: str | None, batches: str, k
     done = api.whatif(api.WhatIfJob(
         traces, name, tuple(batch_sizes), tuple(k_values),
         [d.strip() for d in drafters.split(",") if d.strip()] if drafters else None, oracle_depth, num_requests,
-        output, acc_as, _lookup(lookup, "--ngram-lookup"), protocol, seed), progress=lambda line: click.echo(line, err=True))
+        output, acc_as, _lookup(lookup, "--ngram-lookup"), protocol, seed, schedule),
+        progress=lambda line: click.echo(line, err=True))
     for note in done.notes:
         click.echo(f"note: {note}", err=True)
     click.echo(render(done.doc))
     click.echo(f"({done.policies} policies x {len(batch_sizes)} batch sizes in {done.wall_s:.1f} s of simulation)",
                err=True)
+    for method, (text, path) in done.deployments.items():
+        config = json.dumps(done.doc["schedules"][method]["speculative_config"], separators=(",", ":"))
+        click.echo(f"\n{method}: --speculative-config '{config}'")
+        click.echo(f"Wrote {path}: loadgen sweep --servers {path}" if path else f"# deployment file:\n{text}")
     if output is not None:
         click.echo(f"Wrote {output / 'whatif.json'}", err=True)
 

@@ -26,6 +26,7 @@ class WhatIfJob:
     ngram_lookup: tuple[int, int] = (3, 7)  # prompt lookup min, max to derive a missing n-gram "proposed"
     protocol: str = "closed"           # closed (loop at each batch size) | offline (the study's batches)
     seed: int = 0                      # offline: which requests are sampled
+    schedule: bool = False             # also a deployment file per drafter: fixed k and the k schedule
 
 
 @dataclass
@@ -34,6 +35,7 @@ class WhatIf:
     policies: int
     wall_s: float
     notes: list[str]     # what reading the traces took (repairs, skipped lines), and policies left out
+    deployments: dict = None  # with schedule: drafter -> (the deployment file's text, where written or None)
 
 
 def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> WhatIf:
@@ -83,7 +85,30 @@ def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> 
         except OSError as e:
             raise LoadgenError(f"cannot write {job.output / 'whatif.json'}: {e.strerror or e}; "
                                "choose another --output") from None
-    return WhatIf(doc, len(chosen), wall, notes)
+    deployments = _deployments(job, doc, prof) if job.schedule else {}
+    return WhatIf(doc, len(chosen), wall, notes, deployments)
+
+
+def _deployments(job: WhatIfJob, doc: dict, prof) -> dict:
+    """Per drafter with a schedule, a deployment file for `loadgen sweep`: no speculation, each
+    fixed k evaluated, and the schedule (written as OUTPUT/schedule-METHOD.toml with --output)."""
+    from loadgen.whatif.schedule import deployment_toml
+    out = {}
+    for m, s in doc["schedules"].items():
+        if not s["speculative_config"]:
+            continue
+        text = deployment_toml(prof.models[0], m, s["speculative_config"], list(job.ks), max_num_seqs=256,
+                               description=f"{prof.models[0]}: {m} at fixed k and its k schedule from "
+                                           f"loadgen whatif {job.traces} ({doc['protocol']})")
+        path = None
+        if job.output is not None:
+            path = job.output / f"schedule-{m}.toml"
+            try:
+                path.write_text(text)
+            except OSError as e:
+                raise LoadgenError(f"cannot write {path}: {e.strerror or e}; choose another --output") from None
+        out[m] = (text, path)
+    return out
 
 
 def traces_from_run(results: Path, output: Path | None = None, drafter: tuple[str, int] | None = None,

@@ -2,6 +2,7 @@
 trace-level figures and what the figures assume."""
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 
 from loadgen.whatif import policies
@@ -63,14 +64,33 @@ PROTOCOLS = {
 
 def to_json(traces: list[Trace], methods: list[str], profile: str, outcomes: list[Outcome], *,
             source: str, ks, oracle_depth: int | None, protocol: str = "closed") -> dict:
+    from loadgen.whatif.schedule import schedules
+    from servers.emulator import profile as profiles
     best = best_realisable(outcomes)
     caps = oracle_caps(methods, oracle_depth)
+    results = [asdict(o) for o in outcomes]
     return {"source": source, "profile": profile, "traces": len(traces), "drafters": methods,
             "output_tokens": int(sum(len(t.generated_token_ids) for t in traces)),
             "tokens_per_step": _trace_figures(traces, methods, ks, caps),
-            "results": [asdict(o) for o in outcomes],
+            "results": results,
             "best_realisable": {str(b): o.policy for b, o in best.items()},
-            "oracle_depth": oracle_depth, "protocol": protocol, "notes": notes(traces, methods, caps, ks)}
+            "oracle_depth": oracle_depth, "protocol": protocol,
+            "schedules": schedules(results, methods, profiles.load(profile).models[0]),
+            "gap": gap(outcomes), "notes": notes(traces, methods, caps, ks)}
+
+
+def gap(outcomes: list[Outcome]) -> dict:
+    """Per batch size: the best realisable policy's throughput over the best oracle's (how
+    much of what is possible a deployable policy gets)."""
+    best = best_realisable(outcomes)
+    out = {}
+    for b, o in best.items():
+        oracles = [x for x in outcomes if x.batch == b and not x.realisable]
+        if oracles:
+            top = max(oracles, key=lambda x: x.output_tok_s)
+            out[str(b)] = {"realisable": o.policy, "oracle": top.policy,
+                           "share": o.output_tok_s / top.output_tok_s if top.output_tok_s else None}
+    return out
 
 
 def render(doc: dict) -> str:
@@ -94,5 +114,14 @@ def render(doc: dict) -> str:
             speed = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "-"
             lines.append(f"  {r['policy']:{width}s}  {r['output_tok_s']:9,.0f}  {speed:>7s}  "
                          f"{r['tokens_per_step']:8.2f}  {r['drafts_per_step']:11.2f}{mark}")
+    if doc.get("gap"):
+        lines += ["", "Best realisable policy against the best oracle (share of its throughput):"]
+        lines += [f"  B={b}: {g['share']:.0%} ({g['realisable']} / {g['oracle']})" for b, g in doc["gap"].items()
+                  if g["share"] is not None]
+    if doc.get("schedules"):
+        lines += ["", "k by batch size (num_speculative_tokens_per_batch_size; loadgen whatif --schedule):"]
+        for m, s in doc["schedules"].items():
+            ks = ", ".join(f"B={b}: {k}" for b, k in s["by_batch"].items())
+            lines.append(f"  {m:12s} {ks}  ->  " + (json.dumps(s["ranges"]) if s["ranges"] else s.get("why", "")))
     lines += [""] + [f"note: {n}" for n in doc["notes"]]
     return "\n".join(lines)

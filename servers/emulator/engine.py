@@ -115,6 +115,9 @@ class Engine:
         self.stats = EngineStats(spec_accepted_per_pos=[0] * (spec.k if spec else 0))
         self.trace_sink = trace_sink  # gets each finished request's exact acceptance trace
         self._kv_used = 0
+        # k per batch size (num_speculative_tokens_per_batch_size), None: always spec.k
+        self._k_by_batch = spec.k_by_batch(cfg.max_num_seqs) if spec is not None and spec.schedule else None
+        self._step_k = spec.k if spec is not None else 0  # the drafts the step being applied proposes
 
     # -- requests ---------------------------------------------------------------------------
     def submit(self, request_id: str, prompt_text: str, max_tokens: int, *, arrival: float,
@@ -256,13 +259,22 @@ class Engine:
         if self.drafter is None:
             return 0.0
         drafting = [seq for seq, n in batch if seq.computed + n >= seq.context and seq.remaining > 1]
-        return self.drafter.time(self.spec.k, len(drafting), kv, verify)
+        return self.drafter.time(self._k_for(len(batch)), len(drafting), kv, verify)
+
+    def _k_for(self, requests: int) -> int:
+        """Drafts to propose after a step of `requests` scheduled requests: spec.k, or with a
+        schedule, as vLLM's scheduler picks it from the number of requests it scheduled."""
+        if self._k_by_batch is None:
+            return self.spec.k
+        return self._k_by_batch[min(requests, len(self._k_by_batch) - 1)]
 
     def commit(self, step: Step, now: float) -> list[Emission]:
         """The step is over at `now`: apply what it computed; return the emitted tokens."""
         emissions = []
         stats = self.stats
         stats.steps += 1
+        if self.spec is not None:
+            self._step_k = self._k_for(len(step.batch))
         stats.iteration_tokens.observe(step.batched_tokens)
         for seq, n in step.batch:
             if seq.finished:  # aborted during the step
@@ -337,7 +349,7 @@ class Engine:
         """Drafts for the sequence's next step (never more than it still has to write)."""
         if self.spec is None:
             return
-        k = min(self.spec.k, seq.remaining - 1)
+        k = min(self._step_k, seq.remaining - 1)
         if seq.ngram is not None:
             seq.ngram.extend(new_tokens)
             seq.drafts = seq.ngram.propose(k) if k > 0 else []
