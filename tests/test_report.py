@@ -206,6 +206,10 @@ def test_traces_in_the_results_add_a_what_if_section(sweep, tmp_path):
     md = (copy / "report" / "report.md").read_text()
     assert "## What-if: fixed k, oracles and combined drafters" in md and "whatif.png" in md
     assert "Best realisable policy per batch size: B=1:" in md and "B=16:" in md
+    gap = doc["gap"]  # the best realisable policy's share of the best oracle, per batch size
+    assert set(gap) == {"1", "16"} and all(0 < g["share"] <= 1 for g in gap.values())
+    assert f"best oracle's throughput: B=1: {gap['1']['share']:.0%}" in md
+    assert "Recommended k schedule (vLLM's num_speculative_tokens_per_batch_size): ngram: [[1, " in md
     res = run_cli("report", str(copy))  # the kept whatif.json is used as is
     assert res.returncode == 0 and "what-if evaluated here" not in res.stderr
 

@@ -65,11 +65,18 @@ def section(doc: dict, out: Path) -> tuple[Section, pd.DataFrame, Path | None]:
                               "What-if: speedup of each policy over the traces", plots.colours(policies, "none"),
                               out / "whatif.png", hline=1.0)
     best = ", ".join(f"B={b}: {p}" for b, p in doc["best_realisable"].items())
+    protocol = "offline batches (the study's)" if doc.get("protocol") == "offline" else "closed loop"
+    gap = ", ".join(f"B={b}: {g['share']:.0%}" for b, g in doc.get("gap", {}).items() if g["share"] is not None)
+    schedules = [f"{m}: {json.dumps(s['ranges'])} ([first, last, k] by batch size; as --speculative-config: "
+                 f"{json.dumps(s['speculative_config'], separators=(',', ':'))})"
+                 for m, s in doc.get("schedules", {}).items() if s.get("ranges")]
     text = "\n".join([
         f"{doc['traces']} acceptance traces ({doc['source']}) replayed in virtual time on the {doc['profile']} "
-        "cost profile, closed loop at each batch size (docs/whatif.md). Oracles are upper bounds no server "
+        f"cost profile, {protocol} at each batch size (docs/whatif.md). Oracles are upper bounds no server "
         "can run; realisable policies could be deployed.",
         f"Best realisable policy per batch size: {best}.",
+        *([f"What the best realisable policy gets of the best oracle's throughput: {gap}."] if gap else []),
+        *([f"Recommended k schedule (vLLM's num_speculative_tokens_per_batch_size): {s}." for s in schedules]),
         *[f"Note: {n}" for n in doc["notes"] + doc.get("input", {}).get("notes", [])]])
     wide = table(doc)
     return Section("What-if: fixed k, oracles and combined drafters", text,

@@ -9,6 +9,9 @@ steady window). Speedup: a policy's throughput over no speculation's at the same
 """
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -140,12 +143,16 @@ def evaluate(traces: list[Trace], profile: str, batches: list[int], chosen: list
     # per trace and policy: (steps, drafts, tokens emitted), for the per-step means
     totals = {name: np.array([(len(pl), sum(d for _, d, _ in pl), sum(e for _, _, e in pl)) for pl in trace_plans])
               for name, trace_plans in plans.items()}
+    counts = {b: requests or max(len(served), 4 * b) for b in batches}
+    jobs = [(b, p.name, p.price_as) for b in batches for p in chosen]
+    served_at = _run_all(jobs, lambda b, name, price_as: _serve(prof, served, plans[name], b, counts[b], engine,
+                                                                 price_as))
     out: list[Outcome] = []
     for batch in batches:
-        count = requests or max(len(served), 4 * batch)
+        count = counts[batch]
         baseline = None
         for p in chosen:
-            tok_s, tpot = _serve(prof, served, plans[p.name], batch, count, engine, p.price_as)
+            tok_s, tpot = served_at[(batch, p.name, p.price_as)]
             steps, drafts, emitted = totals[p.name][np.arange(count) % len(served)].sum(axis=0)
             if p.kind == "none":
                 baseline = tok_s
@@ -156,6 +163,29 @@ def evaluate(traces: list[Trace], profile: str, batches: list[int], chosen: list
         if progress:
             progress(f"batch {batch}: {len(chosen)} policies over {count} requests")
     return out
+
+
+_WORK: Callable | None = None  # what a forked worker of _run_all runs
+
+
+def _work(job):
+    return _WORK(*job)
+
+
+def _run_all(jobs: list[tuple], work: Callable) -> dict:
+    """work(*job) for every job: in worker processes forked from this one (one per CPU), where
+    the platform forks, else one after another. Each job is a whole virtual-time simulation,
+    independent of the others, so the results are the same either way."""
+    global _WORK
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return {job: work(*job) for job in jobs}
+    _WORK = work
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            return dict(zip(jobs, pool.map(_work, jobs)))
+    finally:
+        _WORK = None
 
 
 def _serve(prof, traces: list[Trace], plans: list[list], batch: int, count: int, cfg: EngineConfig,

@@ -57,21 +57,27 @@ def speculative_config(base: dict, schedule: list[list[int]]) -> dict:
             "num_speculative_tokens_per_batch_size": schedule}
 
 
-def drafter_config(method: str, model: str | None) -> dict:
-    """The drafter's --speculative-config from the catalog deployment serving `model` (its
-    first variant with that method), or the method alone."""
+def catalog_deployment(model: str | None):
+    """The catalog deployment serving `model`, or None."""
     from servers.deployments import DeploymentError, available, load
     for name in available():
         try:
             dep = load(name)
         except DeploymentError:
             continue
-        if model is not None and dep.model != model:
-            continue
-        for v in dep.variants.values():
-            if v.speculative_config and v.speculative_config.get("method") == method:
-                return {k: val for k, val in v.speculative_config.items()
-                        if k not in ("num_speculative_tokens", "num_speculative_tokens_per_batch_size")}
+        if model is not None and dep.model == model:
+            return dep
+    return None
+
+
+def drafter_config(method: str, model: str | None) -> dict:
+    """The drafter's --speculative-config from the catalog deployment serving `model` (its
+    first variant with that method), or the method alone."""
+    dep = catalog_deployment(model)
+    for v in (dep.variants.values() if dep else ()):
+        if v.speculative_config and v.speculative_config.get("method") == method:
+            return {k: val for k, val in v.speculative_config.items()
+                    if k not in ("num_speculative_tokens", "num_speculative_tokens_per_batch_size")}
     return {"method": method} if method == "ngram" else {"method": method, "model": "YOUR-DRAFT-MODEL"}
 
 
@@ -91,9 +97,11 @@ def deployment_toml(model: str, method: str, config: dict, ks: list[int], *, des
                     max_num_seqs: int = MAX_BATCH) -> str:
     """A deployment file: no speculation, `method` at each fixed k in `ks`, and the schedule."""
     fixed = {k: val for k, val in config.items() if k != "num_speculative_tokens_per_batch_size"}
-    lines = [f"description = {_toml(description)}", f"model = {_toml(model)}", "tensor_parallel_size = 1",
-             f"max_num_seqs = {max_num_seqs}", 'args = ["--no-enable-prefix-caching"]', "",
-             "[variants.baseline]", ""]
+    dep = catalog_deployment(model)  # its GPUs and flags, when the catalog serves the model
+    lines = [f"description = {_toml(description)}", f"model = {_toml(model)}",
+             f"tensor_parallel_size = {dep.tensor_parallel_size if dep else 1}",
+             f"max_num_seqs = {max_num_seqs}", f"args = {_toml(list(dep.args) if dep else ['--no-enable-prefix-caching'])}",
+             "", "[variants.baseline]", ""]
     for k in ks:
         lines += [f"[variants.{method}-k{k}]",
                   f"speculative_config = {_toml({**fixed, 'num_speculative_tokens': k})}", ""]
