@@ -76,19 +76,19 @@ def _whole(values, what: str, lo: int | None = None) -> list[int]:
     return out
 
 
-def _drafters(d: dict, acc_as: str, reading: Reading) -> dict[str, dict]:
+def _drafters(d: dict, acc_as: str, fixes: Counter) -> dict[str, dict]:
     found: dict[str, dict] = {}
     for key, value in d.items():
         if key == "acc":
             method = acc_as
-            reading.repairs[f"'acc' without a method read as {PREFIX}{acc_as}"] += 1
+            fixes[f"'acc' without a method read as {PREFIX}{acc_as}"] += 1
         elif key.startswith(PREFIX) and len(key) > len(PREFIX):
             method = key[len(PREFIX):]
         else:
             continue
         if isinstance(value, list):
             value = {"acc_len": value}
-            reading.repairs[f"{PREFIX}<method> given as a bare array: read as its acc_len"] += 1
+            fixes[f"{PREFIX}<method> given as a bare array: read as its acc_len"] += 1
         if not isinstance(value, dict) or "acc_len" not in value:
             raise _Skip("wrong types", f'{key} must be an object with "acc_len"')
         acc = _whole(value["acc_len"], f"{key}.acc_len", lo=1)
@@ -100,22 +100,23 @@ def _drafters(d: dict, acc_as: str, reading: Reading) -> dict[str, dict]:
     return found
 
 
-def _trace(d, no: int, acc_as: str, lookup: tuple[int, int], reading: Reading) -> Trace:
+def _trace(d, no: int, acc_as: str, lookup: tuple[int, int], fixes: Counter) -> Trace:
+    """One line's trace; its repairs counted in `fixes` (kept only if the line is read)."""
     if not isinstance(d, dict):
         raise _Skip("not a JSON object", f"a {type(d).__name__}")
     if "id" not in d:
-        reading.repairs["no id: named by its line"] += 1
+        fixes["no id: named by its line"] += 1
     if "prompt_token_ids" not in d:
         raise _Skip("no prompt_token_ids", "no prompt_token_ids (the prompt's length prices its prefill)")
     prompt = _whole(d["prompt_token_ids"], "prompt_token_ids")
     known = _whole(d.get("generated_token_ids", []), "generated_token_ids")
-    drafters = _drafters(d, acc_as, reading)
+    drafters = _drafters(d, acc_as, fixes)
     lengths = {len(a["acc_len"]) for a in drafters.values()}
     n = min(lengths)
     if len(lengths) > 1:
-        reading.repairs["drafters' acc_len arrays of different lengths: cut to the shortest"] += 1
+        fixes["drafters' acc_len arrays of different lengths: cut to the shortest"] += 1
     if n != len(known):
-        reading.repairs["output length taken from acc_len (generated_token_ids of another length)"] += 1
+        fixes["output length taken from acc_len (generated_token_ids of another length)"] += 1
     if n == 0:
         raise _Skip("no generated tokens", "empty acc_len")
     output = known[:n] + [0] * max(0, n - len(known))  # past the known ids: unknown tokens
@@ -127,28 +128,28 @@ def _trace(d, no: int, acc_as: str, lookup: tuple[int, int], reading: Reading) -
         acc = np.array(acc, dtype=np.int64)
         proposed = a["proposed"]
         if proposed is not None and len(proposed) < n:
-            reading.repairs[f"{PREFIX}{method}.proposed shorter than the output: dropped"] += 1
+            fixes[f"{PREFIX}{method}.proposed shorter than the output: dropped"] += 1
             proposed = None
         if proposed is None and method == "ngram" and len(known) >= n:
             proposed = ngram(prompt, output, min_n=lookup[0], max_n=lookup[1]).proposed.tolist()
-            reading.repairs[f"n-gram proposed derived by prompt lookup {lookup[0]}..{lookup[1]} over the "
+            fixes[f"n-gram proposed derived by prompt lookup {lookup[0]}..{lookup[1]} over the "
                             "token ids"] += 1
         if proposed is not None:
             p = np.array([min(v, n) for v in proposed[:n]], dtype=np.int64)  # more than n: as good as n
             if (p < acc - 1).any():
-                reading.repairs[f"{PREFIX}{method}.proposed raised to acc_len - 1 where fewer drafts were "
+                fixes[f"{PREFIX}{method}.proposed raised to acc_len - 1 where fewer drafts were "
                                 "offered than accepted"] += 1
                 p = np.maximum(p, acc - 1)
             proposed = p
         censored = a["censored_at"]
         if censored is not None and (isinstance(censored, bool) or not isinstance(censored, int) or censored < 1):
-            reading.repairs[f"{PREFIX}{method}.censored_at not a positive whole number: dropped"] += 1
+            fixes[f"{PREFIX}{method}.censored_at not a positive whole number: dropped"] += 1
             censored = None
         source = a["source"] if isinstance(a["source"], str) else None
         out[method] = Acceptance(acc, proposed, censored, source)
     if clipped:
-        reading.repairs["requests with acc_len values past their end, clipped to n - i"] += 1
-        reading.repairs["acc_len values clipped"] += clipped
+        fixes["requests with acc_len values past their end, clipped to n - i"] += 1
+        fixes["acc_len values clipped"] += clipped
     return Trace(str(d.get("id", f"line-{no}")), prompt, output, out)
 
 
@@ -174,8 +175,10 @@ def read(path: str | Path, *, acc_as: str = "eagle", ngram_lookup: tuple[int, in
             undecodable += 1
             reading.skip(no, _Skip("not UTF-8 text", "bytes that are not UTF-8"))
             continue
+        fixes: Counter = Counter()
         try:
-            out.append(_trace(json.loads(line), no, acc_as, ngram_lookup, reading))
+            out.append(_trace(json.loads(line), no, acc_as, ngram_lookup, fixes))
+            reading.repairs.update(fixes)
         except _Skip as e:
             reading.skip(no, e)
         except ValueError as e:  # json's: a truncated or broken line
