@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -35,7 +35,7 @@ class WhatIf:
     policies: int
     wall_s: float
     notes: list[str]     # what reading the traces took (repairs, skipped lines), and policies left out
-    deployments: dict = None  # with schedule: drafter -> (the deployment file's text, where written or None)
+    deployments: dict = field(default_factory=dict)  # with schedule: drafter -> (file text, where written or None)
 
 
 def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> WhatIf:
