@@ -86,12 +86,7 @@ def _makespan(profile: str, method: str | None, prompt_req, batch: int) -> float
                           ignore_eos=prompt_req.ignore_eos, min_tokens=prompt_req.min_tokens)
     except EngineError as e:
         raise SystemExit(f"calibration request refused by the engine: {e}") from None
-    now = 0.0
-    while engine.has_work:
-        step = engine.plan(now)
-        now += step.duration
-        engine.commit(step, now)
-    return now
+    return engine.run_to_end()
 
 
 def speedups(profile: str, method: str, kind: str, prompts: int) -> list[float]:

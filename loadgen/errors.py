@@ -8,3 +8,12 @@ class LoadgenError(Exception):
     def __init__(self, message: str, code: int = 2) -> None:
         super().__init__(message)
         self.code = code
+
+
+def flagged(message: str, options: tuple[str, ...]) -> str:
+    """Name the flag of a field's message: 'rate must be > 0' -> '--rate must be > 0', for the
+    first of `options` (field names, longer ones first where one begins another) it starts with."""
+    for word in options:
+        if message.startswith(word + " "):
+            return "--" + word.replace("_", "-") + message[len(word):]
+    return message

@@ -48,11 +48,7 @@ def test_the_engine_drafts_the_k_of_the_batch_it_scheduled():
         engine = Engine(profiles.load("h100-llama-3.1-8b"), spec)
         for i in range(users):
             engine.submit(str(i), f"Tell me about the number {i}.", 64, arrival=0.0, ignore_eos=True)
-        now = 0.0
-        while engine.has_work:
-            step = engine.plan(now)
-            now += step.duration
-            engine.commit(step, now)
+        engine.run_to_end()
         stats = engine.stats
         # every verification step but the last ones of a request proposes the batch's k
         assert stats.spec_draft_tokens / stats.spec_drafts == pytest.approx(per_step, rel=0.1), users

@@ -92,11 +92,7 @@ def test_agrees_with_the_engine_running_the_batches(tmp_path):
     for r in reqs:  # each request alone, to record its exact acceptance
         engine = Engine(prof, parse(calibrate.SPECS["eagle"]), EngineConfig(), trace_sink=traces.append)
         engine.submit(r.id, r.prompt, r.max_tokens, arrival=0.0, ignore_eos=r.ignore_eos, min_tokens=r.min_tokens)
-        now = 0.0
-        while engine.has_work:
-            step = engine.plan(now)
-            now += step.duration
-            engine.commit(step, now)
+        engine.run_to_end()
     path = tmp_path / "traces.jsonl"
     path.write_text("".join(json.dumps(t) + "\n" for t in traces))
     loaded, _ = read(path)

@@ -26,25 +26,17 @@ def load(root: Path, model: str | None, levels: list[int] | None = None) -> tupl
     traces_path = root / "traces.jsonl"
     if not traces_path.is_file():
         return None, []
-    from loadgen.whatif import evaluate as ev
-    from loadgen.whatif.results import to_json
-    from loadgen.whatif.reading import read
-    from loadgen.whatif.traces import TraceError
+    from loadgen.errors import LoadgenError
+    from loadgen.whatif.job import WhatIfJob, whatif
     from servers.emulator import profile as profiles
     name = profiles.for_model(model) if model else None
     if name is None:
         return None, [f"traces.jsonl is here but no cost profile serves {model!r}: run "
                       f"loadgen whatif {traces_path} --profile NAME --output {root} to add the what-if section"]
-    try:
-        traces, reading = read(traces_path)
-        prof = profiles.load(name)
-        methods = ev.drafters_of(traces, prof)
-        outcomes = ev.evaluate(traces, name, levels or list(BATCHES),
-                               ev.candidates(methods, hybrid=ev.hybrid_possible(traces, methods)))  # open loop: the study's
-    except (TraceError, ev.WhatIfError) as e:
+    try:  # as loadgen whatif evaluates them, at the sweep's levels
+        doc = whatif(WhatIfJob(traces_path, name, batches=tuple(levels or BATCHES), ks=tuple(KS))).doc
+    except LoadgenError as e:
         return None, [f"what-if over traces.jsonl failed: {e}"]
-    doc = to_json(traces, methods, name, outcomes, source=str(traces_path), ks=KS, oracle_depth=max(KS))
-    doc["input"] = {**reading.to_json(), "notes": reading.notes()}
     store.atomic(done, lambda tmp: Path(tmp).write_text(json.dumps(doc, indent=1)))
     return doc, [f"what-if evaluated here over traces.jsonl on profile {name} (kept as whatif.json)"]
 

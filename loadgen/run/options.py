@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from loadgen.backends.workers import WorkloadRef
-from loadgen.errors import LoadgenError
+from loadgen.errors import LoadgenError, flagged
 from loadgen.measures import slo
 from loadgen.measures.tokens import TokenizerError, load_tokenizer
 from loadgen.run.execute import RunSpec
@@ -14,19 +14,10 @@ from loadgen.run.measurement import RunJob
 from loadgen.run.target import Note, Target
 from loadgen.run.timescale import TimeScaleError, parse_scale
 from loadgen.shapes import Shape
-from loadgen.shapes.options import from_options
+from loadgen.shapes.options import OPTIONS, from_options
 from workloads import Workload, WorkloadError, open_workload
 
-_SPEC_FIELDS = ("max_concurrency", "concurrency", "rate", "burstiness", "num_requests", "duration", "warmup",
-                "request_timeout")
-
-
-def flagged(message: str) -> str:
-    """Name the flag: 'num_requests must be >= 1' -> '--num-requests must be >= 1'."""
-    for word in _SPEC_FIELDS:
-        if message.startswith(word + " "):
-            return "--" + word.replace("_", "-") + message[len(word):]
-    return message
+_SPEC_FIELDS = OPTIONS + ("num_requests", "duration", "warmup", "request_timeout")
 
 
 def load_shape(o: dict) -> tuple[Shape, int | None]:
@@ -116,7 +107,7 @@ def run_job(o: dict, note: Note = lambda _: None, config: dict | None = None) ->
     except TimeScaleError as e:
         raise LoadgenError(str(e)) from None
     except ValueError as e:
-        raise LoadgenError(flagged(str(e))) from None
+        raise LoadgenError(flagged(str(e), _SPEC_FIELDS)) from None
     target = Target(o["base_url"], o.get("servers"), o.get("variant"), o.get("engine"), given_scale)
     return RunJob(
         spec, wl, target, model=o["model"], keep_alive=o["keep_alive"], metrics_url=o["metrics_url"],

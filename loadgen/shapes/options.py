@@ -2,21 +2,13 @@
 a wrong combination or value is a LoadgenError naming the option."""
 from __future__ import annotations
 
-from loadgen.errors import LoadgenError
+from loadgen.errors import LoadgenError, flagged
 from loadgen.shapes.base import Shape
 from loadgen.shapes.closed import ClosedLoop
 from loadgen.shapes.open import OpenLoop
 from loadgen.shapes.ramp import Ramp, parse_ramp
 
-_OPTIONS = ("max_concurrency", "concurrency", "rate", "burstiness")
-
-
-def _flagged(message: str) -> str:
-    """'rate must be > 0' -> '--rate must be > 0'."""
-    for word in _OPTIONS:
-        if message.startswith(word + " "):
-            return "--" + word.replace("_", "-") + message[len(word):]
-    return message
+OPTIONS = ("max_concurrency", "concurrency", "rate", "burstiness")  # the shapes' fields, by flag
 
 
 def from_options(concurrency: int | None = None, rate: float | None = None, ramp: str | None = None,
@@ -49,4 +41,4 @@ def from_options(concurrency: int | None = None, rate: float | None = None, ramp
             return Ramp(**fields) if fields["of"] == "users" else Ramp(**fields, **gaps)
         return ClosedLoop(concurrency) if concurrency is not None else OpenLoop(rate, **gaps)
     except ValueError as e:
-        raise LoadgenError(_flagged(str(e))) from None
+        raise LoadgenError(flagged(str(e), OPTIONS)) from None

@@ -208,6 +208,15 @@ class Engine:
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
+    def run_to_end(self, now: float = 0.0) -> float:
+        """Serve everything queued, steps back to back in virtual time from `now`; when the last
+        step ends (no new arrivals: B requests submitted together run as an offline batch)."""
+        while self.has_work:
+            step = self.plan(now)
+            now += step.duration
+            self.commit(step, now)
+        return now
+
     # -- one step ---------------------------------------------------------------------------
     def plan(self, now: float) -> Step | None:
         budget = self.cfg.max_num_batched_tokens
