@@ -94,6 +94,20 @@ stay = 0.9
 easy_accept = 0.96
 hard_accept = 0.55
 depth_factor = 0.8
+
+# Agentic work (repeated tasks from shared templates, synthetic:agentic): no study statistics.
+# The emulated model answers a task's template with the same structure every time (stretches
+# drawn from the template, mean novel_mean tokens, each token different with probability
+# template_vary) around copies of the request's own input: what suffix decoding exploits.
+# EAGLE is given chat's acceptance (no better data); both assumptions, docs/emulator.md.
+[content.agentic]
+novel_mean = 40.0
+copy_log_mu = 1.0
+copy_log_sigma = 0.5
+length_mean = 300
+length_sigma = 0.3
+templated = true
+template_vary = 0.01
 """
 
 

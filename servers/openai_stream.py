@@ -118,10 +118,13 @@ class StreamRenderer:
             payload["usage"] = usage(self.prompt_tokens, completion_tokens)
         return sse(payload)
 
-    def final_usage(self, completion_tokens: int) -> bytes:
+    def final_usage(self, completion_tokens: int, metrics: dict | None = None) -> bytes:
+        """The usage-only chunk; vLLM's per-request `metrics` ride on it (when it has any)."""
         payload = self._base()
         payload["choices"] = []
         payload["usage"] = usage(self.prompt_tokens, completion_tokens)
+        if metrics:
+            payload["metrics"] = metrics
         return sse(payload)
 
 

@@ -1,6 +1,7 @@
 """The emulated engine behind vLLM's API, driven by `loadgen run`: its /metrics agree exactly
 with what the clients received, for every speculative-decoding variant, and so does what
-`loadgen run` scraped from them into summary.json."""
+`loadgen run` scraped from them into summary.json; so do the per-request SD metrics
+(`--per-request-spec-decode-metrics`) on each response."""
 from __future__ import annotations
 
 import json
@@ -24,6 +25,10 @@ VARIANTS = {
     "draft_model": (LLAMA, {"method": "draft_model", "model": "meta-llama/Llama-3.2-1B-Instruct",
                             "num_speculative_tokens": 3}),
     "mtp": ("zai-org/GLM-4.5-Air", {"method": "mtp", "num_speculative_tokens": 2}),
+    "suffix": (LLAMA, {"method": "suffix", "num_speculative_tokens": 8}),
+    "synthetic": (LLAMA, {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                          "num_speculative_tokens": 3, "rejection_sample_method": "synthetic",
+                          "synthetic_acceptance_rates": [0.9, 0.6, 0.3]}),
 }
 
 
@@ -46,7 +51,7 @@ def scrape(url: str) -> dict[str, float]:
 def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
     model, spec = VARIANTS[variant]
     args = ["--speculative-config", json.dumps(spec)] if spec else []
-    with emulator_server(model, *args, "--time-scale", "0.25") as srv:
+    with emulator_server(model, *args, "--time-scale", "0.25", "--per-request-spec-decode-metrics", "summary") as srv:
         res = run_cli("run", "--base-url", srv.url, "--concurrency", "8", "--num-requests", "24",
                       "--output-len", "48", "--input-len", "64", "--quiet", "--output", str(tmp_path))
         assert res.returncode == 0, res.stderr
@@ -66,6 +71,8 @@ def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
         assert set(decode) == {1}
         assert not any(k.startswith("vllm:spec_decode") for k in m)
         assert sd is None
+        assert frame["server_accepted_tokens"].isna().all()  # no SD: no per-request metrics
+        assert summary["acceptance_client"]["server_reported"] is None
         return
     assert sd["accepted_tokens"] == m["vllm:spec_decode_num_accepted_tokens_total"]
     client = summary["acceptance_client"]  # the client's step trace: one chunk per step here
@@ -87,3 +94,14 @@ def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
     assert m["vllm:spec_decode_num_draft_tokens_total"] >= accepted
     assert m["vllm:spec_decode_num_drafts_total"] <= len(decode)
     assert max(decode) <= k + 1
+    # per request: the server's counts are what its chunks imply (one chunk per step here)...
+    for tokens, acc, steps in zip(frame["chunk_tokens"], frame["server_accepted_tokens"],
+                                  frame["server_spec_steps"]):
+        assert acc == sum(n - 1 for n in list(tokens)[1:])
+        assert steps <= len(tokens) - 1
+    # ...and over the run they are the Prometheus deltas, exactly
+    rep = summary["acceptance_client"]["server_reported"]
+    assert rep["requests"] == 24 and rep["accepted_tokens"] == accepted
+    assert rep["draft_tokens"] == m["vllm:spec_decode_num_draft_tokens_total"]
+    assert rep["spec_steps"] == m["vllm:spec_decode_num_drafts_total"]
+    assert rep["mean_acceptance_length"] == pytest.approx(sd["mean_acceptance_length"])

@@ -161,6 +161,34 @@ def shared_prefix(num: int | None, *, prefix_len: int = 1000, suffix_len: int = 
         i += 1
 
 
+_TOOLS = ("search_code", "read_file", "write_file", "run_tests", "list_dir", "apply_patch", "query_db",
+          "fetch_url", "send_message", "create_ticket")
+
+
+def agentic(num: int | None, *, tasks: int = 8, template_len: int = 200, input_len: int = 60,
+            output_len: int | None = None, ignore_eos: bool = False, seed: int = 0) -> Iterator[Request]:
+    """Repeated agentic tasks: `tasks` task templates (an instruction of about `template_len`
+    words and a tool list), each request one of them (uniformly) with its own input of about
+    `input_len` words after a blank line. Requests of a task share the template, so a model
+    answers them alike: the repetition suffix decoding feeds on across requests. Category:
+    the task."""
+    if min(tasks, template_len, input_len) < 1 or (output_len is not None and output_len < 1):
+        raise ValueError("tasks, template_len, input_len and output_len must be >= 1")
+    rng = np.random.default_rng(seed)
+    templates = []
+    for g in range(tasks):
+        tools = " ".join(rng.choice(_TOOLS, size=4, replace=False).tolist())
+        templates.append(f"You are an agent working on task {g}. {_words(rng, template_len)}\n"
+                         f"Available tools: {tools}\nAnswer with one tool call per step, as JSON.")
+    i = 0
+    while num is None or i < num:
+        g = int(rng.integers(0, tasks))
+        prompt = f"{templates[g]}\n\nInput: {_words(rng, input_len)} case {int(rng.integers(0, 10**6))}"
+        yield Request(id=f"agentic-{i}", prompt=prompt, max_tokens=output_len or 8192, ignore_eos=ignore_eos,
+                      sampling={"temperature": 0.0}, workload="agentic", category=f"task-{g}")
+        i += 1
+
+
 # synthetic:KIND -> (generator, {option: converter}); every option is optional.
 def _int(v: str) -> int:
     return int(v)
@@ -184,6 +212,8 @@ SYNTHETIC = {
                                 "input_dist": str, "output_dist": str, "sigma": _float}),
     "shared_prefix": (shared_prefix, {"prefix_len": _int, "suffix_len": _int, "prefixes": _int,
                                       "output_len": _int}),
+    "agentic": (agentic, {"tasks": _int, "template_len": _int, "input_len": _int, "output_len": _int,
+                          "ignore_eos": _bool}),
     **{k: (lambda num, k=k, **kw: kind_like(k, num, **kw), KIND_OPTIONS) for k in KINDS},
 }
 

@@ -22,6 +22,7 @@ _NO_CHOICES = re.compile(rb'"choices":\s*\[\s*\]')
 # per-request speculative-decoding counts: llama.cpp's `timings`, vLLM's `speculative_decoding`
 _DRAFTED = re.compile(rb'"(?:draft_n|num_draft_tokens)":\s*(\d+)')
 _ACCEPTED = re.compile(rb'"(?:draft_n_accepted|num_accepted_draft_tokens)":\s*(\d+)')
+_SPEC_STEPS = re.compile(rb'"num_spec_steps":\s*(\d+)')
 
 
 def on_events(rec: RequestRecord, payloads: list[bytes], t: int) -> None:
@@ -108,6 +109,8 @@ def on_event(rec: RequestRecord, payload: bytes, t: int) -> None:
 def _spec_counts(rec: RequestRecord, payload: bytes) -> None:
     if (d := _DRAFTED.search(payload)) and (a := _ACCEPTED.search(payload)):
         rec.server_draft_tokens, rec.server_accepted_tokens = int(d.group(1)), int(a.group(1))
+        if s := _SPEC_STEPS.search(payload):
+            rec.server_spec_steps = int(s.group(1))
 
 
 def _counts(usages, cum: int) -> bool:

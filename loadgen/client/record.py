@@ -43,6 +43,7 @@ class RequestRecord:
     # timings.draft_n / draft_n_accepted; vLLM's metrics.speculative_decoding)
     server_draft_tokens: int | None = None
     server_accepted_tokens: int | None = None
+    server_spec_steps: int | None = None  # vLLM's num_spec_steps: verify steps that had drafts
     chunk_t_ns: array = field(default_factory=lambda: array("q"))
     chunk_usage: array = field(default_factory=lambda: array("q"))
     chunk_chars: array = field(default_factory=lambda: array("q"))

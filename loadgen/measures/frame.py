@@ -38,6 +38,11 @@ def _row(rec: RequestRecord, tokenizer) -> dict:
         "step_tokens": steps, "steps_source": steps_source,
         "server_draft_tokens": rec.server_draft_tokens,
         "server_accepted_tokens": rec.server_accepted_tokens,
+        "server_spec_steps": rec.server_spec_steps,
+        # the server's per-request acceptance length (vLLM's mean_acceptance_length)
+        "server_acceptance_length": (1 + rec.server_accepted_tokens / rec.server_spec_steps
+                                     if rec.server_spec_steps and rec.server_accepted_tokens is not None
+                                     else float("nan")),
         "prompt_token_ids": rec.prompt_token_ids,
         "output_token_ids": rec.token_ids if rec.token_ids else None,
     }
@@ -65,7 +70,7 @@ def request_frame(records: list[RequestRecord], tokenizer=None) -> pd.DataFrame:
     rows = [_row(r, tokenizer) for r in sorted(records, key=lambda r: r.index)]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     for col in ("prompt_tokens", "status", "t_first_token_ns", "t_last_token_ns",
-                "server_draft_tokens", "server_accepted_tokens"):
+                "server_draft_tokens", "server_accepted_tokens", "server_spec_steps"):
         frame[col] = frame[col].astype("Int64")
     return frame
 

@@ -86,7 +86,19 @@ def acceptance_client(m: pd.DataFrame) -> dict:
     if len(rep):
         drafted, accepted = int(rep["server_draft_tokens"].sum()), int(rep["server_accepted_tokens"].sum())
         out["server_reported"] = {"requests": int(len(rep)), "draft_tokens": drafted, "accepted_tokens": accepted,
-                                  "acceptance_rate": accepted / drafted if drafted else None}
+                                  "acceptance_rate": accepted / drafted if drafted else None,
+                                  "source": "the server's per-request counts (vLLM's metrics.speculative_decoding, "
+                                            "llama.cpp's timings)"}
+        steps = rep["server_spec_steps"].dropna()
+        if len(steps):  # vLLM: verify steps too, so acceptance length, pooled and per request
+            by_request = rep["server_acceptance_length"].dropna().to_numpy(float)
+            out["server_reported"].update(
+                spec_steps=int(steps.sum()),
+                mean_acceptance_length=1 + accepted / int(steps.sum()) if int(steps.sum()) else None,
+                per_request_acceptance_length=(
+                    {"mean": float(by_request.mean()), "p10": float(np.percentile(by_request, 10)),
+                     "p50": float(np.percentile(by_request, 50)), "p90": float(np.percentile(by_request, 90)),
+                     "requests": int(len(by_request))} if len(by_request) else None))
     return out
 
 

@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="append each finished request's exact acceptance trace (JSONL, docs/whatif.md): "
                         "its token ids and, for every drafter of the profile, what a step at each position "
                         "would emit")
+    s.add_argument("--per-request-spec-decode-metrics", choices=("none", "summary", "detailed"), default="none",
+                   help="each response carries metrics.speculative_decoding (on the final usage chunk when "
+                        "streaming), as vLLM's flag: summary, or detailed (plus the per-step lists)")
     s.add_argument("--exit-after-requests", type=int, metavar="N",
                    help="fault injection: crash (exit 70 at once, streams cut) when request N+1 arrives")
     return p
@@ -73,7 +76,8 @@ def build(args) -> tuple[Engine, list[str]]:
         engine = Engine(prof, spec, EngineConfig(max_num_seqs=args.max_num_seqs,
                                                  max_num_batched_tokens=args.max_num_batched_tokens,
                                                  max_model_len=args.max_model_len,
-                                                 kv_capacity_tokens=args.kv_cache_tokens, seed=args.seed),
+                                                 kv_capacity_tokens=args.kv_cache_tokens, seed=args.seed,
+                                                 per_request_spec_decode_metrics=args.per_request_spec_decode_metrics),
                         trace_sink=_trace_writer(args.acceptance_traces) if args.acceptance_traces else None)
     except (profiles.ProfileError, SpecError, EngineError, ValueError) as e:
         _fail(str(e))

@@ -12,7 +12,7 @@ import time
 import uuid
 
 from servers.emulator.content import chat_prompt
-from servers.emulator.engine import EngineError, Emission
+from servers.emulator.engine import Emission, EngineError
 from servers.emulator.metrics import CONTENT_TYPE, render
 from servers.emulator.realtime import RealtimeDriver
 from servers.emulator.timeline import TimeScaleError
@@ -194,6 +194,8 @@ class EmulatorAPI:
             whole = {"id": rid, "object": "chat.completion" if chat else "text_completion",
                      "created": int(time.time()), "model": p["model"], "choices": [choice],
                      "usage": usage(len(seq.prompt), seq.emitted)}
+            if seq.sd is not None:  # --per-request-spec-decode-metrics: on the response, as vLLM
+                whole["metrics"] = {"speculative_decoding": seq.sd.to_dict()}
             if p["return_token_ids"]:  # vLLM: the prompt's ids on the response (chat) or choice
                 choice["token_ids"] = list(seq.output[:seq.emitted])
                 (whole if chat else choice)["prompt_token_ids"] = list(seq.prompt)
@@ -231,7 +233,9 @@ class EmulatorAPI:
             text = "".join(" " + w for w in em.words)
             out = r.chunk(text, seq.emitted, seq.finish_reason if em.finished else None, em.tokens)
             if em.finished:
-                out += (r.final_usage(seq.emitted) if include_usage else b"") + DONE
+                # vLLM's per-request metrics ride on the usage chunk (none without include_usage)
+                metrics = {"speculative_decoding": seq.sd.to_dict()} if seq.sd is not None else None
+                out += (r.final_usage(seq.emitted, metrics) if include_usage else b"") + DONE
             conn.write_chunk(out)
             if em.finished:
                 conn.end_stream()

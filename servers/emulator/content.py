@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-CLASSES = ("chat", "summarization", "math", "code_edit")
+CLASSES = ("chat", "summarization", "math", "code_edit", "agentic")
+_AGENTIC = re.compile(r"^Available tools:", re.M)
 
 _CODE = re.compile(r"```|^\s*(def|class|return|import|for|if|while)\b.*[:({]\s*$|;\s*$", re.M)
 _FENCED = re.compile(r"```.*?(```|$)", re.S)
@@ -32,7 +33,10 @@ _NOVEL_BASE = 1 << 31  # prompt words hash into [2^31, 2^32); new tokens below 2
 def classify(text: str) -> str:
     """Which kind of request this reads as: code_edit (code with an instruction to change it,
     outside the code), summarization, math or chat. Code to complete (no edit instruction)
-    reads as chat: its answer does not repeat the prompt."""
+    reads as chat: its answer does not repeat the prompt. A prompt listing `Available tools:`
+    at the start of a line reads as agentic work."""
+    if _AGENTIC.search(text):
+        return "agentic"
     if _CODE.search(text) and _EDIT.search(_FENCED.sub(" ", text) if "```" in text else ""):
         return "code_edit"
     low = text.lower()
@@ -87,6 +91,11 @@ class ContentParams:
     echo_rate: float = 0.0
     length_sigma: float = 0.6
     sequential: bool = False
+    # agentic work: the new text is the task's (drawn from its template, the prompt up to the
+    # first blank line), each token replaced with probability template_vary; the copies are of
+    # the request's own input (after the template)
+    templated: bool = False
+    template_vary: float = 0.0
 
 
 def rng_for(seed: int, text: str) -> np.random.Generator:
@@ -127,6 +136,39 @@ def generate(prompt_ids: list[int], prompt_words: list[str], n: int, params: Con
             start = int(rng.integers(0, p - length + 1))
         ids.extend(prompt_ids[start:start + length])
         words.extend(prompt_words[start:start + length])
+    return ids[:n], words[:n]
+
+
+def template_of(text: str) -> str:
+    """A templated request's template: its text up to the first blank line."""
+    return text.split("\n\n", 1)[0]
+
+
+def generate_templated(prompt_ids: list[int], prompt_words: list[str], template_words: int, n: int,
+                       params: ContentParams, template_rng: np.random.Generator,
+                       rng: np.random.Generator) -> tuple[list[int], list[str]]:
+    """`n` output tokens of a templated request: the template's stretches (the same for every
+    request of that template: `template_rng` draws only them), each token varied with
+    probability template_vary, between copies from the request's input (`rng`)."""
+    ids: list[int] = []
+    words: list[str] = []
+    src_ids = prompt_ids[template_words:] or prompt_ids
+    src_words = prompt_words[template_words:] or prompt_words
+    p = len(src_ids)
+    while len(ids) < n:
+        stretch = int(template_rng.geometric(1.0 / params.novel_mean))
+        tokens = template_rng.integers(1, _NOVEL_BASE, size=stretch)
+        vary = rng.random(stretch) < params.template_vary
+        tokens[vary] = rng.integers(1, _NOVEL_BASE, size=int(vary.sum()))
+        for tok in tokens.tolist():
+            ids.append(tok)
+            words.append(novel_word(tok))
+        if p == 0:
+            continue
+        length = min(p, 3 + int(round(rng.lognormal(params.copy_log_mu, params.copy_log_sigma))))
+        start = int(rng.integers(0, p - length + 1))
+        ids.extend(src_ids[start:start + length])
+        words.extend(src_words[start:start + length])
     return ids[:n], words[:n]
 
 

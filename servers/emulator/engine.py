@@ -22,8 +22,8 @@ from typing import Callable
 
 import numpy as np
 
-from servers.emulator import content, ngram
-from servers.emulator.acceptance import DEPTH, acceptance_lengths
+from servers.emulator import content
+from servers.emulator.drafting import Drafting, RequestSD, exact_trace
 from servers.emulator.ngram import NgramIndex
 from servers.emulator.profile import Profile
 from servers.emulator.spec import SpecConfig
@@ -41,6 +41,7 @@ class EngineConfig:
     max_model_len: int | None = None      # default: the profile's
     kv_capacity_tokens: int | None = None  # default: the profile's
     seed: int = 0
+    per_request_spec_decode_metrics: str = "none"  # none | summary | detailed, as vLLM's flag
 
 
 @dataclass(eq=False, slots=True)
@@ -61,6 +62,9 @@ class Sequence:
     drafts: list[int] | int = 0       # drafts proposed for the next step (tokens, or a count)
     acc: np.ndarray | None = None     # model drafter: tokens a step at each position yields
     ngram: NgramIndex | None = None
+    suffix: bool = False              # drafted by the engine's suffix cache
+    rng: np.random.Generator | None = None  # synthetic acceptance's draws
+    sd: RequestSD | None = None       # per-request SD metrics, when the server reports them
     plan: list | None = None          # a replayed request's steps (servers/emulator/replay.py)
     step_no: int = -1                 # its plan's next step
     trace: dict | None = None         # exact acceptance per drafter, when the engine keeps traces
@@ -108,6 +112,7 @@ class Engine:
         self.spec = spec
         self.cfg = cfg
         self.drafter = profile.drafters[spec.method] if spec else None
+        self.drafting = Drafting(profile, spec, cfg.seed, cfg.per_request_spec_decode_metrics) if spec else None
         self.max_model_len = cfg.max_model_len or profile.max_model_len
         self.kv_capacity = cfg.kv_capacity_tokens or profile.kv_capacity_tokens
         self.waiting: deque[Sequence] = deque()
@@ -137,51 +142,25 @@ class Engine:
         rng = content.rng_for(self.cfg.seed, prompt_text)
         n = max_tokens if ignore_eos else max(content.natural_length(params, rng), min_tokens or 0)
         n = min(n, max_tokens)
-        out_ids, out_words = content.generate(ids, words, n, params, rng)
+        if params.templated:
+            template = content.template_of(prompt_text)
+            out_ids, out_words = content.generate_templated(
+                ids, words, len(template.split()), n, params,
+                content.rng_for(self.cfg.seed, "template\0" + template), rng)
+        else:
+            out_ids, out_words = content.generate(ids, words, n, params, rng)
         seq = Sequence(request_id, ids, out_ids, out_words,
                        "length" if n >= max_tokens else "stop", kind, arrival, sink)
-        if self.spec is not None:
-            if self.spec.method == "ngram":
-                seq.ngram = NgramIndex(self.spec.prompt_lookup_min, self.spec.prompt_lookup_max, ids).prepare()
-            else:
-                seq.acc = self._acceptance(self.spec.method, n, self.spec.k, prompt_text, kind)
+        if self.drafting is not None:
+            self.drafting.start(seq, prompt_text)
         if self.trace_sink is not None:
-            seq.trace = self._exact_trace(seq, prompt_text)
+            seq.trace = exact_trace(self.profile, self.spec, self.cfg.seed, seq, prompt_text)
         return self._enqueue(seq)
 
     def _enqueue(self, seq: Sequence) -> Sequence:
         self.waiting.append(seq)
         self.stats.waiting = len(self.waiting)
         return seq
-
-    def _acceptance(self, method: str, n: int, k: int, prompt_text: str, kind: str) -> np.ndarray:
-        """A model drafter's acceptance over the request: drawn from (seed, prompt), the same
-        draws at every k (acceptance.py), so the same request is as easy at any k."""
-        acc_rng = content.rng_for(self.cfg.seed, "acceptance\0" + prompt_text)
-        return acceptance_lengths(n, k, self.profile.acceptance(method, kind), acc_rng)
-
-    def _exact_trace(self, seq: Sequence, prompt_text: str) -> dict:
-        """Per drafter of the profile, the tokens a step starting at each output position would
-        emit (at most the tokens left): model drafters as drawn for this request (DEPTH drafts
-        deep, so a value of DEPTH + 1 means at least that), the n-gram drafter by running its
-        lookup over the tokens (the served settings, else prompt_lookup_min = max = 5), with
-        how many drafts it has to offer at each position."""
-        n = len(seq.output)
-        rest = n - np.arange(n)
-        out: dict = {}
-        for method in self.profile.drafters:
-            if method == "ngram":
-                lo, hi = ((self.spec.prompt_lookup_min, self.spec.prompt_lookup_max)
-                          if self.spec is not None and self.spec.method == "ngram" else (5, 5))
-                acc, offered = ngram.acceptance_lengths(seq.prompt, seq.output, min_n=lo, max_n=hi,
-                                                        k=max(1, n), with_matches=True)
-                out[method] = {"acc_len": np.minimum(acc, rest).tolist(), "proposed": offered,
-                               "source": f"exact: the emulator's prompt lookup {lo}..{hi}"}
-            else:
-                acc = self._acceptance(method, n, DEPTH, prompt_text, seq.kind)
-                out[method] = {"acc_len": np.minimum(acc, rest).tolist(), "censored_at": DEPTH,
-                               "source": f"exact: the emulator's draws, {DEPTH} drafts deep"}
-        return out
 
     def trace(self, seq: Sequence) -> dict:
         """The request as an acceptance trace (docs/whatif.md's JSONL form), with the exact
@@ -201,6 +180,8 @@ class Engine:
             self._kv_used -= seq.computed
         elif seq in self.waiting:
             self.waiting.remove(seq)
+        if self.drafting is not None:
+            self.drafting.finish(seq)
         self.stats.request_success["abort"] += 1
         self._gauges()
 
@@ -309,6 +290,8 @@ class Engine:
         if drafts <= 0:
             return 0
         accepted = self._accepted(seq, drafts)
+        if seq.sd is not None:
+            seq.sd.observe(drafts, accepted)
         stats = self.stats
         stats.spec_drafts += 1
         stats.spec_draft_tokens += drafts
@@ -321,15 +304,7 @@ class Engine:
         return accepted
 
     def _accepted(self, seq: Sequence, drafts: int) -> int:
-        pos = seq.emitted
-        if seq.acc is not None:
-            return min(int(seq.acc[pos]) - 1, drafts)
-        accepted = 0
-        for d, tok in zip(seq.drafts, seq.output[pos:pos + drafts]):
-            if d != tok:
-                break
-            accepted += 1
-        return accepted
+        return self.drafting.accepted(seq, drafts)
 
     def _emit(self, seq: Sequence, count: int, now: float) -> Emission:
         start = seq.emitted
@@ -358,12 +333,7 @@ class Engine:
         """Drafts for the sequence's next step (never more than it still has to write)."""
         if self.spec is None:
             return
-        k = min(self._step_k, seq.remaining - 1)
-        if seq.ngram is not None:
-            seq.ngram.extend(new_tokens)
-            seq.drafts = seq.ngram.propose(k) if k > 0 else []
-        else:
-            seq.drafts = max(k, 0)
+        seq.drafts = self.drafting.propose(seq, new_tokens, min(self._step_k, seq.remaining - 1))
 
     def _finish(self, seq: Sequence, now: float) -> None:
         seq.finished = True
@@ -371,6 +341,8 @@ class Engine:
         self._kv_used -= seq.computed
         stats = self.stats
         stats.request_success[seq.finish_reason] += 1
+        if self.drafting is not None:
+            self.drafting.finish(seq)
         stats.e2e.observe(now - seq.arrival)
         stats.decode.observe(now - seq.first_token)
         stats.request_prompt_tokens.observe(len(seq.prompt))

@@ -43,7 +43,7 @@ class Forward:
 @dataclass(frozen=True)
 class Drafter:
     """What proposing drafts for a step costs. ngram: a share of the verification forward;
-    draft_model: k forwards of its own profile; a head (eagle, eagle3, mtp): constant x k/fit_k
+    suffix: per_request x requests (CPU work, like n-gram's, but per request); draft_model: k forwards of its own profile; a head (eagle, eagle3, mtp): constant x k/fit_k
     + per_kv_token x KV + per_draft_token x drafts."""
 
     method: str
@@ -53,6 +53,7 @@ class Drafter:
     per_draft_token: float = 0.0
     fit_k: int = 3
     verify_fraction: float = 0.0
+    per_request: float = 0.0
     draft_forward: Forward | None = None
 
     def time(self, k, requests, kv_tokens, verify_time):
@@ -60,6 +61,8 @@ class Drafter:
         arrays (element-wise) alike; 0 where k or requests is 0."""
         if self.method == "ngram":
             t = self.verify_fraction * verify_time
+        elif self.method == "suffix":
+            t = self.per_request * requests
         elif self.draft_forward is not None:
             t = k * self.draft_forward.time(kv_tokens, requests)
         else:

@@ -16,7 +16,8 @@ charged its combined steps at the n-gram price).
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence as Seq
+from typing import Callable
+from typing import Sequence as Seq
 
 from servers.emulator.engine import Engine, EngineConfig, EngineError, Sequence
 from servers.emulator.profile import Profile
