@@ -24,6 +24,9 @@ from servers.deployments import ENGINES, DeploymentError
               "llama.cpp or external.")
 @click.option("--variants", help="Comma-separated variants of the deployment [default: all; embedded: "
               "baseline,ngram,eagle,eagle3].")
+@click.option("--acceptance-lengths", help="An acceptance axis: every SD variant also runs at each of these mean "
+              "acceptance lengths, pinned with vLLM's synthetic acceptance (e.g. 1.5,2,2.5,3; the SD variants are "
+              "then only templates); the report gives the break-even acceptance per load level.")
 @click.option("--workloads", multiple=True, help="Comma-separated workloads; a key=value piece is an "
               "option of the one before (chat,code-edit,output=fixed:128) [default: chat,code-edit].")
 @click.option("--concurrency", help="Closed-loop levels: 1..256 (powers of two), lists 1,4,16, or both "

@@ -80,6 +80,9 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
          "best_variant": tables.best(sw), "latency": tables.latency(sw), "acceptance": tables.acceptance(sw),
          "per_position": tables.per_position(sw), "steps": tables.step_distribution(sw),
          "waste": tables.waste(sw, per_tok)}
+    plan = sw.manifest.get("plan") or {}
+    t["break_even_acceptance"] = tables.break_even_acceptance(sp, plan.get("acceptance_templates") or [],
+                                                              plan.get("acceptance_lengths") or [])
     per_req, t["per_request"] = tables.per_request(sw)
     order = {w: i for i, w in enumerate(dict.fromkeys(sw.cells["workload"]))}  # plan order
     t = {k: _in_order(v, order) for k, v in t.items()}
@@ -142,7 +145,10 @@ def _sections(sw: Sweep, t: dict, fig: dict, notes: list[str], profile_name: str
                      if profile_name else "No cost profile is known for this model, so the time share is not estimated."))
     return [
         Section("Summary", "\n".join([intro, *notes]), [("Best variant per load level", t["best_variant"]),
-                                                         ("Where speculative decoding stops paying", t["break_even"])], []),
+                                                         ("Where speculative decoding stops paying", t["break_even"])]
+                + ([("How good the drafter must be: break-even acceptance length per load level (synthetic "
+                     "acceptance, 1 + accepted drafts per verify step)", t["break_even_acceptance"])]
+                   if len(t["break_even_acceptance"]) else []), []),
         Section("Throughput and speedup", "Speedup: a variant's output tokens/s over the baseline's at the same "
                 "workload and load level.", [("Speedup over the baseline", t["speedup"])],
                 f("throughput", "speedup")),

@@ -59,6 +59,40 @@ def break_even(sp: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["workload", "variant", "mode", "levels", "break_even_level", "verdict"])
 
 
+def break_even_acceptance(sp: pd.DataFrame, templates: list[str], lengths: list[float]) -> pd.DataFrame:
+    """With an acceptance axis (`sweep --acceptance-lengths`): per workload, SD variant and load
+    level, the lowest mean acceptance length at which SD still pays (speedup 1), interpolated
+    linearly between the two measured lengths around the crossing; or that it paid at every
+    length measured (at or below the lowest) or at none (above the highest)."""
+    from servers.deployments import acceptance_variant
+    cols = ["workload", "mode", "level", "variant", "speedups", "break_even_acceptance", "verdict"]
+    rows = []
+    if sp.empty or not templates:
+        return pd.DataFrame(columns=cols)
+    for t in templates:
+        names = {acceptance_variant(t, length): length for length in lengths}
+        g = sp[sp["variant"].isin(names)].assign(acceptance=lambda d: d["variant"].map(names))
+        for (workload, mode, level), h in g.groupby(["workload", "mode", "level"], sort=False):
+            h = h.sort_values("acceptance")
+            al, s = h["acceptance"].to_numpy(float), h["speedup"].to_numpy(float)
+            row = {"workload": workload, "mode": mode, "level": level, "variant": t,
+                   "speedups": ", ".join(f"{a:g}: {x:.2f}" for a, x in zip(al, s)), "break_even_acceptance": None}
+            pays = s >= 1.0
+            if pays.all():
+                row["verdict"] = f"pays at every acceptance length measured (from {al[0]:g})"
+            elif not pays.any():
+                row["verdict"] = f"pays at none (up to {al[-1]:g})"
+            elif not pays[int(np.argmax(pays)):].all():
+                row["verdict"] = "not monotone in acceptance: no single break-even"
+            else:
+                i = int(np.argmax(pays))
+                a0, a1, s0, s1 = al[i - 1], al[i], s[i - 1], s[i]
+                row["break_even_acceptance"] = a0 + (1.0 - s0) / (s1 - s0) * (a1 - a0)
+                row["verdict"] = f"pays from acceptance length {row['break_even_acceptance']:.2f}"
+            rows.append(row)
+    return pd.DataFrame(rows, columns=cols).sort_values(["workload", "variant", "level"]).reset_index(drop=True)
+
+
 def best(sw: Sweep) -> pd.DataFrame:
     """Per workload and level: the variant with the highest output throughput."""
     ok = sw.ok

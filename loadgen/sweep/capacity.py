@@ -75,12 +75,12 @@ def capacity_job(o: dict, note: Callable[[str], None] = lambda _: None) -> Capac
 
 
 def find_capacity(job: CapacityJob) -> CapacityOutcome:
-    from servers.deployments import DeploymentError, default_port, load, render
+    from servers.deployments import DeploymentError, default_port, render
     from servers.launcher import LaunchError, Server, free_port
     from workloads import WorkloadError, open_workload
     plan = job.plan
     try:
-        dep = load(plan.deployment).with_engine(plan.engine)
+        dep = plan.deployment_object()
         workload = open_workload(plan.workloads[0], data_dir=plan.data_dir)
     except (DeploymentError, WorkloadError) as e:
         raise LoadgenError(str(e)) from None

@@ -32,12 +32,12 @@ def _variant_task(plan_dict: dict, variant: str, keys: list[str], resource: str,
     """In a Ray worker: one variant's cells, yielded as events (see the module docstring)."""
     import ray
 
-    from servers.deployments import load, render
+    from servers.deployments import render
     from servers.launcher import Server, free_port
     from workloads import open_workload
 
     plan = Plan.from_dict(plan_dict)
-    dep = load(plan.deployment).with_engine(plan.engine)
+    dep = plan.deployment_object()
     workloads = {label: open_workload(spec, data_dir=plan.data_dir)
                  for spec, label in zip(plan.workloads, plan.workload_labels)}
     cells = [c for c in plan.cells() if c.key in set(keys)]

@@ -18,7 +18,7 @@ from loadgen.sweep.parallel import run_parallel, worker_slot
 from loadgen.sweep.plan import Plan
 from loadgen.sweep.progress import BarReporter, LiveReporter
 from loadgen.sweep.runner import Interrupted, pending, run_slot, slots
-from servers.deployments import DeploymentError, llamacpp, load
+from servers.deployments import DeploymentError, llamacpp
 from workloads import WorkloadError, open_workload
 
 Note = Callable[[str], None]
@@ -122,7 +122,7 @@ def sweep(job: SweepJob) -> SweepResult:
 
 def _deployment(plan: Plan):
     try:
-        return load(plan.deployment).with_engine(plan.engine)
+        return plan.deployment_object()
     except DeploymentError as e:
         raise LoadgenError(str(e)) from None
 
@@ -130,7 +130,7 @@ def _deployment(plan: Plan):
 def _stored(out: Path, stored: dict):
     try:
         plan = Plan.from_dict(stored["plan"])
-        return plan, load(plan.deployment).with_engine(plan.engine)
+        return plan, plan.deployment_object()
     except (TypeError, KeyError, DeploymentError) as e:
         raise LoadgenError(f"cannot continue the sweep in {out}: {e}") from None
 

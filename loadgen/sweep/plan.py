@@ -117,6 +117,19 @@ class Plan:
     # on the emulator; with "auto", the scale the probe chose per level (level label -> scale)
     time_scale: str | float | None = None
     time_scales: dict[str, float] | None = None
+    # the acceptance axis: these SD variants also run at each synthetic acceptance length
+    # (servers.deployments.with_acceptance_lengths); None: no axis
+    acceptance_templates: list[str] | None = None
+    acceptance_lengths: list[float] | None = None
+
+    def deployment_object(self):
+        """The deployment the cells run on: loaded, on the plan's engine, with the acceptance
+        axis's variants (DeploymentError for a bad one)."""
+        from servers.deployments import load, with_acceptance_lengths
+        dep = load(self.deployment).with_engine(self.engine)
+        if self.acceptance_lengths:
+            dep = with_acceptance_lengths(dep, self.acceptance_templates or [], self.acceptance_lengths)
+        return dep
 
     def cells(self) -> list[Cell]:
         """Variant by variant (one server each), then workload, then level (low to high)."""

@@ -9,7 +9,7 @@ from loadgen.errors import LoadgenError
 from loadgen.run.timescale import TimeScaleError, parse_scale
 from loadgen.sweep import manifest
 from loadgen.sweep.plan import Plan, PlanError, labels, levels, split_workloads
-from servers.deployments import DeploymentError, load
+from servers.deployments import DeploymentError, acceptance_variant, load, with_acceptance_lengths
 from workloads import WorkloadError, open_workload
 
 # `loadgen sweep` without --servers: the emulated engine with the study's Llama-3.1-8B on H100
@@ -23,7 +23,7 @@ DEFAULT = {"workloads": ("chat", "code-edit"), "concurrency": "1..256", "min_req
 PLAN_OPTIONS = ("servers", "engine", "variants", "workloads", "concurrency", "rates", "arrival",
                 "burstiness", "num_requests", "duration", "warmup", "seed", "endpoint",
                 "request_timeout", "data_dir", "gpus", "parallel", "port", "baseline", "llama_server", "workers",
-                "time_scale")
+                "time_scale", "acceptance_lengths")
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -52,6 +52,18 @@ def plan_from(o: Mapping) -> tuple[Plan, object]:
                                f"(it has {', '.join(dep.variants)})")
     if len(set(variants)) != len(variants):
         raise LoadgenError("--variants lists a variant twice")
+    templates, lengths = None, None
+    if o.get("acceptance_lengths"):
+        lengths = _lengths(o["acceptance_lengths"])
+        templates = [v for v in variants if v != (o["baseline"] or "baseline")]
+        if len(templates) == len(variants):
+            raise LoadgenError("--acceptance-lengths compares against the baseline: include it in --variants")
+        try:
+            dep = with_acceptance_lengths(dep, templates, lengths)
+        except DeploymentError as e:
+            raise LoadgenError(str(e)) from None
+        variants = [v for v in variants if v not in templates] + [
+            acceptance_variant(t, length) for t in templates for length in lengths]
     if o["concurrency"] and o["rates"]:
         raise LoadgenError("give one of --concurrency (closed loop) and --rates (open loop)")
     if o["concurrency"] and (o["arrival"] or o["burstiness"] is not None):
@@ -89,8 +101,20 @@ def plan_from(o: Mapping) -> tuple[Plan, object]:
                 data_dir=str(Path(o["data_dir"]).resolve()) if o["data_dir"] else None, gpus=gpus,
                 parallel=o["parallel"], port=o["port"], baseline=o["baseline"],
                 llama_server=_command(o["llama_server"]), min_requests=preset["min_requests"],
-                per_user=preset["per_user"], workers=o["workers"], time_scale=time_scale)
+                per_user=preset["per_user"], workers=o["workers"], time_scale=time_scale,
+                acceptance_templates=templates, acceptance_lengths=lengths)
     return plan, dep
+
+
+def _lengths(text: str) -> list[float]:
+    try:
+        out = sorted({float(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        out = []
+    if not out:
+        raise LoadgenError(f"--acceptance-lengths {text!r}: give mean acceptance lengths separated by commas, "
+                           "like 1.5,2,2.5,3")
+    return out
 
 
 def _time_scale(given: str | None, dep) -> str | float | None:

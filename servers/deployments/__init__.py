@@ -3,7 +3,8 @@ their rendering into the exact `vllm serve` command (or the emulator's, with the
 or, for engine llama.cpp, the `llama-server` command (servers/deployments/llamacpp.py)."""
 from servers.deployments import llamacpp
 from servers.deployments.catalog import (ENGINES, VLLM_PORT, Deployment, DeploymentError, Launch, Variant,
-                                         available, default_port, load, render)
+                                         acceptance_variant, available, default_port, load, render,
+                                         with_acceptance_lengths)
 
-__all__ = ["ENGINES", "VLLM_PORT", "Deployment", "DeploymentError", "Launch", "Variant", "available",
-           "default_port", "llamacpp", "load", "render"]
+__all__ = ["ENGINES", "VLLM_PORT", "Deployment", "DeploymentError", "Launch", "Variant", "acceptance_variant",
+           "available", "default_port", "llamacpp", "load", "render", "with_acceptance_lengths"]

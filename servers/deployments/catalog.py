@@ -226,6 +226,35 @@ def _build(name: str, source: str, raw: dict) -> Deployment:
     return dep
 
 
+def acceptance_variant(template: str, length: float) -> str:
+    """The name of `template` run at synthetic acceptance length `length`."""
+    return f"{template}-al{length:g}"
+
+
+def with_acceptance_lengths(dep: Deployment, templates: list[str], lengths: list[float]) -> Deployment:
+    """`dep` plus, for every SD variant in `templates` and every acceptance length, that variant
+    with vLLM's synthetic acceptance pinned to the length (rejection_sample_method "synthetic",
+    synthetic_acceptance_length), named acceptance_variant(template, length)."""
+    variants = dict(dep.variants)
+    for t in templates:
+        v = dep.variants.get(t)
+        if v is None or v.speculative_config is None:
+            raise DeploymentError(f"--acceptance-lengths needs speculative-decoding variants to pin; {t!r} "
+                                  f"{'has none' if v is not None else 'is not in deployment ' + repr(dep.name)}")
+        k = v.speculative_config["num_speculative_tokens"]
+        for length in lengths:
+            if not 1.0 <= length <= k + 1:
+                raise DeploymentError(f"--acceptance-lengths {length:g}: variant {t!r} proposes {k} drafts, so "
+                                      f"its acceptance length is in [1, {k + 1}] (vLLM's bounds)")
+            cfg = {key: val for key, val in v.speculative_config.items()
+                   if key not in ("rejection_sample_method", "synthetic_acceptance_rates",
+                                  "synthetic_acceptance_length")}
+            cfg.update(rejection_sample_method="synthetic", synthetic_acceptance_length=float(length))
+            name = acceptance_variant(t, length)
+            variants[name] = replace(v, name=name, speculative_config=cfg)
+    return replace(dep, variants=variants)
+
+
 VLLM_PORT = 8000  # vLLM's own default: a server started for loadgen is where its users expect it
 
 
