@@ -2,8 +2,9 @@
 and nothing that costs time. Requests carry the monotonic time their first byte arrived;
 responses are written straight to the transport (whole bodies, or chunked streams).
 
-Supported: request bodies with Content-Length, keep-alive, one request at a time per
-connection, flow control. Not supported (answered 400/501): chunked request bodies.
+Supported: request bodies with Content-Length or `Transfer-Encoding: chunked` (as the `openai`
+SDK and httpx send a streamed body; trailers are read and dropped), keep-alive, one request at a
+time per connection, flow control.
 """
 from __future__ import annotations
 
@@ -94,15 +95,25 @@ class HttpConnection(asyncio.Protocol):
             self.respond(400, b"malformed request", close=True)
             return
         if "chunked" in headers.get("transfer-encoding", "").lower():
-            self.respond(501, b"chunked request bodies are not supported", close=True)
-            return
-        if length > _MAX_BODY:
-            self.respond(413, b"request body too large", close=True)
-            return
-        if len(self._buf) < end + 4 + length:
-            return  # wait for the rest of the body
-        body = self._buf[end + 4:end + 4 + length]
-        self._buf = self._buf[end + 4 + length:]
+            try:
+                got = _dechunk(self._buf, end + 4)
+            except ValueError as e:
+                self.respond(400, f"malformed chunked request body: {e}".encode(), close=True)
+                return
+            if got is None:
+                if len(self._buf) > _MAX_BODY + _MAX_HEAD:
+                    self.respond(413, b"request body too large", close=True)
+                return  # wait for the rest of the body
+            body, used = got
+            self._buf = self._buf[used:]
+        else:
+            if length > _MAX_BODY:
+                self.respond(413, b"request body too large", close=True)
+                return
+            if len(self._buf) < end + 4 + length:
+                return  # wait for the rest of the body
+            body = self._buf[end + 4:end + 4 + length]
+            self._buf = self._buf[end + 4 + length:]
         self._keep_alive = (headers.get("connection", "").lower() != "close"
                             and version != "HTTP/1.0")
         req = HttpRequest(method, target.split("?", 1)[0], headers, body, self._t_first)
@@ -181,6 +192,31 @@ class HttpConnection(asyncio.Protocol):
                 pass
         self._closed = True
         self.transport.abort()
+
+
+def _dechunk(buf: bytes, at: int) -> tuple[bytes, int] | None:
+    """A chunked body starting at buf[at:]: (body, where the request ends), None while it is
+    incomplete, ValueError when it is malformed."""
+    parts = []
+    while True:
+        eol = buf.find(b"\r\n", at)
+        if eol < 0:
+            return None
+        size = int(buf[at:eol].split(b";", 1)[0].strip() or b"x", 16)  # chunk extensions dropped
+        if size < 0:
+            raise ValueError("negative chunk size")
+        if size == 0:
+            end = buf.find(b"\r\n\r\n", eol)  # the trailer section, usually empty
+            if buf[eol:eol + 4] == b"\r\n\r\n":
+                end = eol
+            return None if end < 0 else (b"".join(parts), end + 4)
+        start = eol + 2
+        if len(buf) < start + size + 2:
+            return None
+        if buf[start + size:start + size + 2] != b"\r\n":
+            raise ValueError("chunk not followed by CRLF")
+        parts.append(buf[start:start + size])
+        at = start + size + 2
 
 
 def frame_chunk(data: bytes) -> bytes:

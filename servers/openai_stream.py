@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Callable
 
 DONE = b"data: [DONE]\n\n"
 _dumps = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps' own encoder, without its lookups
@@ -44,6 +45,9 @@ class StreamRenderer:
     # completions: on the first choice), each chunk's generated ids on its choice
     prompt_token_ids: list[int] | None = None
     return_token_ids: bool = False
+    # logprobs asked for: (token ids, text, characters before it) -> the choice's `logprobs`
+    logprobs: Callable[[list[int], str, int], dict] | None = None
+    _chars: int = 0  # text characters streamed so far (completions' text_offset)
     _parts: tuple | None = None  # the chunk template: before the text, between text and reason, ...
 
     def _base(self) -> dict:
@@ -71,7 +75,7 @@ class StreamRenderer:
     def chunk(self, text: str, completion_tokens: int, finish_reason: str | None,
               token_ids: list[int] | None = None) -> bytes:
         """One engine step's tokens; `completion_tokens` is the running total after it."""
-        if self.return_token_ids:  # token ids change the choice's fields: the whole object
+        if self.return_token_ids or self.logprobs is not None:  # other fields: the whole object
             return self.chunk_object(text, completion_tokens, finish_reason, token_ids)
         parts = self._parts
         if parts is None:
@@ -102,11 +106,15 @@ class StreamRenderer:
                      token_ids: list[int] | None = None) -> bytes:
         """`chunk`, rendered from the whole object."""
         payload = self._base()
+        lp = None
+        if self.logprobs is not None:
+            lp = self.logprobs(token_ids or [], text, self._chars)
+            self._chars += len(text)
         if self.chat:
-            choice = {"index": 0, "delta": {"content": text}, "logprobs": None,
+            choice = {"index": 0, "delta": {"content": text}, "logprobs": lp,
                       "finish_reason": finish_reason}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None,
+            choice = {"index": 0, "text": text, "logprobs": lp,
                       "finish_reason": finish_reason, "stop_reason": None}
         if self.return_token_ids:
             if self.prompt_token_ids is not None:  # completions: the first chunk carries them

@@ -1,6 +1,6 @@
 """vLLM's OpenAI-compatible API over the emulated engine: /v1/completions and
-/v1/chat/completions (streaming: one SSE chunk per engine step; or whole), /v1/models,
-/health and /metrics. Bad request bodies get vLLM's JSON errors."""
+/v1/chat/completions (streaming: one SSE chunk per engine step; or whole; logprobs emulated),
+/v1/models, /tokenize, /detokenize, /health and /metrics. Bad request bodies get vLLM's JSON errors."""
 from __future__ import annotations
 
 import asyncio
@@ -11,6 +11,7 @@ import os
 import time
 import uuid
 
+from servers.emulator import parity
 from servers.emulator.content import chat_prompt
 from servers.emulator.engine import Emission, EngineError
 from servers.emulator.metrics import CONTENT_TYPE, render
@@ -76,6 +77,14 @@ class EmulatorAPI:
             return _json(conn, 401, {"error": "Unauthorized"})
         if path == "/emulator/clock":
             return self._clock(req, conn)
+        if path in ("/tokenize", "/detokenize") and req.method == "POST":
+            try:
+                body = json.loads(req.body)
+                if path == "/tokenize":
+                    return _json(conn, 200, parity.tokenize_response(body, self.driver.engine.max_model_len))
+                return _json(conn, 200, parity.detokenize_response(body))
+            except (ValueError, UnicodeDecodeError, parity.ParityError) as e:
+                return _json(conn, 400, error_body(str(e), "BadRequestError", 400))
         if path == "/v1/models" and req.method == "GET":
             return _json(conn, 200, {"object": "list", "data": [
                 {"id": name, "object": "model", "created": self.created, "owned_by": "vllm",
@@ -158,7 +167,11 @@ class EmulatorAPI:
         return_ids = body.get("return_token_ids", False)
         if not isinstance(return_ids, bool):
             raise BadRequest(f"return_token_ids must be a boolean, got {return_ids!r}")
-        return {"model": body["model"], "text": text, "stream": stream, "opts": opts or {},
+        try:
+            logprobs = parity.requested(body, chat)
+        except parity.ParityError as e:
+            raise BadRequest(str(e)) from None
+        return {"model": body["model"], "text": text, "stream": stream, "opts": opts or {}, "logprobs": logprobs,
                 "max_tokens": max_tokens, "min_tokens": min_tokens, "ignore_eos": ignore_eos,
                 "return_token_ids": return_ids}
 
@@ -196,6 +209,8 @@ class EmulatorAPI:
                      "usage": usage(len(seq.prompt), seq.emitted)}
             if seq.sd is not None:  # --per-request-spec-decode-metrics: on the response, as vLLM
                 whole["metrics"] = {"speculative_decoding": seq.sd.to_dict()}
+            if p["logprobs"] is not None:  # emulated values (parity.py)
+                choice["logprobs"] = parity.block(seq.output[:seq.emitted], state["words"], p["logprobs"], chat)
             if p["return_token_ids"]:  # vLLM: the prompt's ids on the response (chat) or choice
                 choice["token_ids"] = list(seq.output[:seq.emitted])
                 (whole if chat else choice)["prompt_token_ids"] = list(seq.prompt)
@@ -226,7 +241,10 @@ class EmulatorAPI:
                                                created=int(time.time()), prompt_tokens=len(seq.prompt),
                                                continuous_usage=continuous,
                                                prompt_token_ids=list(seq.prompt) if p["return_token_ids"] else None,
-                                               return_token_ids=p["return_token_ids"]))
+                                               return_token_ids=p["return_token_ids"],
+                                               logprobs=None if p["logprobs"] is None else (
+                                                   lambda ids, text, at: parity.block(
+                                                       ids, text.split(" ")[1:], p["logprobs"], chat, at))))
                 if chat:
                     conn.write_chunk(renderer[0].role())
             r = renderer[0]

@@ -68,6 +68,15 @@ def tokenize(text: str) -> tuple[list[str], list[int]]:
     return words, ids
 
 
+def detokenize(ids) -> str:
+    """Token ids as text: a prompt word's id as the word (when this process has seen it), any
+    other id as the pseudo-word the model writes for it; one space before each, as streamed."""
+    words = {}
+    if any(i >= _NOVEL_BASE for i in ids):
+        words = {v: k for k, v in _IDS.items()}
+    return "".join(" " + (words.get(i) or novel_word(i)) for i in ids)
+
+
 def novel_word(token: int) -> str:
     """The text of a newly generated token: a pseudo-word determined by its id."""
     n = 1 + token % 3
