@@ -51,7 +51,7 @@ def test_break_even_acceptance_rises_with_load_and_matches_the_simulator(tmp_pat
                                            "synthetic_acceptance_length": a}
             d = tmp_path / f"sim-{level}-{a}"
             r = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--workload", "chat,output=fixed:64",
-                        "--concurrency", str(level), "--num-requests", str(max(8, 2 * level)), "--warmup", "1",
+                        "--concurrency", str(level), "--num-requests", str(max(8, 2 * level)), "--warmup", "0",
                         *(["--speculative-config", json.dumps(spec)] if spec else []), "--output", str(d))
             assert r.returncode == 0, r.stderr
             tps[a] = json.loads((d / "summary.json").read_text())["output_throughput_tok_s"]
@@ -59,9 +59,5 @@ def test_break_even_acceptance_rises_with_load_and_matches_the_simulator(tmp_pat
     assert all(sim[lv] is not None for lv in LEVELS), sim
     assert sim[1] < sim[16] < sim[64]  # more users: the drafter must be better for SD to pay
     assert sweep[1] < sweep[64] and sweep.is_monotonic_increasing
-    # at one user the two agree closely; under load the real-time sweep's short cells (2 requests
-    # per user) read SD lower than the simulator does (here 1.78 against 1.46 at 16 users, 2.01
-    # against 1.72 at 64): within 0.4, an open discrepancy (docs/sweep.md)
-    assert sweep[1] == pytest.approx(sim[1], abs=0.1), (sweep.to_dict(), sim)
     for level in LEVELS:
-        assert sweep[level] == pytest.approx(sim[level], abs=0.4), (level, sweep.to_dict(), sim)
+        assert sweep[level] == pytest.approx(sim[level], abs=0.1), (level, sweep.to_dict(), sim)
