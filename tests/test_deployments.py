@@ -18,15 +18,17 @@ GOLDEN = Path(__file__).parent / "golden" / "vllm_commands.txt"
 # Flags as `vllm serve --help` names them, and the speculative-config fields vLLM documents
 # (../shared/reference/vllm.md).
 VLLM_FLAGS = {"--host", "--port", "--tensor-parallel-size", "--served-model-name", "--max-num-seqs",
-              "--no-enable-prefix-caching", "--speculative-config"}
+              "--no-enable-prefix-caching", "--speculative-config", "--per-request-spec-decode-metrics"}
 SPEC_FIELDS = {"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size",
-               "prompt_lookup_min", "prompt_lookup_max"}
+               "prompt_lookup_min", "prompt_lookup_max", "rejection_sample_method", "synthetic_acceptance_rates"}
 # The study's matrix (paper.md): variants per target model.
 STUDY = {
     "llama-3.1-8b": {"baseline", "ngram", "ngram-k5", "eagle", "eagle3"},
     "llama-3-70b": {"baseline", "ngram", "ngram-k5", "eagle", "draft_model"},
     "qwen3-8b": {"baseline", "ngram", "ngram-k5", "eagle3", "draft_model"},
     "glm-4.5-air": {"baseline", "ngram", "ngram-k5", "mtp"},
+    # current vLLM's SD next to the study's (docs/emulator.md)
+    "llama-3.1-8b-current": {"baseline", "ngram", "eagle3", "suffix", "eagle3-synthetic"},
 }
 
 
@@ -64,7 +66,8 @@ def test_the_catalog_is_the_studys_matrix_with_documented_flags():
                 assert "--speculative-config" not in argv
                 continue
             cfg = json.loads(argv[argv.index("--speculative-config") + 1])
-            assert set(cfg) <= SPEC_FIELDS and cfg["num_speculative_tokens"] == (5 if v == "ngram-k5" else 3)
+            assert set(cfg) <= SPEC_FIELDS
+            assert cfg["num_speculative_tokens"] == {"ngram-k5": 5, "suffix": 24}.get(v, 3)
             if cfg["method"] == "ngram":
                 assert (cfg["prompt_lookup_min"], cfg["prompt_lookup_max"]) == (3, 7)
     eagle70 = render(load("llama-3-70b"), "eagle").argv

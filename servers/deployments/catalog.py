@@ -211,6 +211,10 @@ def _build(name: str, source: str, raw: dict) -> Deployment:
                      startup_timeout_s=float(raw.get("startup_timeout_s", 900)), variants=variants,
                      model_file=raw.get("model_file"), slots=raw.get("slots", 1),
                      context=raw.get("context"), threads=raw.get("threads"))
+    for v in variants.values():  # vLLM refuses per-request SD metrics without speculative decoding
+        if v.speculative_config is None and "--per-request-spec-decode-metrics" in dep.args + v.args:
+            _fail(where, f"variant {v.name!r} has no speculative_config, and vLLM refuses "
+                  "--per-request-spec-decode-metrics without one: give the flag in the SD variants' args")
     if engine == "llama.cpp":
         if not isinstance(dep.model_file, str) or not dep.model_file:
             _fail(where, "engine llama.cpp needs model_file = \"/path/model.gguf\" (or a packaged model: "

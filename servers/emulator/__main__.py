@@ -66,6 +66,9 @@ def build(args) -> tuple[Engine, list[str]]:
     try:
         prof = profiles.load(name)
         spec = parse(args.speculative_config)
+        if spec is None and args.per_request_spec_decode_metrics != "none":  # vLLM's VllmConfig check
+            raise ValueError("--per-request-spec-decode-metrics requires speculative decoding to be enabled "
+                             "(via --speculative-config)")
         if not args.time_scale > 0:
             raise ValueError(f"--time-scale must be > 0, got {args.time_scale}")
         for key in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_tokens",
