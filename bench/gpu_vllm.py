@@ -11,14 +11,16 @@ Llama-3.2-1B config as a draft model, into --out (nothing is downloaded); serves
 `--load-format dummy` (random weights: the step times are the real ones) as three variants:
 baseline, n-gram, and a 1B draft model whose acceptance vLLM's synthetic rejection sampler pins to
 the study's ShareGPT per-position rates (paper.md: unconditional .69 .455 .314); runs
-`loadgen sweep` over concurrency 1..256 with fixed 256-token answers; then
+`loadgen sweep` over concurrency 1..256 with fixed 256-token answers to chat prompts (~355
+tokens) and to 2,048-token random prompts; then
 1. checks, cell by cell, that the server's `vllm:spec_decode_*` deltas equal the sums of the
    per-request `metrics.speculative_decoding` the client recorded (accepted, drafted, steps);
-2. fits a cost profile from the measured steps: decode step time (the median gap between a
-   request's chunks) = constant + per_kv_token x KV + per_batched_token x batched tokens over the
-   baseline cells (KV: users x (prompt + half the answer), batched: users x (1 + drafts per
-   step)); a drafter's cost = constant + per-request x users, from the SD cells' residuals;
-   printed beside the h100-llama-3.1-8b profile;
+2. fits a cost profile from the measured steps: step time (the mean gap between a request's
+   chunks, one chunk per step) = constant + per_kv_token x KV + per_batched_token x batched
+   tokens over the baseline cells of two workloads (short and long prompts, so that KV and
+   batched tokens vary apart; KV: users x (prompt + half the answer), batched: users x (1 +
+   drafts per step) plus the prompts due per step); a drafter's cost = constant + per-request x
+   users, from the SD cells' residuals; printed beside the h100-llama-3.1-8b profile;
 3. prints the emulator's predicted throughput (`loadgen simulate` on that profile, the same
    settings) beside the measured one, per variant and level.
 With --engine emulator the same runs on the emulator (its profile is then what the fit should
@@ -36,16 +38,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+import stepfit  # noqa: E402
+
 from servers.emulator import profile as profiles  # noqa: E402
 
 PROFILE = "h100-llama-3.1-8b"
 RATES = [0.69, 0.455, 0.314]  # paper.md, ShareGPT EAGLE: P(j) .69 .66 .69, unconditional
 LEVELS = "1,2,4,8,16,32,64,128,256"
 OUTPUT = 256
+
+
+def workloads(output: int) -> tuple[str, str]:
+    return f"chat,output=fixed:{output}", f"synthetic:random,input_len=2048,output_len={output}"
 LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
             "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
             "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072,
@@ -129,17 +137,19 @@ def serve_lines(deployment: Path) -> list[list[str]]:
     return [list(render(dep, v).argv) for v in dep.variants]
 
 
-def loadgen(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "loadgen", *args], check=True, cwd=ROOT)
+def loadgen(*args: str, quiet: bool = False) -> None:
+    subprocess.run([sys.executable, "-m", "loadgen", *args], check=True, cwd=ROOT,
+                   stdout=subprocess.DEVNULL if quiet else None)
 
 
 def cells(sweep: Path) -> list[dict]:
     out = []
     for s in sorted(sweep.glob("cells/*/*/*/summary.json")):
         d = json.loads(s.read_text())
-        d["variant"], d["level"] = s.parts[-4], int(s.parts[-2].lstrip("c"))
+        d["variant"], d["workload"], d["level"] = s.parts[-4], s.parts[-3], int(s.parts[-2].lstrip("c"))
+        d["path"] = s.parent
         out.append(d)
-    return out
+    return sorted(out, key=lambda c: (c["variant"] != "baseline", c["variant"], c["workload"], c["level"]))
 
 
 def check_counts(rows: list[dict]) -> list[str]:
@@ -160,36 +170,32 @@ def check_counts(rows: list[dict]) -> list[str]:
 
 
 def fit(rows: list[dict]) -> dict:
-    """The cost profile the measured decode steps imply (module docstring)."""
-    def features(c):
-        users = c["level"]
-        prompt = c["prompt_tokens_total"] / max(1, c["completed"])
+    """The cost profile the measured steps imply (bench/stepfit.py), from every cell's requests."""
+    import pandas as pd
+    cells_ = []
+    for c in rows:
+        frame = pd.read_parquet(c["path"] / "requests.parquet")
         sd = c.get("spec_decode") or {}
-        per_step = sd["draft_tokens"] / sd["drafts"] if sd.get("drafts") else 0.0
-        return users * (prompt + OUTPUT / 2), users * (1 + per_step), c["inter_chunk_ms"]["p50"] / 1e3
-
-    base = [features(c) for c in rows if c["variant"] == "baseline"]
-    a = np.array([[1.0, kv, b] for kv, b, _ in base])
-    coef = np.linalg.lstsq(a, np.array([t for *_, t in base]), rcond=None)[0]
-    out = {"forward": {"constant": coef[0], "per_kv_token": coef[1], "per_batched_token": coef[2]}}
-    for variant in sorted({c["variant"] for c in rows} - {"baseline"}):
-        pts = [(c["level"], t - (coef[0] + coef[1] * kv + coef[2] * b))
-               for c in rows if c["variant"] == variant for kv, b, t in [features(c)]]
-        users = np.array([[1.0, u] for u, _ in pts])
-        d = np.linalg.lstsq(users, np.array([r for _, r in pts]), rcond=None)[0]
-        out[variant] = {"constant": d[0], "per_request": d[1]}
-    return out
+        m = frame[frame["ok"] & ~frame["warmup"]]
+        request_steps = int((m["n_chunks"] - 1).clip(lower=0).sum())  # decode steps, request by request
+        cells_.append((c["variant"], stepfit.samples(frame, sd["draft_tokens"] / request_steps
+                                                     if sd.get("draft_tokens") and request_steps else 0.0)))
+    return stepfit.fit(cells_)
 
 
-def predicted(rows: list[dict], specs: dict[str, str | None], out: Path) -> dict[tuple[str, int], float]:
+def predicted(rows: list[dict], specs: dict[str, str | None], workloads: dict[str, str],
+              out: Path) -> dict[tuple[str, str, int], float]:
+    """Each cell in virtual time on the profile: the same workload, users and requests, no warm-up
+    (the sweep warms up before its window)."""
     pred = {}
     for c in rows:
-        d = out / "simulate" / f"{c['variant']}-c{c['level']}"
+        key = (c["variant"], c["workload"], c["level"])
+        d = out / "simulate" / "-".join(map(str, key))
         spec = specs[c["variant"]]
-        loadgen("simulate", "--profile", PROFILE, "--workload", f"chat,output=fixed:{OUTPUT}", "--concurrency",
-                str(c["level"]), "--num-requests", str(c["completed"]), "--warmup", "0", "--quiet",
-                *(["--speculative-config", spec] if spec else []), "--output", str(d))
-        pred[c["variant"], c["level"]] = json.loads((d / "summary.json").read_text())["output_throughput_tok_s"]
+        loadgen("simulate", "--profile", PROFILE, "--workload", workloads[c["workload"]], "--concurrency",
+                str(c["level"]), "--num-requests", str(c["completed"]), "--warmup", "0",
+                *(["--speculative-config", spec] if spec else []), "--output", str(d), quiet=True)
+        pred[key] = json.loads((d / "summary.json").read_text())["output_throughput_tok_s"]
     return pred
 
 
@@ -218,6 +224,8 @@ def main() -> None:
     ap.add_argument("--out", default="gpu-vllm", help="where the models, the sweep and the figures go")
     ap.add_argument("--engine", choices=("vllm", "emulator"), default="vllm")
     ap.add_argument("--concurrency", default=LEVELS)
+    ap.add_argument("--num-requests", type=int, help="per cell [default: the sweep's, max(50, 4 x users)]")
+    ap.add_argument("--output-len", type=int, default=OUTPUT, help="tokens per answer")
     ap.add_argument("--check-lines", metavar="PYTHON", help="only check the serve lines with this Python's vLLM")
     args = ap.parse_args()
     out = Path(args.out).resolve()
@@ -230,20 +238,28 @@ def main() -> None:
     deployment = write_deployment(out, target, draft, args.engine)
     sweep = out / "sweep"
     loadgen("sweep", "--servers", str(deployment), "--concurrency", args.concurrency, "--quiet",
-            "--workloads", f"chat,output=fixed:{OUTPUT}", "--output", str(sweep), *(["--resume"] if sweep.exists() else []))
+            "--workloads", ",".join(workloads(args.output_len)), "--output", str(sweep), *(["--resume"] if sweep.exists() else []),
+            *(["--num-requests", str(args.num_requests)] if args.num_requests else []))
     rows = cells(sweep)
     bad = check_counts(rows)
     print("Per-request SD metrics against the Prometheus deltas:", "all cells agree exactly" if not bad else "")
     for line in bad:
         print("  DIFFERS", line)
     f, prof = fit(rows), profiles.load(PROFILE)
-    print(f"\nCost profile fitted from the measured steps, beside {PROFILE}:")
-    print(f"  forward constant {f['forward']['constant'] * 1e3:8.3f} ms   profile {prof.forward.constant * 1e3:8.3f} ms")
-    print(f"  per KV token     {f['forward']['per_kv_token'] * 1e9:8.3f} ns   profile {prof.forward.per_kv_token * 1e9:8.3f} ns")
-    print(f"  per batched tok  {f['forward']['per_batched_token'] * 1e6:8.3f} us   "
-          f"profile {prof.forward.per_batched_token * 1e6:8.3f} us")
+    fw = f["forward"]
+    print(f"\nCost profile fitted from {fw['samples']:,} measured steps ({fw['dropped']:,} outliers left out), "
+          f"beside {PROFILE}:")
+    print(f"  step constant    {fw['constant'] * 1e3:8.3f} ms   profile {(prof.forward.constant + prof.step_overhead) * 1e3:8.3f} ms"
+          " (forward constant + step overhead)")
+    print(f"  per KV token     {fw['per_kv_token'] * 1e9:8.3f} ns   profile {prof.forward.per_kv_token * 1e9:8.3f} ns")
+    print(f"  per batched tok  {fw['per_batched_token'] * 1e6:8.3f} us   profile {prof.forward.per_batched_token * 1e6:8.3f} us")
+    dm = prof.drafters["draft_model"].draft_forward
+    expect = {"ngram": f"profile: {prof.drafters['ngram'].verify_fraction:.2%} of the verify forward",
+              "synthetic": f"profile: 3 forwards of the 1B, {3 * dm.constant * 1e3:.3f} ms + {3 * dm.per_batched_token * 1e6:.1f} "
+                           f"us/request + its KV reads"}
     for v in (k for k in f if k != "forward"):
-        print(f"  drafting {v:<9} {f[v]['constant'] * 1e3:8.3f} ms + {f[v]['per_request'] * 1e6:7.2f} us/request")
+        print(f"  drafting {v:<9} {f[v]['constant'] * 1e3:8.3f} ms + {f[v]['per_request'] * 1e6:7.2f} us/request"
+              f"   ({expect.get(v, '')})")
     dep = json.loads((sweep / "manifest.json").read_text())
     specs = {v: None for v in ("baseline",)}
     from servers.deployments import load
@@ -253,15 +269,16 @@ def main() -> None:
         if cfg and cfg.get("method") == "draft_model":
             cfg["model"] = "meta-llama/Llama-3.2-1B-Instruct"
         specs[v] = json.dumps(cfg) if cfg else None
-    pred = predicted(rows, specs, out)
+    plan = dep["plan"]
+    pred = predicted(rows, specs, dict(zip(plan["workload_labels"], plan["workloads"])), out)
     print(f"\nOutput tok/s, measured ({dep['deployment'].get('engine')}) and predicted ({PROFILE} in loadgen simulate):")
-    print(f"{'variant':<10}{'users':>6}{'measured':>11}{'predicted':>11}{'pred/meas':>10}")
+    print(f"{'variant':<10}{'workload':<22}{'users':>6}{'measured':>11}{'predicted':>11}{'pred/meas':>10}")
     for c in rows:
-        m, p = c["output_throughput_tok_s"], pred[c["variant"], c["level"]]
-        print(f"{c['variant']:<10}{c['level']:>6}{m:>11.0f}{p:>11.0f}{p / m:>10.2f}")
-    (out / "fit.json").write_text(json.dumps({"fit": f, "check": bad, "predicted": {f"{v}/{lv}": x for (v, lv), x in pred.items()},
-                                              "measured": {f"{c['variant']}/{c['level']}": c["output_throughput_tok_s"]
-                                                           for c in rows}}, indent=1))
+        m, p = c["output_throughput_tok_s"], pred[c["variant"], c["workload"], c["level"]]
+        print(f"{c['variant']:<10}{c['workload'][:21]:<22}{c['level']:>6}{m:>11.0f}{p:>11.0f}{p / m:>10.2f}")
+    (out / "fit.json").write_text(json.dumps({
+        "fit": f, "check": bad, "predicted": {"/".join(map(str, k)): x for k, x in pred.items()},
+        "measured": {f"{c['variant']}/{c['workload']}/{c['level']}": c["output_throughput_tok_s"] for c in rows}}, indent=1))
     sys.exit(1 if bad else 0)
 
 

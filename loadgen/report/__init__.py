@@ -113,6 +113,7 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
         "waste": plots.lines_vs_load(t["waste"], "rejected_per_generated_token", "rejected draft tokens per output token",
                                      "Waste: verified but rejected draft tokens", col, out / "waste.png"),
         "per_request": plots.per_request(per_req, col, out / "per_request.png"),
+        "per_request_server": plots.per_request_server(per_req, col, out / "per_request_server.png"),
     }
     notes = _notes(sw)
     sections = _sections(sw, t, fig, notes, profile_name)
@@ -162,5 +163,8 @@ def _sections(sw: Sweep, t: dict, fig: dict, notes: list[str], profile_name: str
         Section("Waste", waste_text, [("Rejected draft tokens", t["waste"])], f("waste")),
         Section("Per-request variability", "Each request's own acceptance (mean tokens per decode step) and its "
                 "rank correlation with TPOT: strongly negative means the slow requests are the ones whose "
-                "drafts were rejected.", [("Per cell", t["per_request"])], f("per_request")),
+                "drafts were rejected. Where the server reports each request's speculative decoding (vLLM's "
+                "--per-request-spec-decode-metrics), its acceptance length per request too (server_al_*): the "
+                "mean of requests counts each request once, where the server's counters weigh long answers "
+                "more.", [("Per cell", t["per_request"])], f("per_request", "per_request_server")),
     ]

@@ -184,3 +184,25 @@ def per_request(frame: pd.DataFrame, col: dict[str, str], path: Path) -> Path | 
         ax.grid(True, alpha=0.3)
         _label(ax, workload, "tokens per decode step (request mean)", "TPOT (ms per token)")
     return _save(fig, path)
+
+
+def per_request_server(frame: pd.DataFrame, col: dict[str, str], path: Path) -> Path | None:
+    """Each request's acceptance length as the server reported it (vLLM's per-request
+    metrics.speculative_decoding) against its output length (top) and its TPOT (bottom)."""
+    if frame.empty or "server_acceptance_length" not in frame or frame["server_acceptance_length"].dropna().empty:
+        return None
+    frame = frame.dropna(subset=["server_acceptance_length"])
+    workloads = _workloads(frame)
+    fig, axes = _grid(len(workloads), "Per request (server-reported): acceptance length against output "
+                      "length and TPOT (all levels)", rows=2)
+    for i, workload in enumerate(workloads):
+        g = frame[frame["workload"] == workload]
+        for row, (x, xlabel) in enumerate((("completion_tokens", "output tokens"), ("tpot_ms", "TPOT (ms per token)"))):
+            ax = axes[row][i]
+            for variant in (v for v in col if v in set(g["variant"])):
+                d = g[g["variant"] == variant]
+                ax.scatter(d[x], d["server_acceptance_length"], s=10, alpha=0.6, color=col[variant], label=variant)
+            ax.set_xscale("log")
+            ax.grid(True, alpha=0.3)
+            _label(ax, workload, xlabel, "acceptance length (1 + accepted / steps)")
+    return _save(fig, path)

@@ -188,8 +188,12 @@ def per_request(sw: Sweep) -> tuple[pd.DataFrame, pd.DataFrame]:
         if frame is None or "step_tokens" not in frame:
             continue
         m = frame[frame["ok"] & ~frame["warmup"]]
+        server_al = (m["server_acceptance_length"].to_numpy(float) if "server_acceptance_length" in m
+                     else np.full(len(m), np.nan))  # the server's own per-request figure, where it sends one
         per = pd.DataFrame({"tokens_per_step": [_mean_decode(s) for s in m["step_tokens"]],
-                            "tpot_ms": m["tpot_ms"].to_numpy(float)}).dropna()
+                            "tpot_ms": m["tpot_ms"].to_numpy(float),
+                            "completion_tokens": m["completion_tokens"].to_numpy(float),
+                            "server_acceptance_length": server_al}).dropna(subset=["tokens_per_step", "tpot_ms"])
         for k in KEYS:
             per[k] = c[k]
         reqs.append(per)
@@ -200,9 +204,27 @@ def per_request(sw: Sweep) -> tuple[pd.DataFrame, pd.DataFrame]:
                       "tokens_per_step_p10": None if q is None else q.iloc[0],
                       "tokens_per_step_p50": None if q is None else q.iloc[1],
                       "tokens_per_step_p90": None if q is None else q.iloc[2],
-                      "spearman_tokens_per_step_vs_tpot": None if rho is None or _nan(rho) else rho})
-    per_req = pd.concat(reqs, ignore_index=True) if reqs else pd.DataFrame(columns=["tokens_per_step", "tpot_ms", *KEYS])
+                      "spearman_tokens_per_step_vs_tpot": None if rho is None or _nan(rho) else rho,
+                      **_server_spread(per)})
+    per_req = pd.concat(reqs, ignore_index=True) if reqs else pd.DataFrame(
+        columns=["tokens_per_step", "tpot_ms", "completion_tokens", "server_acceptance_length", *KEYS])
     return per_req, pd.DataFrame(cells)
+
+
+def _server_spread(per: pd.DataFrame) -> dict:
+    """The server-reported per-request acceptance length (vLLM's mean_acceptance_length): its
+    spread over requests, the mean of requests (each counts once, where the server's counters
+    weigh long answers more) and its rank correlations with output length and TPOT."""
+    al = per.dropna(subset=["server_acceptance_length"])
+    if al.empty:
+        return {"server_al_requests": 0}
+    q = al["server_acceptance_length"].quantile([0.1, 0.5, 0.9])
+    rank = lambda x: (al["server_acceptance_length"].rank().corr(al[x].rank())  # noqa: E731
+                      if len(al) >= 3 and al["server_acceptance_length"].nunique() > 1 and al[x].nunique() > 1 else None)
+    return {"server_al_requests": int(len(al)), "server_al_mean_of_requests": float(al["server_acceptance_length"].mean()),
+            "server_al_p10": q.iloc[0], "server_al_p50": q.iloc[1], "server_al_p90": q.iloc[2],
+            "spearman_server_al_vs_output_tokens": rank("completion_tokens"),
+            "spearman_server_al_vs_tpot": rank("tpot_ms")}
 
 
 def _mean_decode(steps) -> float:

@@ -1,0 +1,51 @@
+"""bench/stepfit.py reads a cost profile off measured steps (for real vLLM on a GPU host,
+bench/gpu_vllm.py). Against servers whose true costs are known: the emulator's own profile in
+virtual time (exact), and bench/gpu_vllm.py's whole pipeline rehearsed on the real-time
+emulator (its lines, sweep, per-request counts against Prometheus, fit and prediction)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from servers.emulator import profile
+from tests.conftest import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import stepfit  # noqa: E402
+
+PROFILE = profile.load("h100-llama-3.1-8b")
+
+
+def test_the_fit_recovers_the_emulators_profile_from_simulated_steps(tmp_path):
+    cells = []
+    for workload in ("chat,output=fixed:128", "synthetic:random,input_len=2048,output_len=128"):
+        for users in (1, 8, 32):
+            out = tmp_path / f"{workload[:4]}-{users}"
+            res = run_cli("simulate", "--profile", PROFILE.name, "--workload", workload, "--concurrency", str(users),
+                          "--num-requests", str(4 * users), "--warmup", "0", "--output", str(out))
+            assert res.returncode == 0, res.stderr
+            cells.append(("baseline", stepfit.samples(pd.read_parquet(out / "requests.parquet"))))
+    got = stepfit.fit(cells)["forward"]
+    assert got["constant"] == pytest.approx(PROFILE.forward.constant + PROFILE.step_overhead, rel=0.01)
+    assert got["per_kv_token"] == pytest.approx(PROFILE.forward.per_kv_token, rel=0.02)
+    assert got["per_batched_token"] == pytest.approx(PROFILE.forward.per_batched_token, rel=0.02)
+
+
+def test_the_gpu_script_runs_end_to_end_on_the_emulator(tmp_path):
+    res = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_vllm.py"), "--engine", "emulator",
+                          "--concurrency", "1,8", "--num-requests", "16", "--output-len", "64", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "all cells agree exactly" in res.stdout
+    fit = json.loads((tmp_path / "fit.json").read_text())
+    assert fit["check"] == [] and set(fit["fit"]) == {"forward", "ngram", "synthetic"}
+    assert fit["fit"]["forward"]["constant"] == pytest.approx(PROFILE.forward.constant + PROFILE.step_overhead, rel=0.1)
+    for key, measured in fit["measured"].items():  # the emulator is the profile: prediction = measurement
+        assert fit["predicted"][key] == pytest.approx(measured, rel=0.05), key
+    assert (tmp_path / "llama-3.1-8b-dummy" / "tokenizer.json").is_file()
