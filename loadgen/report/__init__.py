@@ -81,8 +81,9 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
          "per_position": tables.per_position(sw), "steps": tables.step_distribution(sw),
          "waste": tables.waste(sw, per_tok)}
     plan = sw.manifest.get("plan") or {}
-    t["break_even_acceptance"] = tables.break_even_acceptance(sp, plan.get("acceptance_templates") or [],
-                                                              plan.get("acceptance_lengths") or [])
+    if plan.get("acceptance_lengths"):  # a sweep with an acceptance axis (docs/sweep.md)
+        t["break_even_acceptance"] = tables.break_even_acceptance(sp, plan.get("acceptance_templates") or [],
+                                                                  plan["acceptance_lengths"])
     per_req, t["per_request"] = tables.per_request(sw)
     order = {w: i for i, w in enumerate(dict.fromkeys(sw.cells["workload"]))}  # plan order
     t = {k: _in_order(v, order) for k, v in t.items()}
@@ -149,7 +150,7 @@ def _sections(sw: Sweep, t: dict, fig: dict, notes: list[str], profile_name: str
                                                          ("Where speculative decoding stops paying", t["break_even"])]
                 + ([("How good the drafter must be: break-even acceptance length per load level (synthetic "
                      "acceptance, 1 + accepted drafts per verify step)", t["break_even_acceptance"])]
-                   if len(t["break_even_acceptance"]) else []), []),
+                   if "break_even_acceptance" in t else []), []),
         Section("Throughput and speedup", "Speedup: a variant's output tokens/s over the baseline's at the same "
                 "workload and load level.", [("Speedup over the baseline", t["speedup"])],
                 f("throughput", "speedup")),
