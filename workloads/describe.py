@@ -41,9 +41,11 @@ def workload_lines(w, num: int, tokenizer=None) -> list[str]:
              f"records    {len(w.records)}" if w.records is not None else f"generator  (described over {num} requests)"]
     if w.skipped:
         lines.append(f"skipped    {w.skipped} bad records; first: {w.bad[0]}")
+    for what, n in w.repairs.items():
+        lines.append(f"repaired   {n} records read with {what} (optional)")
     cats = w.categories()
     if w.records is not None and len(cats) > 1:
-        lines.append("categories " + ", ".join(f"{k} {v}" for k, v in sorted(cats.items())))
+        lines.append("categories " + ", ".join(f"{k or '(none)'} {v}" for k, v in sorted(cats.items())))
     lines.append(f"lengths in {s['unit']}: mean / p50 / p99 / max")
     for key in ("prompt", "reference", "max_tokens"):
         d = s[key]

@@ -30,6 +30,8 @@ class Workload:
     bad: list[str] = field(default_factory=list)
     notice: str | None = None
     exact: object = None  # workloads.lengths.ExactLengths when prompts are built to exact tokens
+    # records read although optional metadata was absent or empty, by what was missing
+    repairs: dict[str, int] = field(default_factory=dict)
 
     @property
     def sensitive(self) -> bool:
@@ -134,6 +136,10 @@ def open_workload(text: str, *, data_dir: str | None = None, skip_bad: bool = Fa
             raise WorkloadError(f"{e} (workload {text!r})" if str(e).startswith("no ") else str(e)) from None
     w = Workload(text, fmt.name, text, records=loaded.requests, policy=policy,
                  skipped=loaded.skipped, bad=loaded.bad)
+    if fmt.categories:
+        missing = sum(1 for r in w.records if not r.category)
+        if missing:
+            w.repairs["no category"] = missing
     _filter(w, category, fmt.categories)
     return w
 

@@ -24,8 +24,15 @@ def load_options(f):
         click.option("--burstiness", type=float, default=None,
                      help="Gamma shape B: CV of gaps = 1/sqrt(B); 1 = Poisson, < 1 burstier."),
         click.option("--max-concurrency", type=int, help="Open loop: cap on requests in flight."),
-        click.option("--num-requests", type=int, help="Requests to measure (after warm-up) [default: 200 "
-                     "unless --duration is given]."),
+        click.option("--trace", metavar="FORMAT:PATH", help="Replay a production trace's arrivals and lengths "
+                     "(azure, mooncake, burstgpt, csv, jsonl; docs/workloads.md); its text from --workload."),
+        click.option("--trace-speed", type=float, default=1.0, show_default=True,
+                     help="Replay the trace X times faster (0.5: half speed); not the emulator's --time-scale."),
+        click.option("--trace-start", type=float, default=0.0, show_default=True,
+                     help="Start the replay S seconds into the trace."),
+        click.option("--trace-window", type=float, help="Replay S seconds of the trace [default: to its end]."),
+        click.option("--num-requests", "--max-requests", "num_requests", type=int, help="Requests to measure (after "
+                     "warm-up) [default: 200 unless --duration is given; a trace: its window's]."),
         click.option("--duration", type=float, help="Stop sending after S seconds."),
         click.option("--warmup", type=int, default=0, show_default=True,
                      help="Requests sent first and left out of the statistics."),

@@ -4,6 +4,8 @@ names the flag and the fix. `loadgen/sweep/planning.py` does the same for a swee
 from __future__ import annotations
 
 import json
+from functools import lru_cache
+from types import SimpleNamespace
 
 from loadgen.backends.workers import WorkloadRef
 from loadgen.errors import LoadgenError, flagged
@@ -15,13 +17,57 @@ from loadgen.run.target import Note, Target
 from loadgen.run.timescale import TimeScaleError, parse_scale
 from loadgen.shapes import Shape
 from loadgen.shapes.options import OPTIONS, from_options
+from loadgen.shapes.trace import TraceReplay
 from workloads import Workload, WorkloadError, open_workload
+from workloads.fitting import trace_requests
+from workloads.traces import read_trace
 
 _SPEC_FIELDS = OPTIONS + ("num_requests", "duration", "warmup", "request_timeout")
 
 
+@lru_cache(maxsize=4)
+def _read_trace(spec: str, skip_bad: bool, start: float, window: float | None, num: int | None):
+    try:
+        trace = read_trace(spec, skip_bad=skip_bad)
+    except WorkloadError as e:
+        raise LoadgenError(str(e)) from None
+    part = trace.window(start, window, num)
+    if not len(part):
+        raise LoadgenError(f"--trace {spec}: no requests between {start:g} s and "
+                           f"{'the end' if window is None else f'{start + window:g} s'} (it spans {trace.t_s[-1]:.0f} s)")
+    return trace, part
+
+
+def _trace(o: dict):
+    """The trace's window (and the whole trace), when --trace is given."""
+    if not o.get("trace"):
+        return None, None
+    for key, given in (("concurrency", o["concurrency"]), ("rate", o["rate"]), ("ramp", o.get("ramp")),
+                       ("arrival", o["arrival"]), ("burstiness", o["burstiness"])):
+        if given is not None:
+            raise LoadgenError(f"--trace is a load of its own (its times): drop --{key}")
+    if o.get("workers", 1) > 1 or o.get("ray_address"):
+        raise LoadgenError("--trace replays from one process: drop --workers / --ray")
+    if o["trace_window"] is not None and not o["trace_window"] > 0:
+        raise LoadgenError(f"--trace-window must be > 0, got {o['trace_window']}")
+    if o["trace_start"] < 0:
+        raise LoadgenError(f"--trace-start must be >= 0, got {o['trace_start']}")
+    return _read_trace(o["trace"], o["skip_bad"], o["trace_start"], o["trace_window"], o["num_requests"])
+
+
 def load_shape(o: dict) -> tuple[Shape, int | None]:
-    """The load, and the number of measured requests (200 unless bounded by duration)."""
+    """The load, and the number of measured requests (200 unless bounded by duration; a trace's
+    window)."""
+    trace, part = _trace(o)
+    if part is not None:
+        try:
+            load = TraceReplay(tuple(part.t_s.tolist()), o["trace_speed"], o["trace"], o["trace_start"])
+        except ValueError as e:
+            raise LoadgenError("--" + str(e).replace("_", "-")) from None
+        num = len(part) - (o["warmup"] or 0)
+        if num < 1:
+            raise LoadgenError(f"--warmup {o['warmup']} leaves none of the window's {len(part)} requests to measure")
+        return load, num
     load = from_options(o["concurrency"], o["rate"], o.get("ramp"), o["arrival"], o["burstiness"],
                         o["max_concurrency"])
     num = o["num_requests"]
@@ -37,7 +83,11 @@ def load_shape(o: dict) -> tuple[Shape, int | None]:
 
 def workload(o: dict, tokenizer=None, note: Note = lambda _: None) -> Workload:
     """The workload the options describe, with the synthetic shorthand (--input-len, --output-len,
-    --range-ratio) folded into its spec; with a tokenizer, synthetic prompt lengths are exact."""
+    --range-ratio) folded into its spec; with a tokenizer, synthetic prompt lengths are exact.
+    With --trace: the trace's requests, their text from this workload (workloads.fitting)."""
+    trace, part = _trace(o)
+    if part is not None:
+        return _trace_workload(o, trace, part, tokenizer, note)
     spec = o["workload"]
     shorthand = {k: o[k] for k in ("input_len", "output_len", "range_ratio") if o[k] is not None}
     for key in ("input_len", "output_len"):
@@ -60,7 +110,25 @@ def workload(o: dict, tokenizer=None, note: Note = lambda _: None) -> Workload:
         note(f"note: {w.notice}")
     if w.skipped:
         note(f"note: skipped {w.skipped} bad records of {spec} (first: {w.bad[0]})")
+    for what, n in w.repairs.items():
+        note(f"note: {n} records of {spec} read with {what} (optional metadata)")
     return w
+
+
+def _trace_workload(o: dict, trace, part, tokenizer, note: Note) -> Workload:
+    if any(o[k] is not None for k in ("input_len", "output_len", "range_ratio")):
+        raise LoadgenError("--input-len, --output-len and --range-ratio do not apply to --trace: the trace gives the lengths")
+    content = None
+    if o["workload"] != "synthetic:random":  # the default: random common words (workloads.fitting)
+        content = workload({**o, "trace": None}, None, note)
+    if trace.skipped:
+        note(f"note: skipped {trace.skipped} bad lines of {o['trace']} (first: {trace.bad[0]})")
+    for what, n in trace.repairs.items():
+        note(f"note: {n} lines of {o['trace']}: {what}")
+    text = content.spec if content is not None else "random common words (no --workload)"
+    return Workload(f"trace:{o['trace']}", "trace", f"{o['trace']}, text from {text}",
+                    make=lambda seed: trace_requests(part, content, seed=seed, tokenizer=tokenizer),
+                    exact=SimpleNamespace(exact=True) if tokenizer is not None else None)
 
 
 def objectives(specs) -> dict | None:

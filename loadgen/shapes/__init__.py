@@ -2,7 +2,8 @@
 mode. A shape decides when requests are sent and nothing else; the executors
 (loadgen.executors) run it in real time and the simulator (loadgen.simulate.virtual) in virtual time,
 from the same schedule. Members: closed loop (closed.py), open loop (open.py: Poisson, gamma,
-constant gaps), ramp (ramp.py: users or rate rising linearly). docs/architecture.md says how to
+constant gaps), ramp (ramp.py: users or rate rising linearly), trace replay (trace.py: a
+production trace's times). docs/architecture.md says how to
 add one."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from loadgen.shapes.base import REGISTRY, Shape, label_of, register
 from loadgen.shapes.closed import ClosedLoop
 from loadgen.shapes.open import OpenLoop
 from loadgen.shapes.ramp import Ramp, parse_ramp
+from loadgen.shapes.trace import TraceReplay
 
 
 def LoadShape(concurrency: int | None = None, rate: float | None = None, arrival: str = "poisson",  # noqa: N802
@@ -25,5 +27,5 @@ def LoadShape(concurrency: int | None = None, rate: float | None = None, arrival
     return OpenLoop(rate, arrival, burstiness, max_concurrency)
 
 
-__all__ = ["REGISTRY", "ClosedLoop", "LoadShape", "OpenLoop", "Ramp", "Shape", "label_of",
+__all__ = ["REGISTRY", "ClosedLoop", "LoadShape", "OpenLoop", "Ramp", "Shape", "TraceReplay", "label_of",
            "parse_ramp", "register"]

@@ -1,5 +1,6 @@
-"""Spec-Bench and MT-Bench `question.jsonl` (FastChat's format): `question_id`, `category`,
-`turns` (the user's turns), optional `reference` (an answer per turn)."""
+"""Spec-Bench and MT-Bench `question.jsonl` (FastChat's format): `turns` (the user's turns),
+optional `question_id`, `category` (absent or empty: the request has none) and `reference`
+(an answer per turn)."""
 from __future__ import annotations
 
 from workloads.errors import BadRecord
@@ -12,9 +13,8 @@ def _convert(name: str):
         turns = row.get("turns")
         if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t for t in turns):
             raise BadRecord(where, "field 'turns' must be a non-empty list of text")
-        category = row.get("category")
-        if not isinstance(category, str) or not category:
-            raise BadRecord(where, "missing field 'category'")
+        category = row.get("category")  # optional metadata: absent or empty, the request has none
+        category = category.strip() if isinstance(category, str) else ""
         refs = row.get("reference") if isinstance(row.get("reference"), list) else []
         qid = record_id(row, ("question_id",), index)
         which = range(len(turns)) if opts.get("turns", "first") == "all" else range(1)
