@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadgen.shapes import REGISTRY, ClosedLoop, LoadShape, OpenLoop, Ramp, label_of, parse_ramp
+from loadgen.shapes import REGISTRY, ClosedLoop, LoadShape, OpenLoop, Ramp, TraceReplay, label_of, parse_ramp
 from servers.embedded import emulator_server
 from tests.conftest import run_cli
 
@@ -18,7 +18,8 @@ LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
 def test_every_registered_shape_speaks_the_interface():
     members = [ClosedLoop(4), OpenLoop(2.5, "gamma", 0.5, 8), Ramp("users", 1, 8, 10.0),
-               Ramp("rate", 1.0, 5.0, 10.0, "constant")]
+               Ramp("rate", 1.0, 5.0, 10.0, "constant"),
+               TraceReplay(tuple(3.0 + 0.5 * i for i in range(60)), 2.0, "azure:trace.csv", 3.0)]
     assert {type(m).mode for m in members} == set(REGISTRY)
     for shape in members:
         described = shape.describe()

@@ -68,6 +68,8 @@ def result_options(f):
                      help="Per-request objectives, e.g. 'ttft<=500ms,tpot<=50ms'."),
         click.option("--output", "output_dir", type=click.Path(), default=None,
                      help="Results directory [default: results/<command>-YYYYmmdd-HHMMSS]."),
+        click.option("--steady-state", is_flag=True, help="Figures over the steady state only: requests sent once "
+                     "the load is up and finished before the drain (the summary says which; docs/metrics.md)."),
     ]):
         f = opt(f)
     return f

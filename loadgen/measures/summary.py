@@ -102,11 +102,58 @@ def acceptance_client(m: pd.DataFrame) -> dict:
     return out
 
 
+STEADY_RULE = ("requests sent once the requests in flight first reached the run's median (time-weighted over "
+               "the sending period) and finished by the last send, when the drain begins")
+
+
+def steady_state(frame: pd.DataFrame) -> tuple[int, int, pd.Series] | None:
+    """--steady-state: (start ns, end ns, which requests count) by STEADY_RULE, or None when no
+    measured request falls inside (too short a run: then all count)."""
+    m = measured(frame)
+    sent = frame.loc[frame["t_send_ns"] > 0]
+    if m.empty or len(sent) < 2:
+        return None
+    t = np.concatenate([sent["t_send_ns"].to_numpy(np.int64), sent["t_end_ns"].to_numpy(np.int64)])
+    step = np.concatenate([np.ones(len(sent), np.int64), -np.ones(len(sent), np.int64)])
+    order = np.lexsort((-step, t))
+    t, level = t[order], np.cumsum(step[order])
+    first, last = int(sent["t_send_ns"].min()), int(sent["t_send_ns"].max())
+    inside = (t >= first) & (t < last)
+    if inside.sum() < 2:
+        return None
+    ts, lv = t[inside], level[inside]
+    dur = np.diff(np.append(ts, last)).astype(float)
+    sorted_lv = np.argsort(lv, kind="stable")
+    cum = np.cumsum(dur[sorted_lv])
+    median = lv[sorted_lv][np.searchsorted(cum, cum[-1] / 2)]
+    start = int(ts[np.argmax(lv >= median)])
+    keep = frame["ok"] & ~frame["warmup"] & (frame["t_send_ns"] >= start) & (frame["t_end_ns"] <= last)
+    if not keep.any() or last <= start:
+        return None
+    return start, last, keep
+
+
 def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, config: dict,
               interrupted: bool = False, goodput: dict[str, float] | None = None,
               lateness_threshold_ms: float = 5.0, timing_threshold_ms: float = 4.0,
               load_info: dict | None = None,
-              server_window: scrape.Window | None = None) -> dict:
+              server_window: scrape.Window | None = None, steady: bool = False) -> dict:
+    steady_info, window = None, None
+    if steady:
+        found = steady_state(frame)
+        before = int(len(measured(frame)))
+        if found is None:
+            steady_info = {"rule": STEADY_RULE, "found": False, "requests": before,
+                           "note": "no request falls inside: the run is too short for a steady state; all count"}
+        else:
+            start, end, keep = found
+            m0 = measured(frame)
+            ramp = int((m0["t_send_ns"] < start).sum())
+            steady_info = {"rule": STEADY_RULE, "found": True, "start_s": (start - config["clock"]["t0_ns"]) / _NS,
+                           "end_s": (end - config["clock"]["t0_ns"]) / _NS, "requests": int(keep.sum()),
+                           "left_out_ramp": ramp, "left_out_drain": before - int(keep.sum()) - ramp}
+            frame = frame.assign(warmup=frame["warmup"] | (frame["ok"] & ~keep))  # the load, not the figures
+            window = (start, end, "steady_state")
     m = measured(frame)
     failed = frame[~frame["ok"] & ~frame["warmup"] & (frame["error_type"] != "cancelled")]
     cancelled = int((frame["error_type"] == "cancelled").sum())
@@ -119,7 +166,8 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
                  "completed": int(len(m)), "failed": int(len(failed)),
                  "cancelled": cancelled, "interrupted": interrupted,
                  "errors": dict(Counter(failed["error_type"]))}
-    window = steady_window(frame) if not frame.empty else None
+    if window is None:
+        window = steady_window(frame) if not frame.empty else None
     window_ns = None
     sent = frame.loc[frame["t_send_ns"] > 0, "t_send_ns"]
     out["duration_s"] = (int(frame["t_end_ns"].max()) - int(sent.min())) / _NS if len(sent) else 0.0
@@ -155,7 +203,8 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
         sending=sending(frame, load_info or {}),
         client_bound=check["client_bound"], self_check=check,
         spec_decode=scrape.spec_decode(server_window) if server_window else None,
-        server=scrape.server(server_window) if server_window else None)
+        server=scrape.server(server_window) if server_window else None,
+        steady_state=steady_info)
     return out
 
 

@@ -38,11 +38,16 @@ def render(summary: dict) -> str:
                      "below is converted back into its own (emulated) time")
     win = summary.get("window")
     if win:
-        note = "" if win["kind"] == "steady" else ", no steady state: whole run"
+        note = {"steady": "", "steady_state": " (--steady-state)"}.get(win["kind"], ", no steady state: whole run")
         lines.append(f"Throughput over {win['duration_s']:.1f} s window{note}: "
                      f"{summary['output_throughput_tok_s']:.1f} output tok/s, "
                      f"{summary['total_throughput_tok_s']:.1f} total tok/s, "
                      f"{summary['request_throughput_req_s']:.2f} req/s")
+    st = summary.get("steady_state")
+    if st:
+        lines.append(f"Steady state: {st['requests']} requests count" + (
+            f", sent from {st['start_s']:.1f} s and done by {st['end_s']:.1f} s ({st['left_out_ramp']} left out "
+            f"in the ramp-up, {st['left_out_drain']} in the drain)" if st["found"] else f"; {st['note']}"))
     lines.append(f"Tokens per decode chunk: {_f(summary['tokens_per_chunk_mean'])} mean; "
                  f"token counts from {summary['token_count_source']}")
     sd, srv = summary.get("spec_decode"), summary.get("server")
@@ -102,7 +107,7 @@ def warnings(summary: dict) -> list[str]:
                    "its figures understate the emulated hardware. Run it slower (--time-scale) or lower the load.")
     for lost in (summary.get("sending") or {}).get("workers_lost") or []:
         out.append(f"WARNING: {lost}")
-    if summary.get("window") and summary["window"]["kind"] != "steady":
+    if summary.get("window") and summary["window"]["kind"] == "full_run":
         out.append("note: all requests were sent within one request lifetime, so there was no "
                    "steady state; throughput covers the whole run including ramp-down. "
                    "Send more requests (--num-requests) for a steady-state figure.")

@@ -48,6 +48,7 @@ class RunJob:
     note: Note = lambda _: None            # what a person should know (stderr in the CLI)
     config: dict = field(default_factory=dict)  # more config keys (the command line, the host)
     handle_signals: bool = True            # SIGINT/SIGTERM stop the run early, keeping what finished
+    steady_state: bool = False             # figures over the steady state only (loadgen.measures.summary)
 
 
 @dataclass
@@ -68,7 +69,8 @@ class Measured:
                          interrupted=result.interrupted, goodput=job.objectives,
                          lateness_threshold_ms=job.lateness_threshold_ms,
                          timing_threshold_ms=job.timing_threshold_ms,
-                         load_info=result.load_info, server_window=result.server_window)
+                         load_info=result.load_info, server_window=result.server_window,
+                         steady=job.steady_state)
 
 
 def measure(job: RunJob) -> Measured:

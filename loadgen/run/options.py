@@ -183,4 +183,4 @@ def run_job(o: dict, note: Note = lambda _: None, config: dict | None = None) ->
         workload_ref=WorkloadRef(wl.spec, o["data_dir"], o["skip_bad"], o["category"], o["tokenizer"]),
         tokenizer=tokenizer, tokenizer_path=o["tokenizer"], objectives=goals,
         lateness_threshold_ms=o["lateness_threshold_ms"], timing_threshold_ms=o["timing_threshold_ms"],
-        note=note, config=dict(config or {}))
+        note=note, config=dict(config or {}), steady_state=bool(o.get("steady_state")))

@@ -27,6 +27,7 @@ class SimJob:
     traces: IO | None = None           # an open file for the acceptance traces (JSON lines)
     objectives: dict | None = None     # goodput objectives
     config: dict = field(default_factory=dict)  # more config keys (the command line, the host)
+    steady_state: bool = False         # figures over the steady state only (loadgen.measures.summary)
 
 
 @dataclass
@@ -48,7 +49,8 @@ class Simulated:
             client_rtt_ms=sim.client_rtt_s * 1e3,
             engine={"max_num_seqs": sim.engine.max_num_seqs, "max_num_batched_tokens": sim.engine.max_num_batched_tokens,
                     "kv_cache_tokens": engine.kv_capacity}, **job.config)
-        s = summarize(self.frame, ([], []), config=cfg, goodput=job.objectives, load_info=result.run.load_info)
+        s = summarize(self.frame, ([], []), config=cfg, goodput=job.objectives, load_info=result.run.load_info,
+                      steady=job.steady_state)
         stats = engine.stats
         s["spec_decode"] = stats.spec_summary() if sim.spec else None
         span = result.makespan_s
@@ -119,4 +121,4 @@ def sim_job(o: dict, note=lambda _: None, config: dict | None = None) -> SimJob:
         except OSError as e:
             raise LoadgenError(f"cannot write --acceptance-traces {o['traces_path']!r}: {e.strerror or e}") from None
     return SimJob(sim, wl, model=o["model"], spec_json=o["spec_json"], traces=traces, objectives=goals,
-                  config=dict(config or {}))
+                  config=dict(config or {}), steady_state=bool(o.get("steady_state")))
