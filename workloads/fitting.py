@@ -69,7 +69,7 @@ def trace_requests(trace: Trace, content=None, *, seed: int = 0, block: int = BL
         ids = trace.hash_ids[i] if trace.hash_ids is not None else None
         if ids:
             words: list[str] = []
-            for j, h in enumerate(ids):
+            for h in ids:
                 size = min(block, n - len(words))
                 if size <= 0:
                     break
