@@ -107,6 +107,8 @@ def test_bad_deployment_files_are_one_clear_line(tmp_path):
         'model = "m"\ncolour = 1\n[variants.a]\n': "unknown keys colour",
         'model = "m"\nengine = "external"\n[variants.a]\n': "needs url",
         'model = \n': "cannot read",
+        'model = "m"\nargs = ["--per-request-spec-decode-metrics", "summary"]\n[variants.baseline]\n':
+            "vLLM refuses --per-request-spec-decode-metrics without one",
     }
     for i, (text, expect) in enumerate(cases.items()):
         path = tmp_path / f"d{i}.toml"

@@ -31,6 +31,11 @@ def serve(*args: str) -> subprocess.CompletedProcess:
     (["some/unknown-model"], "no profile for model 'some/unknown-model'"),
     ([LLAMA, "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'], "no mtp drafter"),
     ([LLAMA, "--max-num-seqs", "0"], "--max-num-seqs must be >= 1"),
+    ([LLAMA, "--per-request-spec-decode-metrics", "summary"],  # vLLM's own refusal
+     "--per-request-spec-decode-metrics requires speculative decoding to be enabled"),
+    ([LLAMA, "--speculative-config", '{"method": "eagle", "model": "d", "num_speculative_tokens": 3, '
+      '"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.5, 0.7, 0.1]}'], "non-increasing"),
+    ([LLAMA, "--speculative-config", '{"method": "suffix", "suffix_decoding_max_tree_depth": 0}'], "must be an integer >= 1"),
 ])
 def test_bad_configuration_is_one_line(args, expect):
     res = serve(*args)
