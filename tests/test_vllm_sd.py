@@ -106,16 +106,24 @@ def test_suffix_decoding_shines_on_repeated_agentic_tasks_not_on_chat():
     def figures(spec, requests):
         engine = serve_offline(spec, requests, per_request="summary")
         s = engine.stats
-        return 1 + s.spec_accepted_tokens / s.spec_drafts, s.generation_tokens
+        decode_steps = s.itl.count  # every emission after a request's first
+        return 1 + s.spec_accepted_tokens / s.spec_drafts, (s.generation_tokens - len(requests)) / decode_steps
 
     variants = {"ngram": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 3,
                           "prompt_lookup_max": 7},
                 "eagle3": {"method": "eagle3", "model": "d", "num_speculative_tokens": 3},
                 "suffix": {"method": "suffix"}}
     work = {"agentic": list(agentic(96, seed=1)), "chat": list(kind_like("chat", 32, output_len=400, seed=1))}
-    al = {(w, v): figures(spec, reqs)[0] for w, reqs in work.items() for v, spec in variants.items()}
-    assert al["agentic", "suffix"] > max(al["agentic", "ngram"], al["agentic", "eagle3"])
-    assert al["chat", "suffix"] < max(al["chat", "ngram"], al["chat", "eagle3"])
+    got = {(w, v): figures(spec, reqs) for w, reqs in work.items() for v, spec in variants.items()}
+    al = {k: v[0] for k, v in got.items()}
+    per_step = {k: v[1] for k, v in got.items()}
+    # agentic: suffix clearly ahead on both (here 4.5 against 3.0 and 2.3; 2.9 tokens a step against 1.1, 2.2)
+    assert al["agentic", "suffix"] > 1.2 * max(al["agentic", "ngram"], al["agentic", "eagle3"])
+    assert per_step["agentic", "suffix"] > 1.1 * max(per_step["agentic", "ngram"], per_step["agentic", "eagle3"])
+    # chat: it does not win: its acceptance length no more than n-gram's (both draft from the request's own
+    # text; here 2.61 each), and fewer tokens a step than EAGLE-3 (1.8 against 2.2)
+    assert al["chat", "suffix"] <= 1.02 * max(al["chat", "ngram"], al["chat", "eagle3"])
+    assert per_step["chat", "suffix"] < 0.9 * per_step["chat", "eagle3"]
 
 
 def test_suffix_config_is_checked_as_vllm_checks_it():
