@@ -260,7 +260,7 @@ def main() -> None:
         print(f"  drafting {v:<9} {f[v]['constant'] * 1e3:8.3f} ms + {f[v]['per_request'] * 1e6:7.2f} us/request"
               f"   ({expect.get(v, '')})")
     dep = json.loads((sweep / "manifest.json").read_text())
-    specs = {v: None for v in ("baseline",)}
+    specs = {}
     from servers.deployments import load
     d = load(str(deployment))
     for v, var in d.variants.items():

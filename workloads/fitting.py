@@ -21,7 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from workloads.request import Request
-from workloads.synthetic import _WORDS_TUPLE
+from workloads.synthetic import _WORDS_TUPLE, _words
 from workloads.traces import Trace
 
 BLOCK = 512  # tokens per hash block in Mooncake's traces
@@ -32,7 +32,7 @@ def _texts(content, seed: int) -> Iterator[list[str]]:
     if content is None:
         rng = np.random.default_rng(seed)
         while True:
-            yield [_WORDS_TUPLE[i] for i in rng.integers(0, len(_WORDS_TUPLE), size=256).tolist()]
+            yield _words(rng, 256).split()
     while True:
         got = False
         for req in content.requests(None if content.make is not None else len(content.records), seed):
@@ -54,7 +54,7 @@ def _take(stream: Iterator[list[str]], n: int) -> list[str]:
 
 def _block(hash_id: int, n: int, seed: int) -> list[str]:
     rng = np.random.default_rng([seed, hash_id & 0x7FFFFFFFFFFFFFFF])
-    return [f"blk{hash_id}"] + [_WORDS_TUPLE[i] for i in rng.integers(0, len(_WORDS_TUPLE), size=n - 1).tolist()]
+    return [f"blk{hash_id}"] + _words(rng, n - 1).split()
 
 
 def trace_requests(trace: Trace, content=None, *, seed: int = 0, block: int = BLOCK,

@@ -142,10 +142,9 @@ def read_trace(text: str, *, skip_bad: bool = False) -> Trace:
     if header is not None:
         missing = [c for c in (tcol, icol, ocol) if c not in header]
         if missing:
-            raise TraceError(f"{path}:1: no column {', '.join(map(repr, missing))} (it has {', '.join(header)}); "
-                             f"name them: {fmt}:{path},time=COL,input=COL,output=COL" if fmt in ("csv", "jsonl") else
-                             f"{path}:1: no column {', '.join(map(repr, missing))} (it has {', '.join(header)}); "
-                             f"is it a {fmt} trace? (csv:PATH,time=COL,input=COL,output=COL reads any CSV)")
+            fix = (f"name them: {fmt}:{path},time=COL,input=COL,output=COL" if fmt in ("csv", "jsonl") else
+                   f"is it a {fmt} trace? (csv:PATH,time=COL,input=COL,output=COL reads any CSV)")
+            raise TraceError(f"{path}:1: no column {', '.join(map(repr, missing))} (it has {', '.join(header)}); {fix}")
     last = None
     for no, row in rows:
         where = f"{path}:{no}"

@@ -141,13 +141,13 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
     steady_info, window = None, None
     if steady:
         found = steady_state(frame)
-        before = int(len(measured(frame)))
+        m0 = measured(frame)
+        before = int(len(m0))
         if found is None:
             steady_info = {"rule": STEADY_RULE, "found": False, "requests": before,
                            "note": "no request falls inside: the run is too short for a steady state; all count"}
         else:
             start, end, keep = found
-            m0 = measured(frame)
             ramp = int((m0["t_send_ns"] < start).sum())
             steady_info = {"rule": STEADY_RULE, "found": True, "start_s": (start - config["clock"]["t0_ns"]) / _NS,
                            "end_s": (end - config["clock"]["t0_ns"]) / _NS, "requests": int(keep.sum()),

@@ -83,7 +83,6 @@ class Drafting:
             seq.ngram = NgramIndex(spec.prompt_lookup_min, spec.prompt_lookup_max, seq.prompt).prepare()
         elif self.suffix is not None:
             self.suffix.start(seq.request_id, seq.prompt)
-            seq.suffix = True
         elif self.conditional is None:
             seq.acc = acceptance(self.profile, self.seed, spec.method, len(seq.output), spec.k,
                                  prompt_text, seq.kind)
@@ -97,7 +96,7 @@ class Drafting:
         if seq.ngram is not None:
             seq.ngram.extend(new_tokens)
             return seq.ngram.propose(k) if k > 0 else []
-        if seq.suffix:
+        if self.suffix is not None:
             self.suffix.extend(seq.request_id, new_tokens)
             return self.suffix.propose(seq.request_id, k) if k > 0 else []
         return max(k, 0)
@@ -123,7 +122,7 @@ class Drafting:
         return accepted
 
     def finish(self, seq) -> None:
-        if seq.suffix:
+        if self.suffix is not None:
             self.suffix.finish(seq.request_id)
 
 

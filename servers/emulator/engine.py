@@ -62,7 +62,6 @@ class Sequence:
     drafts: list[int] | int = 0       # drafts proposed for the next step (tokens, or a count)
     acc: np.ndarray | None = None     # model drafter: tokens a step at each position yields
     ngram: NgramIndex | None = None
-    suffix: bool = False              # drafted by the engine's suffix cache
     rng: np.random.Generator | None = None  # synthetic acceptance's draws
     sd: RequestSD | None = None       # per-request SD metrics, when the server reports them
     plan: list | None = None          # a replayed request's steps (servers/emulator/replay.py)

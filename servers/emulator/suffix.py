@@ -72,8 +72,7 @@ class SuffixTree:
         limit = min(max_tokens, int(spec_factor * m), max_depth - m)
         path = list(context[-m:])
         draft: list[int] = []
-        prob = score = 0.0
-        prob = 1.0
+        prob, score = 1.0, 0.0
         nodes, depth = self.nodes, self.depth
         while len(draft) < limit:
             counts = nodes.get(tuple(path[-depth:]))
