@@ -43,20 +43,60 @@ def test_starved_loop_is_flagged_client_bound(server):
     assert starved["self_check"]["loop_lag_ms"]["p99"] > 10
 
 
+# A bare process beside the client: it sleeps 10 ms over and over, as the client's loop-lag
+# monitor does, and prints how late each wake-up came. It does nothing else, so its lag is the
+# machine's own (a VM's host stalling a process), not a client's.
+_CONTROL = """
+import sys, time
+end = time.monotonic() + float(sys.argv[1])
+lags = []
+while time.monotonic() < end:
+    t = time.monotonic_ns(); time.sleep(0.01)
+    lags.append(max(0, time.monotonic_ns() - t - 10_000_000))
+print(" ".join(map(str, lags)))
+"""
+
+
+def _machine_lag_ms(control) -> tuple[float, float]:
+    import numpy as np
+    out, _ = control.communicate(timeout=30)
+    lags = np.array([int(x) for x in out.split()], dtype=float) / 1e6
+    return float(np.percentile(lags, 99)), float(lags.max())
+
+
 def test_healthy_run_is_not_flagged(server):
-    """A light load: not flagged. Up to three runs, as a VM that stalls a process for a few
-    milliseconds now and then (docs/performance.md, "The machine itself") can put one stall over
-    the 1% of chunk timestamps a p99 looks at, on a slow machine more often; the starved loop
-    above is flagged every time, a healthy one must come out clean at least once."""
+    """A light load: not flagged. This machine's VM stalls a process for a few milliseconds now
+    and then (docs/performance.md, "The machine itself"), on a busy host often enough to put a
+    stall over the 1% of samples a p99 looks at: the self-check is right to flag such a run, as
+    its timestamps did carry the stall. So each attempt runs a bare control process beside the
+    client; an attempt during which the control itself lagged (p99 over 2 ms or a stall over
+    5 ms) says nothing about the client and does not count. The test fails when the client is
+    flagged twice while the machine was quiet, and passes on the first clean run; a machine
+    that never stays quiet for an attempt's two seconds skips it, saying so."""
+    import subprocess
+    import sys
+
+    import pytest
     url = server("--ttft-ms", "5", "--step-ms", "5")
-    reasons = []
-    for _ in range(3):
-        healthy = _summary(asyncio.run(_run(url, starve=False)))
+    counted, noisy = [], []
+    for _ in range(8):
+        control = subprocess.Popen([sys.executable, "-c", _CONTROL, "2.5"], stdout=subprocess.PIPE, text=True)
+        try:
+            healthy = _summary(asyncio.run(_run(url, starve=False)))
+        finally:
+            p99, worst = _machine_lag_ms(control)
         assert healthy["completed"] == 60
         if not healthy["client_bound"]:
             return
-        reasons.append(healthy["self_check"]["reasons"])
-    raise AssertionError(f"flagged in every run: {reasons}")
+        reasons = healthy["self_check"]["reasons"]
+        if p99 > 2 or worst > 5:
+            noisy.append(f"machine p99 {p99:.1f} ms, worst {worst:.1f} ms: {reasons}")
+            continue
+        counted.append(reasons)
+        if len(counted) == 2:
+            raise AssertionError(f"flagged twice while the machine was quiet: {counted}")
+    pytest.skip(f"the machine was quiet through too few attempts to judge: flagged while quiet {counted},"
+                f" while not {noisy}")
 
 
 def test_cli_starved_process_says_so(server, tmp_path):
