@@ -19,6 +19,8 @@ from loadgen.simulate.virtual import CLIENT_RTT_S
               show_default=True)
 @click.option("--max-num-seqs", type=int, default=256, show_default=True)
 @click.option("--max-num-batched-tokens", type=int, default=8192, show_default=True)
+@click.option("--enable-prefix-caching/--no-enable-prefix-caching", "prefix_caching", default=True,
+              show_default=True, help="Reuse the KV of cached prompt blocks, as vLLM does by default.")
 @click.option("--kv-cache-tokens", type=int, default=None, help="KV cache size [default: the profile's].")
 @click.option("--client-rtt", "client_rtt_ms", type=click.FloatRange(min=0), default=CLIENT_RTT_S * 1e3,
               show_default=True, help="Milliseconds from a response's end to the next request reaching the "

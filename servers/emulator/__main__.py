@@ -49,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--per-request-spec-decode-metrics", choices=("none", "summary", "detailed"), default="none",
                    help="each response carries metrics.speculative_decoding (on the final usage chunk when "
                         "streaming), as vLLM's flag: summary, or detailed (plus the per-step lists)")
+    s.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                   help="reuse the KV of cached prompt blocks (on by default, as in vLLM; servers/emulator/prefix.py)")
+    s.add_argument("--enable-log-requests", action="store_true",
+                   help="log each request's prompt and parameters as received (vLLM logs the prompt at DEBUG)")
+    s.add_argument("--max-log-len", type=int, help="log at most this many characters and token ids of a prompt")
     s.add_argument("--exit-after-requests", type=int, metavar="N",
                    help="fault injection: crash (exit 70 at once, streams cut) when request N+1 arrives")
     return p
@@ -80,7 +85,8 @@ def build(args) -> tuple[Engine, list[str]]:
                                                  max_num_batched_tokens=args.max_num_batched_tokens,
                                                  max_model_len=args.max_model_len,
                                                  kv_capacity_tokens=args.kv_cache_tokens, seed=args.seed,
-                                                 per_request_spec_decode_metrics=args.per_request_spec_decode_metrics),
+                                                 per_request_spec_decode_metrics=args.per_request_spec_decode_metrics,
+                                                 enable_prefix_caching=args.enable_prefix_caching),
                         trace_sink=_trace_writer(args.acceptance_traces) if args.acceptance_traces else None)
     except (profiles.ProfileError, SpecError, EngineError, ValueError) as e:
         _fail(str(e))
@@ -105,7 +111,8 @@ async def _serve(args, engine: Engine, served: list[str]) -> None:
     collector = VllmCollector(lambda: engine.stats, served[0], engine.spec.k if engine.spec else None,
                               vllm_metrics=not args.disable_log_stats)
     api = EmulatorAPI(driver, served, args.model, registry(collector), api_key=args.api_key,
-                      crash_after=args.exit_after_requests)
+                      crash_after=args.exit_after_requests, log_requests=args.enable_log_requests,
+                      max_log_len=args.max_log_len)
     try:
         listener = await serve(api.handle, args.host, args.port)
     except OSError as e:

@@ -55,8 +55,11 @@ def _int(body: dict, key: str, lo: int):
 
 class EmulatorAPI:
     def __init__(self, driver: RealtimeDriver, served: list[str], model: str, registry,
-                 api_key: str | None = None, crash_after: int | None = None) -> None:
+                 api_key: str | None = None, crash_after: int | None = None,
+                 log_requests: bool = False, max_log_len: int | None = None) -> None:
         self.driver = driver
+        self.log_requests = log_requests  # vLLM's --enable-log-requests: each prompt as received
+        self.max_log_len = max_log_len
         self.crash_after = crash_after  # fault injection: die on request crash_after + 1
         self.served = served
         self.model = model
@@ -192,6 +195,10 @@ class EmulatorAPI:
         except EngineError as e:
             raise BadRequest(str(e)) from None
         state["seq"] = seq
+        if self.log_requests:  # vLLM logs the prompt at DEBUG, the rest at INFO; here both at INFO
+            log.info("Request %s details: prompt: %r, prompt_token_ids: %s.", rid, p["text"][:self.max_log_len],
+                     seq.prompt[:self.max_log_len])
+            log.info("Received request %s: max_tokens: %d, ignore_eos: %s.", rid, max_tokens, p["ignore_eos"])
         if p["stream"]:
             conn.start_stream()
         try:

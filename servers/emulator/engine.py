@@ -25,6 +25,7 @@ import numpy as np
 from servers.emulator import content
 from servers.emulator.drafting import Drafting, RequestSD, exact_trace
 from servers.emulator.ngram import NgramIndex
+from servers.emulator.prefix import PrefixCache
 from servers.emulator.profile import Profile
 from servers.emulator.spec import SpecConfig
 from servers.emulator.stats import EngineStats
@@ -42,6 +43,7 @@ class EngineConfig:
     kv_capacity_tokens: int | None = None  # default: the profile's
     seed: int = 0
     per_request_spec_decode_metrics: str = "none"  # none | summary | detailed, as vLLM's flag
+    enable_prefix_caching: bool = True  # as vLLM's default (servers/emulator/prefix.py)
 
 
 @dataclass(eq=False, slots=True)
@@ -53,6 +55,7 @@ class Sequence:
     prompt: list[int]
     output: list[int]
     words: list[str]
+    prompt_words: list[str]
     finish_reason: str
     kind: str
     arrival: float
@@ -119,6 +122,7 @@ class Engine:
         self.stats = EngineStats(spec_accepted_per_pos=[0] * (spec.k if spec else 0))
         self.trace_sink = trace_sink  # gets each finished request's exact acceptance trace
         self._kv_used = 0
+        self.prefix_cache = PrefixCache(self.kv_capacity) if cfg.enable_prefix_caching else None
         # k per batch size (num_speculative_tokens_per_batch_size), None: always spec.k
         self._k_by_batch = spec.k_by_batch(cfg.max_num_seqs) if spec is not None and spec.schedule else None
         self._step_k = spec.k if spec is not None else 0  # the drafts the step being applied proposes
@@ -148,7 +152,7 @@ class Engine:
                 content.rng_for(self.cfg.seed, "template\0" + template), rng)
         else:
             out_ids, out_words = content.generate(ids, words, n, params, rng)
-        seq = Sequence(request_id, ids, out_ids, out_words,
+        seq = Sequence(request_id, ids, out_ids, out_words, words,
                        "length" if n >= max_tokens else "stop", kind, arrival, sink)
         if self.drafting is not None:
             self.drafting.start(seq, prompt_text)
@@ -223,9 +227,16 @@ class Engine:
             i += 1
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             seq = self.waiting[0]
-            n = min(seq.context - seq.computed, budget)
-            if self._kv_used + n > self.kv_capacity:
+            cached = self._cached(seq)
+            n = min(seq.context - seq.computed - cached, budget)
+            if self._kv_used + cached + n > self.kv_capacity:
                 break
+            if self.prefix_cache is not None and not seq.computed:
+                self.stats.prefix_queries += len(seq.prompt)
+                self.stats.prefix_hits += cached
+            if cached:  # its prompt's cached blocks: their KV is there, not computed again
+                seq.computed += cached
+                self._kv_used += cached
             self.waiting.popleft()
             self.running.append(seq)
             if seq.first_scheduled is None:
@@ -241,6 +252,13 @@ class Engine:
         duration = verify + self.profile.step_overhead + self._drafting_time(batch, kv, verify)
         self._gauges()
         return Step(batch, duration, batched, now)
+
+    def _cached(self, seq: Sequence) -> int:
+        """Prompt tokens the prefix cache holds for a request being admitted (0 when it resumes
+        a partly computed prefill)."""
+        if self.prefix_cache is None or seq.computed:
+            return 0
+        return self.prefix_cache.lookup(seq.prompt_words)
 
     def _drafting_time(self, batch: list[tuple[Sequence, int]], kv: int, verify: float) -> float:
         """Proposing the next step's drafts for every sequence that emits this step and will
@@ -314,6 +332,8 @@ class Engine:
         stats.generation_tokens += len(tokens)
         if seq.first_token is None:
             seq.first_token = now
+            if self.prefix_cache is not None:  # the prompt's blocks are computed: cached
+                self.prefix_cache.insert(seq.prompt_words)
             stats.prompt_tokens += len(seq.prompt)
             stats.ttft.observe(now - seq.arrival)
             stats.queue.observe((seq.first_scheduled or now) - seq.arrival)
@@ -342,6 +362,8 @@ class Engine:
         stats.request_success[seq.finish_reason] += 1
         if self.drafting is not None:
             self.drafting.finish(seq)
+        if self.prefix_cache is not None:  # prompt and output, as a later turn sends them back
+            self.prefix_cache.insert(seq.prompt_words + seq.words[:seq.emitted])
         stats.e2e.observe(now - seq.arrival)
         stats.decode.observe(now - seq.first_token)
         stats.request_prompt_tokens.observe(len(seq.prompt))

@@ -86,8 +86,10 @@ class VllmCollector:
         yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens)
         yield self._counter("vllm:generation_tokens", "Number of generation tokens processed.", s.generation_tokens)
         yield self._counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", s.preemptions)
-        yield self._counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", 0)
-        yield self._counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", 0)
+        yield self._counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                            s.prefix_queries)
+        yield self._counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                            s.prefix_hits)
         success = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
                                       labels=[*self._labels, "finished_reason"])
         for reason in FINISHED_REASONS:

@@ -11,7 +11,7 @@ What a step costs: the target's forward over every scheduled token (drafts inclu
 fixed overhead, as in engine.py, plus, for every drafter that proposes for the next step of at
 least one request in the batch, that drafter's price (profile.Drafter.time) for the requests
 it drafts for, at the largest k among them, over the batch's KV (as the serving engine charges
-its one drafter). `price_as` charges every drafter at one drafter's price instead (the study
+its one drafter). No prefix caching (the study's traces are priced as computed in full). `price_as` charges every drafter at one drafter's price instead (the study
 charged its combined steps at the n-gram price).
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ class ReplayEngine(Engine):
     def __init__(self, profile: Profile, cfg: EngineConfig = EngineConfig(), *,
                  price_as: str | None = None) -> None:
         super().__init__(profile, None, cfg)
+        self.prefix_cache = None  # a trace's token ids are not the emulated words: no prefix caching
         if price_as is not None and price_as not in profile.drafters:
             raise EngineError(f"profile {profile.name!r} has no {price_as} drafter to price steps at")
         self.price_as = price_as
@@ -54,7 +55,7 @@ class ReplayEngine(Engine):
         if len(prompt) + n > self.kv_capacity:
             raise EngineError(f"the request needs {len(prompt) + n} tokens of KV cache; "
                               f"this engine holds {self.kv_capacity}")
-        seq = Sequence(request_id, list(prompt), list(output), [""] * n, "length", "replay", arrival, sink)
+        seq = Sequence(request_id, list(prompt), list(output), [""] * n, [], "length", "replay", arrival, sink)
         seq.plan = list(plan)
         return self._enqueue(seq)
 

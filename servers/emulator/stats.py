@@ -40,6 +40,8 @@ class EngineStats:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     preemptions: int = 0
+    prefix_queries: int = 0  # prompt tokens looked up in the prefix cache ...
+    prefix_hits: int = 0     # ... and found there
     request_success: Counter = field(default_factory=Counter)  # by finished_reason
     spec_drafts: int = 0           # verification steps (per request) that carried drafts
     spec_draft_tokens: int = 0
