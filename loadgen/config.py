@@ -27,6 +27,15 @@ def run_config(command: str, *, base_url: str | None, model: str, endpoint: str,
             "warmup": warmup, "seed": seed, "workload": workload, **extra, "clock": clock}
 
 
+def described_load(shape, think=None) -> dict:
+    """A run's `load` record: the shape's, and the think time between a conversation's turns
+    when there is one."""
+    out = shape.describe()
+    if think is not None and think.mean_s > 0:
+        out["think_time"] = think.describe()
+    return out
+
+
 def clock(t0_ns: int, t0_unix: float | None, kind: str = "monotonic") -> dict:
     return {"t0_ns": t0_ns, "t0_unix": t0_unix, "clock": kind}
 

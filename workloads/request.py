@@ -14,7 +14,8 @@ class Request:
     `sampling` holds sampling parameters passed through as-is (`temperature`, `top_p`, ...).
     `reference` is the data's expected answer, when it has one (for output-length policies and
     overlap analyses; never written to results). `sensitive` text (GPQA) must never be stored or
-    logged: results keep ids and lengths only.
+    logged: results keep ids and lengths only. A request with `followups` is the first turn of
+    a conversation.
     """
 
     id: str
@@ -29,6 +30,11 @@ class Request:
     turn: int = 0
     reference: str | None = field(default=None, repr=False)
     sensitive: bool = False
+    # a conversation: the user's later turns, each sent with the whole history before it,
+    # including the server's actual replies (loadgen.executors.conversation); `session` names
+    # the conversation a turn belongs to
+    followups: tuple[str, ...] = ()
+    session: str = ""
 
     def __post_init__(self) -> None:
         if self.prompt is None and self.messages is None:

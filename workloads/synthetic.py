@@ -189,6 +189,27 @@ def agentic(num: int | None, *, tasks: int = 8, template_len: int = 200, input_l
         i += 1
 
 
+def sessions(num: int | None, *, turns: int = 3, input_len: int = 100, output_len: int = 128,
+             seed: int = 0) -> Iterator[Request]:
+    """Multi-turn conversations: `turns` user turns of about `input_len` words each (a chat
+    question), each reply `output_len` tokens with ignore_eos. Turn n+1 is sent with the whole
+    history, the server's replies included (loadgen.executors.conversation). Category: chat."""
+    if min(turns, input_len, output_len) < 1:
+        raise ValueError("turns, input_len and output_len must be >= 1")
+    rng = np.random.default_rng(seed)
+
+    def question() -> str:
+        return "Please help me with this: " + _words(rng, max(1, input_len - 5)) + "?"
+    i = 0
+    while num is None or i < num:
+        first = question()
+        rid = f"session-{i}"
+        yield Request(id=rid, prompt=first, messages=({"role": "user", "content": first},), max_tokens=output_len,
+                      ignore_eos=True, sampling={"temperature": 0.0}, workload="session", category="chat", turn=1,
+                      followups=tuple(question() for _ in range(turns - 1)), session=rid)
+        i += 1
+
+
 # synthetic:KIND -> (generator, {option: converter}); every option is optional.
 def _int(v: str) -> int:
     return int(v)
@@ -212,6 +233,7 @@ SYNTHETIC = {
                                 "input_dist": str, "output_dist": str, "sigma": _float}),
     "shared_prefix": (shared_prefix, {"prefix_len": _int, "suffix_len": _int, "prefixes": _int,
                                       "output_len": _int}),
+    "session": (sessions, {"turns": _int, "input_len": _int, "output_len": _int}),
     "agentic": (agentic, {"tasks": _int, "template_len": _int, "input_len": _int, "output_len": _int,
                           "ignore_eos": _bool}),
     **{k: (lambda num, k=k, **kw: kind_like(k, num, **kw), KIND_OPTIONS) for k in KINDS},

@@ -86,6 +86,9 @@ def _check_options(spec, allowed: frozenset) -> None:
     if unknown:
         raise WorkloadError(f"workload {spec.text!r}: unknown option {sorted(unknown)[0]!r}; valid: "
                             f"{', '.join(sorted(allowed | COMMON_OPTIONS))}")
+    if spec.options.get("turns", "first") not in ("first", "all", "session"):
+        raise WorkloadError(f"workload {spec.text!r}: turns={spec.options['turns']!r}; use turns=first (the first "
+                            "turn), all (every turn, earlier answers from the data) or session (conversations)")
 
 
 def _filter(w: Workload, category: str | None, has_categories: bool) -> None:

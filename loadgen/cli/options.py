@@ -31,8 +31,11 @@ def load_options(f):
         click.option("--trace-start", type=float, default=0.0, show_default=True,
                      help="Start the replay S seconds into the trace."),
         click.option("--trace-window", type=float, help="Replay S seconds of the trace [default: to its end]."),
+        click.option("--think-time", metavar="S|exp:S", help="Conversations (workloads with turns=session, "
+                     "synthetic:session): seconds between a reply and the next turn, constant or exp:MEAN [0]."),
         click.option("--num-requests", "--max-requests", "num_requests", type=int, help="Requests to measure (after "
-                     "warm-up) [default: 200 unless --duration is given; a trace: its window's]."),
+                     "warm-up; conversations, for a conversation workload) [default: 200 unless --duration is "
+                     "given; a trace: its window's]."),
         click.option("--duration", type=float, help="Stop sending after S seconds."),
         click.option("--warmup", type=int, default=0, show_default=True,
                      help="Requests sent first and left out of the statistics."),

@@ -195,7 +195,7 @@ class StreamClient:
         self.keep_text = keep_text
 
     async def send(self, rec: RequestRecord, body: bytes) -> RequestRecord:
-        if self.keep_text:
+        if self.keep_text and rec.chunk_text is None:
             rec.chunk_text = []
         rec.t_call_ns = rec.t_send_ns = _monotonic_ns()
         try:

@@ -44,8 +44,8 @@ async def run(feed: Feed, send: Sender, *, join_s: list[float], t0_ns: int,
                 await asyncio.sleep(0)  # let the request go out, then prepare the next one
             item = feed.take()
             rec = await task
-            if t_free is None:
-                first_sends.append(rec.t_send_ns)
+            if t_free is None:  # (a conversation's: its first turn's)
+                first_sends.append(rec.t_session_send_ns or rec.t_send_ns)
             t_free = rec.t_end_ns
 
     tasks = [loop.create_task(user(k)) for k in range(share.worker, len(join_s), share.workers)]

@@ -18,7 +18,7 @@ def _row(rec: RequestRecord, tokenizer) -> dict:
     steps, steps_source = request_steps(t, n, counted_per_chunk=source == "continuous_usage")
     row = {
         "index": rec.index, "request_id": rec.request_id, "workload": rec.workload,
-        "category": rec.category, "worker": rec.worker, "warmup": rec.warmup, "ok": rec.ok, "status": rec.status,
+        "category": rec.category, "session": rec.session, "turn": rec.turn, "worker": rec.worker, "warmup": rec.warmup, "ok": rec.ok, "status": rec.status,
         "error_type": rec.error_type, "error_message": rec.error_message,
         "finish_reason": rec.finish_reason, "max_tokens": rec.max_tokens,
         "prompt_tokens": rec.prompt_tokens,

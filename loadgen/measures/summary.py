@@ -204,8 +204,24 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
         client_bound=check["client_bound"], self_check=check,
         spec_decode=scrape.spec_decode(server_window) if server_window else None,
         server=scrape.server(server_window) if server_window else None,
-        steady_state=steady_info)
+        steady_state=steady_info,
+        conversations=conversations(frame))
     return out
+
+
+def conversations(frame: pd.DataFrame) -> dict | None:
+    """Multi-turn runs: how many conversations, how many of them ran every turn, and per turn
+    number the requests, mean prompt tokens and TTFT p50 (measured requests; None when the
+    run had no conversation)."""
+    if "session" not in frame or not (frame["session"] != "").any():
+        return None
+    conv = frame[(frame["session"] != "") & ~frame["warmup"]]
+    per = conv.groupby("session").agg(turns=("turn", "size"), ok=("ok", "all"))
+    m = measured(conv)
+    by_turn = {int(k): {"requests": int(len(g)), "prompt_tokens_mean": float(g["prompt_tokens"].astype(float).mean()),
+                        "ttft_ms_p50": float(g["ttft_ms"].median())} for k, g in m.groupby("turn")}
+    return {"sessions": int(len(per)), "turns": int(len(conv)), "all_turns_ok": int(per["ok"].sum()),
+            "by_turn": by_turn}
 
 
 def _goodput(frame: pd.DataFrame, objectives: dict[str, float],

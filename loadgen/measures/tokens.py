@@ -116,11 +116,12 @@ def fill_token_ids(records: list[RequestRecord], prompts: dict[int, str], tokeni
     """For `run --token-ids --tokenizer` against a server that returned no token ids: each
     successful request's output ids from its streamed text, and its prompt ids from its prompt
     text (`prompts` by request index; chat turns joined, without the model's chat template,
-    so n-gram matches against template tokens are missed). Returns how many were filled."""
+    so n-gram matches against template tokens are missed; a conversation's later turns, whose
+prompts were built during the run, are left). Returns how many were filled."""
     filled = 0
     for rec in records:
         if rec.token_ids is None or rec.token_ids or not rec.ok or rec.chunk_text is None \
-                or rec.index not in prompts:
+                or rec.index not in prompts or rec.turn > 1 and rec.session:
             continue
         rec.token_ids = tokenizer.encode("".join(rec.chunk_text), add_special_tokens=False).ids
         rec.prompt_token_ids = tokenizer.encode(prompts[rec.index], add_special_tokens=False).ids

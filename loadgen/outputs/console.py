@@ -63,6 +63,14 @@ def render(summary: dict) -> str:
                                for label, k, fmt in (("running", "running", ".1f"), ("waiting", "waiting", ".1f"),
                                                      ("KV usage", "kv_usage", ".1%")) if srv.get(k))
                      + (", RESTARTED inside the window" if srv.get("restarted") else ""))
+    if srv and srv.get("prefix_cache_hit_rate") is not None:
+        lines.append(f"Prefix cache (server): {srv['prefix_cache_hit_rate']:.1%} of prompt tokens found cached")
+    if summary.get("conversations"):
+        c = summary["conversations"]
+        lines.append(f"Conversations: {c['sessions']} ({c['turns']} turns; every turn ok in {c['all_turns_ok']}); "
+                     "by turn, prompt tokens / TTFT p50 ms: " + ", ".join(
+                         f"{k}: {t['prompt_tokens_mean']:.0f}/{_f(t['ttft_ms_p50'], '.1f')}"
+                         for k, t in sorted(c["by_turn"].items(), key=lambda kv: int(kv[0]))))
     if summary.get("goodput"):
         g = summary["goodput"]
         lines.append(f"Goodput: {g['good']}/{g['judged']} requests met "

@@ -22,6 +22,7 @@ from loadgen.client.bodies import build_body, stream_options
 from loadgen.client.record import RequestRecord
 from loadgen.client.stream import chunk_times
 from loadgen.executors import Feed, Item, Share, closed_loop, open_loop
+from loadgen.executors.conversation import Think, conversing
 from loadgen.run.scrape import RunWindow, Window
 from loadgen.run.selfcheck import LoopLagMonitor
 from loadgen.shapes import LoadShape, Shape  # noqa: F401 - LoadShape: the steady shapes by their numbers
@@ -68,6 +69,7 @@ class RunSpec:
     # real seconds per emulated second of a dilated emulator (loadgen.run.timescale): open-loop gaps,
     # the duration and the timeout are emulated seconds, stretched by it in real time
     time_scale: float = 1.0
+    think: Think = field(default_factory=Think)  # between a conversation's turns (emulated seconds)
 
     def __post_init__(self) -> None:
         if self.num_requests is None and self.duration_s is None:
@@ -171,9 +173,11 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
         rec = RequestRecord(index=item.index, request_id=req.id, warmup=item.warmup,
                             t_scheduled_ns=t_sched or 0, workload=req.workload,
                             category=req.category, max_tokens=req.max_tokens,
-                            queue_delay_ns=queue_delay, worker=share.worker)
+                            queue_delay_ns=queue_delay, worker=share.worker, session=req.session, turn=req.turn)
         if spec.token_ids and not req.sensitive:
             rec.token_ids = []
+        if req.followups:
+            rec.chunk_text = []  # its reply goes into the conversation's next turn
         records.append(rec)
         if on_start is not None:
             on_start(rec)
@@ -208,10 +212,12 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     feed = Feed(requests, encode, num=spec.num_requests, warmup=spec.warmup, deadline_ns=deadline,
                 on_measure_start=_both(window.measuring, on_measure_start),
                 share=share)
+    sender = conversing(send, encode, feed, think=spec.think, seed=spec.seed, scale=scale,
+                        keep_text=spec.keep_text)
     if load.closed:
-        work = closed_loop.run(feed, send, join_s=joins, t0_ns=t0, share=share)
+        work = closed_loop.run(feed, sender, join_s=joins, t0_ns=t0, share=share)
     else:
-        work = open_loop.run(feed, send, offsets_s=offsets, t0_ns=t0,
+        work = open_loop.run(feed, sender, offsets_s=offsets, t0_ns=t0,
                              max_concurrency=load.max_concurrency, share=share)
     monitor.start()
     interrupted = False

@@ -185,7 +185,7 @@ def run_config(job: RunJob, result: RunResult) -> dict:
     spec = job.spec
     return configs.run_config(
         "run", base_url=configs.public_url(spec.api_base), model=spec.model, endpoint=spec.endpoint,
-        load=spec.load.describe(), num_requests=spec.num_requests, duration_s=spec.duration_s,
+        load=configs.described_load(spec.load, spec.think), num_requests=spec.num_requests, duration_s=spec.duration_s,
         warmup=spec.warmup, seed=spec.seed, workload=job.workload.describe(),
         clock=configs.clock(result.t0_ns, result.t0_unix),
         embedded_server=job.target.base_url is None,

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from loadgen.backends.workers import WorkloadRef
 from loadgen.errors import LoadgenError, flagged
+from loadgen.executors.conversation import Think
 from loadgen.measures import slo
 from loadgen.measures.tokens import TokenizerError, load_tokenizer
 from loadgen.run.execute import RunSpec
@@ -131,6 +132,14 @@ def _trace_workload(o: dict, trace, part, tokenizer, note: Note) -> Workload:
                     exact=SimpleNamespace(exact=True) if tokenizer is not None else None)
 
 
+def think(o: dict) -> Think:
+    """--think-time, checked."""
+    try:
+        return Think.parse(o.get("think_time"))
+    except ValueError as e:
+        raise LoadgenError("--" + str(e).replace("_", "-", 1)) from None
+
+
 def objectives(specs) -> dict | None:
     """--goodput's per-request objectives (loadgen.measures.slo), or None without any."""
     try:
@@ -170,7 +179,7 @@ def run_job(o: dict, note: Note = lambda _: None, config: dict | None = None) ->
                        duration_s=o["duration"], warmup=o["warmup"], seed=o["seed"],
                        request_timeout_s=o["request_timeout"], continuous_usage=not o["no_continuous_usage"],
                        keep_text=o["tokenizer"] is not None, token_ids=o["token_ids"], extra_body=extra,
-                       headers=headers)
+                       headers=headers, think=think(o))
         given_scale = parse_scale(o["time_scale"])
     except TimeScaleError as e:
         raise LoadgenError(str(e)) from None

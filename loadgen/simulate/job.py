@@ -42,13 +42,14 @@ class Simulated:
         engine = result.engine
         cfg = configs.run_config(
             "simulate", base_url=f"simulated:{sim.profile}", model=job.model or engine.profile.models[0],
-            endpoint=sim.endpoint, load=sim.load.describe(), num_requests=sim.num_requests,
+            endpoint=sim.endpoint, load=configs.described_load(sim.load, sim.think), num_requests=sim.num_requests,
             duration_s=sim.duration_s, warmup=sim.warmup, seed=sim.seed, workload=job.workload.describe(),
             clock=configs.clock(result.run.t0_ns, None, "virtual"),
             simulated=True, profile=sim.profile, speculative_config=job.spec_json,
             client_rtt_ms=sim.client_rtt_s * 1e3,
             engine={"max_num_seqs": sim.engine.max_num_seqs, "max_num_batched_tokens": sim.engine.max_num_batched_tokens,
-                    "kv_cache_tokens": engine.kv_capacity}, **job.config)
+                    "kv_cache_tokens": engine.kv_capacity,
+                    "enable_prefix_caching": sim.engine.enable_prefix_caching}, **job.config)
         s = summarize(self.frame, ([], []), config=cfg, goodput=job.objectives, load_info=result.run.load_info,
                       steady=job.steady_state)
         stats = engine.stats
@@ -56,6 +57,8 @@ class Simulated:
         span = result.makespan_s
         s["server"] = {"window_s": span, "preemptions": stats.preemptions, "steps": stats.steps,
                        "generation_tokens": stats.generation_tokens, "prompt_tokens": stats.prompt_tokens,
+                       "prefix_cache_hit_rate": (stats.prefix_hits / stats.prefix_queries
+                                                 if stats.prefix_queries else None),
                        "generation_tok_s": stats.generation_tokens / span if span > 0 else None,
                        "restarted": False}
         s["simulation"] = {"virtual_s": result.makespan_s, "wall_s": self.wall_s}
@@ -89,7 +92,7 @@ def run_simulation(job: SimJob) -> Simulated:
 def sim_job(o: dict, note=lambda _: None, config: dict | None = None) -> SimJob:
     """`loadgen simulate`'s options as a SimJob (every option checked, in one line each; the
     --acceptance-traces file opened first, so a bad path costs nothing)."""
-    from loadgen.run.options import load_shape, objectives, workload
+    from loadgen.run.options import load_shape, objectives, think, workload
     from servers.emulator import profile as profiles
     from servers.emulator.engine import EngineConfig
     from servers.emulator.spec import SpecError, parse
@@ -109,10 +112,11 @@ def sim_job(o: dict, note=lambda _: None, config: dict | None = None) -> SimJob:
     except (profiles.ProfileError, SpecError) as e:
         raise LoadgenError(str(e)) from None
     sim = SimSpec(name, spec, load, num_requests=num, duration_s=o["duration"], warmup=o["warmup"],
-                  seed=o["seed"], endpoint=o["endpoint"], client_rtt_s=o["client_rtt_ms"] / 1e3,
+                  seed=o["seed"], endpoint=o["endpoint"], client_rtt_s=o["client_rtt_ms"] / 1e3, think=think(o),
                   engine=EngineConfig(max_num_seqs=o["max_num_seqs"],
                                       max_num_batched_tokens=o["max_num_batched_tokens"],
-                                      kv_capacity_tokens=o["kv_cache_tokens"], seed=o["seed"]))
+                                      kv_capacity_tokens=o["kv_cache_tokens"], seed=o["seed"],
+                                      enable_prefix_caching=o.get("prefix_caching", True)))
     traces = None
     if o["traces_path"]:
         try:

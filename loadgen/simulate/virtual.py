@@ -3,7 +3,9 @@
 No HTTP and no sleeping: the clock jumps from one engine step's end to the next, so thousands
 of requests take seconds. Requests arrive as in a real run (closed loop: N users, each sending
 its next request when its last one ends, joining 1 ms apart; open loop: the same seeded
-arrival schedule as `loadgen run`, optionally capped in flight), and each becomes the same
+arrival schedule as `loadgen run`, optionally capped in flight; a conversation's turns one
+after another, each with the reply to the last as the emulator streams it, the think time
+after it, drawn as `loadgen run` draws it: loadgen.executors.conversation), and each becomes the same
 `RequestRecord` a real run writes, chunk by chunk with exact usage. The client sends on time and
 reads each chunk the moment its step ends; what it cannot do is answer in no time: a request
 that follows a response (a closed-loop user's next one, an open-loop one waiting for a slot)
@@ -24,6 +26,7 @@ from typing import Callable, Iterator
 
 from loadgen.client.record import RequestRecord
 from loadgen.executors import closed_loop
+from loadgen.executors.conversation import Think, next_turn, turn_seed
 from loadgen.run.execute import LoadShape, RunResult
 from servers.emulator import profile as profiles
 from servers.emulator.content import chat_prompt
@@ -51,6 +54,7 @@ class SimSpec:
     join_gap_s: float = closed_loop.JOIN_GAP_S  # as loadgen run's users join (emulated seconds)
     client_rtt_s: float = CLIENT_RTT_S  # emulated seconds
     time_scale: float = 1.0  # the records' clock runs this many times slower than the model
+    think: Think = field(default_factory=Think)  # between a conversation's turns (emulated seconds)
 
 
 @dataclass
@@ -58,6 +62,14 @@ class SimResult:
     run: RunResult
     engine: Engine
     makespan_s: float
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """A conversation's next turn, due at its event's time (its user or open-loop slot held)."""
+    item: tuple[int, Request]
+    user: int | None
+    rng: object
 
 
 def _at(line: Timeline):
@@ -96,25 +108,42 @@ def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None
     firsts: dict[int, int] = {}  # each closed-loop user's first send (ns)
     in_flight = 0
 
-    def send(item: tuple[int, Request], t_sched: float, t_send: float, user: int | None) -> None:
+    def send(item: tuple[int, Request], t_sched: float, t_send: float, user: int | None, rng=None) -> None:
         nonlocal in_flight
         index, req = item
         rec = RequestRecord(index=index, request_id=req.id, warmup=index < sim.warmup,
                             t_scheduled_ns=_ns(t_sched), workload=req.workload,
                             category=req.category, max_tokens=req.max_tokens,
-                            queue_delay_ns=_ns(t_send) - _ns(t_sched))
+                            queue_delay_ns=_ns(t_send) - _ns(t_sched), session=req.session, turn=req.turn)
         rec.t_call_ns = rec.t_send_ns = _ns(t_send)
         records.append(rec)
+        if req.followups and rng is None:
+            rng = turn_seed(sim.seed, index)  # the think times loadgen run draws for it
         try:
-            (submit or _submit_text)(engine, req, t_send, (rec, user))
+            (submit or _submit_text)(engine, req, t_send, (rec, user, item, rng))
         except EngineError as e:
             rec.status, rec.error_type, rec.error_message = 400, "http_400", f"HTTP 400: {e}"
             rec.t_end_ns = _ns(t_send + _REFUSAL_S)
-            if user is not None:
+            if req.turn > 1 and req.session:  # its conversation ends here, its slot (or user) free
+                free(t_send + _REFUSAL_S, user)
+            elif user is not None:
                 heapq.heappush(events, (t_send + _REFUSAL_S, next(order), user))
             return
-        rec.status = 200
-        in_flight += 1
+        if not (req.turn > 1 and req.session):  # a later turn keeps its conversation's slot
+            in_flight += 1
+
+    def free(t_free: float, user: int | None) -> None:
+        """A request (or a conversation) is over: its user goes on, or its open-loop slot goes to
+        the longest waiting request, from `t_free`."""
+        nonlocal in_flight
+        if user is not None:
+            in_flight -= 1
+            heapq.heappush(events, (t_free, next(order), user))
+        elif capped:
+            t_arr, item = capped.popleft()
+            heapq.heappush(events, (t_free, next(order), (t_arr, item)))
+        else:
+            in_flight -= 1
 
     def _submit_text(engine: Engine, req: Request, t_send: float, sink) -> None:
         text = chat_prompt(req.as_messages()) if sim.endpoint == "chat" else (
@@ -137,6 +166,9 @@ def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None
     while True:
         while events and events[0][0] <= t:
             t_event, _, user = heapq.heappop(events)
+            if isinstance(user, _Turn):  # due: the think time after the reply has passed
+                send(user.item, t_event, t_event, user.user, user.rng)
+                continue
             if isinstance(user, tuple):  # a capped open-loop request: the slot it was handed
                 in_flight -= 1           # (held since the response that freed it ended)
                 send(user[1], user[0], t_event, None)
@@ -170,7 +202,7 @@ def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None
             raise RuntimeError("engine has work but could not schedule any of it")
         t_end = t + step.duration
         for em in engine.commit(step, t_end):
-            rec, user = em.seq.sink
+            rec, user, (index, req), rng = em.seq.sink
             rec.chunk_t_ns.append(_ns(t_end))
             rec.chunk_usage.append(em.seq.emitted)
             rec.chunk_chars.append(-1)
@@ -181,14 +213,14 @@ def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None
                 rec.done = True
                 rec.finish_reason = em.seq.finish_reason
                 rec.t_end_ns = _ns(t_end)
-                if user is not None:
-                    in_flight -= 1
-                    heapq.heappush(events, (t_end + rtt, next(order), user))
-                elif capped:  # the slot goes to the longest waiting, one round trip later
-                    t_arr, item = capped.popleft()
-                    heapq.heappush(events, (t_end + rtt, next(order), (t_arr, item)))
-                else:
-                    in_flight -= 1
+                if req.followups:  # the next turn: the history with this reply, as streamed
+                    reply = "".join(" " + w for w in em.seq.words[:em.seq.emitted])
+                    t_due = t_end + sim.think.draw(rng) + rtt
+                    if deadline is None or t_due < deadline:
+                        turn = _Turn((index, next_turn(req, reply, req.followups[0])), user, rng)
+                        heapq.heappush(events, (t_due, next(order), turn))
+                        continue
+                free(t_end + rtt, user)  # one round trip later
         t = t_end
     records.sort(key=lambda r: r.index)
     first = sorted(firsts.values())

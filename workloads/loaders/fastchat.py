@@ -1,6 +1,8 @@
 """Spec-Bench and MT-Bench `question.jsonl` (FastChat's format): `turns` (the user's turns),
 optional `question_id`, `category` (absent or empty: the request has none) and `reference`
-(an answer per turn)."""
+(an answer per turn). `turns=first` (default): the first turn; `turns=all`: every turn as its
+own request, earlier turns answered by the reference (or a placeholder); `turns=session`: one
+conversation per question, later turns sent with the server's actual replies."""
 from __future__ import annotations
 
 from workloads.errors import BadRecord
@@ -17,7 +19,14 @@ def _convert(name: str):
         category = category.strip() if isinstance(category, str) else ""
         refs = row.get("reference") if isinstance(row.get("reference"), list) else []
         qid = record_id(row, ("question_id",), index)
-        which = range(len(turns)) if opts.get("turns", "first") == "all" else range(1)
+        mode = opts.get("turns", "first")
+        if mode == "session":
+            rid = f"{name}-{qid}"
+            return [Request(id=rid, prompt=turns[0], messages=({"role": "user", "content": turns[0]},),
+                            max_tokens=CAP, workload=name, category=category, turn=1,
+                            reference=refs[0] if refs and isinstance(refs[0], str) else None,
+                            followups=tuple(turns[1:]), session=rid)]
+        which = range(len(turns)) if mode == "all" else range(1)
         out = []
         for i in which:
             messages = []
