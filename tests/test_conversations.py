@@ -221,3 +221,24 @@ def test_prefix_cache_blocks_as_vllm_counts_them():
     assert cache.lookup(["x"] + a[1:]) == 0  # a block's key is everything before it too
     cache.insert([f"b{i}" for i in range(48)])  # 3 more blocks: 5 > 4, one evicted: a's tail
     assert cache.lookup(a) == 16 and len(cache) == 4
+
+
+@pytest.mark.parametrize("load", [["--concurrency", "2"], ["--rate", "20", "--max-concurrency", "2"]])
+def test_the_shape_schedules_conversations(load, tmp_path):
+    """Closed loop: 2 users, each holding one conversation (think time included) at a time;
+    open loop capped at 2: conversations arrive on schedule, at most 2 under way. Either way no
+    more than 2 conversations overlap, and every conversation's turns follow one another."""
+    res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--endpoint", "chat", "--workload", SESSIONS,
+                  *load, "--num-requests", "8", "--think-time", "0.5", "--output", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    frame = pd.read_parquet(tmp_path / "requests.parquet")
+    assert len(frame) == 24 and frame["ok"].all()
+    spans = frame.groupby("session").agg(start=("t_send_ns", "min"), end=("t_end_ns", "max"))
+    events = sorted([(t, 1) for t in spans["start"]] + [(t, -1) for t in spans["end"]], key=lambda e: (e[0], e[1]))
+    level = peak = 0
+    for _, d in events:
+        level += d
+        peak = max(peak, level)
+    assert peak == 2
+    for _, g in frame.sort_values("turn").groupby("session"):
+        assert (g["t_send_ns"].to_numpy()[1:] >= g["t_end_ns"].to_numpy()[:-1] + 0.5e9).all()
