@@ -25,12 +25,13 @@ import pandas as pd
 from loadgen import config
 from loadgen.backends.workers import WorkloadRef
 from loadgen.errors import LoadgenError
-from loadgen.outputs import store
+from loadgen.outputs import journal, store
 from loadgen.outputs.live import serve as live_metrics
-from loadgen.report.data import summaries
+from loadgen.report.data import summaries as _summaries
 from loadgen.run.execute import RunResult, RunSpec
 from loadgen.run.measurement import Measured, RunJob, measure
 from loadgen.run.options import load_shape, objectives, run_job, workload
+from loadgen.run.recover import summarize_dir
 from loadgen.run.target import Target
 from loadgen.run.timescale import TimeScaleError, parse_scale
 from loadgen.simulate.job import SimJob, Simulated, sim_job
@@ -46,7 +47,7 @@ SUMMARY, REQUESTS = store.SUMMARY, store.REQUESTS
 __all__ = ["CapacityJob", "CapacityOutcome", "LoadgenError", "RunOutcome", "Plan", "RunJob", "RunSpec", "SimJob",
            "Simulated", "SweepJob", "SweepResult", "Target", "TimeScaleError", "WhatIf", "WhatIfJob", "WorkloadRef",
            "capacity", "capacity_job", "config", "live_metrics", "load_shape", "objectives", "parse_scale", "prepare", "run",
-           "run_job", "sim_job", "simulate", "summaries", "sweep", "traces_from_run", "whatif", "workload", "write"]
+           "run_job", "sim_job", "simulate", "summaries", "summarize_dir", "sweep", "traces_from_run", "whatif", "workload", "write"]
 
 
 @dataclass
@@ -83,9 +84,23 @@ def write(output: Path, frame: pd.DataFrame, summary: Callable[[], dict]) -> dic
     return s
 
 
+def summaries(path: str | Path) -> dict[str, dict]:
+    """The summaries under `path` (loadgen.report.data.summaries): a run's directory, or a
+    sweep's; a run cut short before it wrote its summary is summarized from its journal first
+    (and its summary.json and requests.parquet written)."""
+    path = Path(path)
+    if not (path / SUMMARY).is_file() and journal.exists(path):
+        frame, summary = summarize_dir(path)
+        write(path, frame, lambda: summary)
+    return _summaries(path)
+
+
 def run(job: RunJob, output: str | Path | None = None) -> RunOutcome:
     """One measured run (loadgen.run.measurement); with `output`, its results written there."""
     out = prepare(output) if output is not None else None
+    if out is not None:  # finished requests are journaled there as the run goes
+        journal.clear(out)
+        job.journal = str(out)
     measured: Measured = measure(job)
     summary = write(out, measured.frame, measured.summary) if out is not None else measured.summary()
     return RunOutcome(measured.frame, summary, measured.result, out)

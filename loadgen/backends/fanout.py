@@ -94,7 +94,9 @@ async def execute_on_ray(ray, spec: RunSpec, workload: WorkloadRef, workers: int
     (`load_info["workers_lost"]`)."""
     check_workers(workers, spec)
     actor = ray.remote(Worker)
-    worker_spec = dataclasses.replace(spec, metrics_url=None)  # this process scrapes the server
+    # this process scrapes the server; the actors' records come back at the end (their nodes
+    # cannot write to this host's results directory)
+    worker_spec = dataclasses.replace(spec, metrics_url=None, journal=None)
     actors = [actor.options(num_cpus=1, scheduling_strategy="SPREAD", name=None).remote(
         worker_spec, workload, Share(w, workers)) for w in range(workers)]
     window = RunWindow(spec, from_start=True)  # the actors do not say when warm-up ends

@@ -222,7 +222,9 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
             if msg is None:
                 if w not in results:
                     procs[w].join(1.0)
-                    lost[w] = f"worker {w} exited (code {procs[w].exitcode}) mid-run; its requests are lost"
+                    lost[w] = (f"worker {w} exited (code {procs[w].exitcode}) mid-run; "
+                               + ("its requests journaled by then are kept" if spec.journal
+                                  else "its requests are lost"))
             elif msg[0] == "progress" and on_progress is not None:
                 on_progress(msg[1], msg[2])
             elif msg[0] == "measuring" and not measuring:
@@ -268,6 +270,11 @@ def merge(results: dict[int, RunResult], lost: dict[int, str], workers: int, t0_
     load_info = {"ramp_s": (max(firsts) - min(firsts)) / 1e9 if firsts else None,
                  "chunk_times": where.pop() if len(where) == 1 else ("mixed" if where else None),
                  "workers": workers, "workers_lost": [lost[w] for w in sorted(lost)]}
+    stopped = [f"worker {w}: {r.load_info['stopped_early']}" for w, r in sorted(results.items())
+               if r.load_info.get("stopped_early")]
+    if stopped:
+        load_info["stopped_early"] = "; ".join(stopped)
     return RunResult(records, at, lag, t0_ns, t0_unix,
                      interrupted=any(r.interrupted for r in results.values()),
-                     load_info=load_info, server_window=window, loop_lag_worker=who)
+                     load_info=load_info, server_window=window, loop_lag_worker=who,
+                     journaled=any(r.journaled for r in results.values()))

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from loadgen import api
-from loadgen.cli.app import EXIT_INTERRUPTED, EXIT_NOTHING_SUCCEEDED
+from loadgen.cli.app import EXIT_INTERRUPTED, EXIT_NOTHING_SUCCEEDED, EXIT_USAGE
 from loadgen.outputs import console
 
 
@@ -95,6 +95,9 @@ def report(summary: dict, out: Path, *, interrupted: bool, nothing_code: int = E
     for line in console.warnings(summary):
         click.echo(line, err=True)
     click.echo(f"\nResults: {out / api.SUMMARY}, {out / api.REQUESTS}", err=to_stderr)
+    if summary.get("stopped_early"):
+        click.echo(f"loadgen: error: {summary['stopped_early']}", err=True)
+        sys.exit(EXIT_USAGE)
     if interrupted:
         sys.exit(EXIT_INTERRUPTED)
     if summary["completed"] == 0:

@@ -24,6 +24,8 @@ def run_options(f):
                      help="Bearer token; never written to any output."),
         click.option("--request-timeout", type=float, default=600.0, show_default=True,
                      help="Seconds before a request is recorded as timed out."),
+        click.option("--max-error-rate", type=float, help="Stop early (exit code 2) when more than this share "
+                     "(0-1) of the last 20 finished requests failed: the server is down [default: never]."),
         click.option("--no-continuous-usage", is_flag=True,
                      help="Do not ask for usage on every chunk (for servers that reject it)."),
         click.option("--tokenizer", help="tokenizer.json (or its directory): tokens per chunk when the server "

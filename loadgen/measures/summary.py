@@ -205,7 +205,8 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
         spec_decode=scrape.spec_decode(server_window) if server_window else None,
         server=scrape.server(server_window) if server_window else None,
         steady_state=steady_info,
-        conversations=conversations(frame))
+        conversations=conversations(frame),
+        stopped_early=(load_info or {}).get("stopped_early"))
     return out
 
 

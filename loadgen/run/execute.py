@@ -23,6 +23,7 @@ from loadgen.client.record import RequestRecord
 from loadgen.client.stream import chunk_times
 from loadgen.executors import Feed, Item, Share, closed_loop, open_loop
 from loadgen.executors.conversation import Think, conversing
+from loadgen.outputs.journal import Journal, path_for
 from loadgen.run.scrape import RunWindow, Window
 from loadgen.run.selfcheck import LoopLagMonitor
 from loadgen.shapes import LoadShape, Shape  # noqa: F401 - LoadShape: the steady shapes by their numbers
@@ -70,6 +71,12 @@ class RunSpec:
     # the duration and the timeout are emulated seconds, stretched by it in real time
     time_scale: float = 1.0
     think: Think = field(default_factory=Think)  # between a conversation's turns (emulated seconds)
+    # a results directory: finished requests are appended to its journal as they end and leave
+    # memory (loadgen.outputs.journal); None: kept in memory until the run ends
+    journal: str | None = None
+    # stop sending when more than this share of the last ERROR_WINDOW finished requests failed
+    # (the server is down: no point spinning through the schedule); None: never
+    max_error_rate: float | None = None
 
     def __post_init__(self) -> None:
         if self.num_requests is None and self.duration_s is None:
@@ -80,6 +87,8 @@ class RunSpec:
             raise ValueError(f"duration must be > 0, got {self.duration_s}")
         if not self.request_timeout_s > 0:
             raise ValueError(f"request_timeout must be > 0, got {self.request_timeout_s}")
+        if self.max_error_rate is not None and not 0 <= self.max_error_rate < 1:
+            raise ValueError(f"max_error_rate must be in [0, 1), got {self.max_error_rate}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
         if not self.time_scale > 0:
@@ -98,6 +107,7 @@ class RunResult:
     server_window: Window | None = None  # the server's counters over the measurement
     loop_lag_worker: list[int] = field(default_factory=list)  # whose loop each tick was (empty: one)
     time_scale: float = 1.0  # its timestamps are in emulated time at this scale (loadgen.run.timescale)
+    journaled: bool = False  # its records are in spec.journal's files, not in `records`
 
     def loop_lag(self) -> tuple[list[int], list[int], list[int] | None]:
         """The self-check's input: tick times, their lags, and which worker's loop each was."""
@@ -167,6 +177,10 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
         return build_body(req, endpoint=spec.endpoint, model=spec.model, options=opts, extra=extra)
 
     records: list[RequestRecord] = []
+    stop = stop if stop is not None else asyncio.Event()
+    errors = ErrorRate(spec.max_error_rate, stop)
+    journal: Journal | None = None  # opened when the clock starts
+    pending: dict[int, RequestRecord] = {}  # in flight, when finished ones go to the journal
 
     async def send(item: Item, t_sched: int | None, queue_delay: int) -> RequestRecord:
         req = item.request
@@ -178,7 +192,10 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
             rec.token_ids = []
         if req.followups:
             rec.chunk_text = []  # its reply goes into the conversation's next turn
-        records.append(rec)
+        if journal is None:
+            records.append(rec)
+        else:
+            pending[id(rec)] = rec
         if on_start is not None:
             on_start(rec)
         try:
@@ -186,6 +203,10 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
         finally:
             if t_sched is None:
                 rec.t_scheduled_ns = rec.t_send_ns
+            if journal is not None:  # finished (or cut off): written, and gone from memory here
+                pending.pop(id(rec), None)
+                journal.add(rec, text=spec.keep_text and not req.sensitive)
+        errors.observe(rec)
         if on_record is not None:
             on_record(rec)
         return rec
@@ -209,6 +230,10 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     t0 = now if t0_ns is None else t0_ns
     t0_unix = time.time() + (t0 - now) / 1e9
     deadline = None if spec.duration_s is None else t0 + int(spec.duration_s * scale * 1e9)
+    if spec.journal is not None:
+        journal = Journal(path_for(spec.journal, share.worker),
+                          {"t0_ns": t0, "t0_unix": t0_unix, "worker": share.worker, "workers": share.workers,
+                           "time_scale": scale})
     feed = Feed(requests, encode, num=spec.num_requests, warmup=spec.warmup, deadline_ns=deadline,
                 on_measure_start=_both(window.measuring, on_measure_start),
                 share=share)
@@ -220,30 +245,62 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
         work = open_loop.run(feed, sender, offsets_s=offsets, t0_ns=t0,
                              max_concurrency=load.max_concurrency, share=share)
     monitor.start()
+    if journal is not None:
+        journal.start(monitor)
     interrupted = False
     load_info: dict = {}
     task = asyncio.ensure_future(work)
     try:
-        if stop is not None:
-            stopper = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            stopper.cancel()
-            if not task.done():
-                interrupted = True
-                feed.stop()
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        if not interrupted:
+        stopper = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if not task.done():
+            interrupted = errors.tripped is None  # stopped from outside, not for the errors
+            feed.stop()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        else:
             load_info = await task  # re-raises a fault of the executor itself
         load_info = {**load_info, "chunk_times": chunk_times(session)}
+        if errors.tripped is not None:
+            load_info["stopped_early"] = errors.tripped
     finally:
         gc.unfreeze()  # what was alive before the run can be collected again (sweeps run many)
         await monitor.stop()
+        if journal is not None:
+            for rec in pending.values():  # not expected: every send ends through its `finally`
+                journal.add(rec)
+            journal.close({"interrupted": interrupted})
         server_window = await window.close()
         if own_session:
             await session.close()
     return RunResult(records, list(monitor.at_ns), list(monitor.lag_ns), t0, t0_unix,
-                     interrupted, load_info, server_window)
+                     interrupted, load_info, server_window, journaled=journal is not None)
+
+
+ERROR_WINDOW = 20  # finished requests the error rate is judged over
+
+
+class ErrorRate:
+    """`--max-error-rate`: over the last ERROR_WINDOW finished requests (cancelled ones aside),
+    the share that failed; above the bound, the run is stopped and `tripped` says why."""
+
+    def __init__(self, bound: float | None, stop: asyncio.Event) -> None:
+        from collections import deque
+        self.bound, self.stop = bound, stop
+        self.last: deque[bool] = deque(maxlen=ERROR_WINDOW)
+        self.tripped: str | None = None
+
+    def observe(self, rec: RequestRecord) -> None:
+        if self.bound is None or self.tripped is not None or rec.error_type == "cancelled":
+            return
+        self.last.append(not rec.ok)
+        failed = sum(self.last)
+        if len(self.last) == ERROR_WINDOW and failed / ERROR_WINDOW > self.bound:
+            kinds = rec.error_type or "errors"
+            self.tripped = (f"{failed} of the last {ERROR_WINDOW} requests failed (last: {kinds}), over "
+                            f"--max-error-rate {self.bound:g}: the server looks down; stopped early")
+            self.stop.set()
 
 
 def _both(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import pandas as pd
@@ -18,6 +19,7 @@ from loadgen.client.endpoint import EndpointError, api_base, metrics_url, probe
 from loadgen.errors import LoadgenError
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
+from loadgen.outputs import journal, store
 from loadgen.run import timescale
 from loadgen.run.execute import RunResult, RunSpec, session_for, stop_on_signals
 from loadgen.run.target import Note, Target, serving
@@ -49,6 +51,7 @@ class RunJob:
     config: dict = field(default_factory=dict)  # more config keys (the command line, the host)
     handle_signals: bool = True            # SIGINT/SIGTERM stop the run early, keeping what finished
     steady_state: bool = False             # figures over the steady state only (loadgen.measures.summary)
+    journal: str | None = None             # a results directory: requests journaled there as they end
 
 
 @dataclass
@@ -77,6 +80,7 @@ def measure(job: RunJob) -> Measured:
     """Run the job: the target served, the load sent, every timestamp in the emulated
     hardware's time. Raises LoadgenError (one line) for what stops it before any load."""
     spec = job.spec
+    spec.journal = None if job.journal is None else str(job.journal)
     if (job.workers > 1 or job.ray_address is not None) and job.live is not None:
         raise LoadgenError("--metrics-port is not available with --workers or --ray (the requests "
                            "are sent by other processes); drop one of them")
@@ -101,6 +105,8 @@ def measure(job: RunJob) -> Measured:
                 job.live.close()
             if cluster is not None:
                 cluster.shutdown()
+    if result.journaled:  # the records are on disk, each written once when it ended
+        result.records = journal.read(spec.journal).records
     timescale.to_emulated(result, spec.time_scale)
     tokenized = _tokenize_ids(job, result.records) if spec.token_ids and job.tokenizer else 0
     return Measured(request_frame(result.records, job.tokenizer), result, job, tokenized)
@@ -152,6 +158,8 @@ async def _load(job: RunJob, cluster, stop: asyncio.Event) -> RunResult:
             backend = backends.InProcess(session)
         else:
             await session.close()  # the workers have their own
+        if spec.journal is not None:
+            write_config(job)
         if job.on_started is not None:
             job.on_started()
         try:
@@ -181,13 +189,23 @@ def _tokenize_ids(job: RunJob, records) -> int:
     return n
 
 
-def run_config(job: RunJob, result: RunResult) -> dict:
+def write_config(job: RunJob) -> None:
+    """The run's configuration as known before the load goes, beside its journal: what
+    `loadgen summarize` needs to summarize a run that never ended."""
+    store.write_json(Path(job.spec.journal) / journal.CONFIG, {
+        "config": run_config(job, None),
+        "summarize": {"objectives": job.objectives, "lateness_threshold_ms": job.lateness_threshold_ms,
+                      "timing_threshold_ms": job.timing_threshold_ms, "steady_state": job.steady_state}})
+
+
+def run_config(job: RunJob, result: RunResult | None) -> dict:
+    """The run's config record (`result` None: before the run, without its clock)."""
     spec = job.spec
     return configs.run_config(
         "run", base_url=configs.public_url(spec.api_base), model=spec.model, endpoint=spec.endpoint,
         load=configs.described_load(spec.load, spec.think), num_requests=spec.num_requests, duration_s=spec.duration_s,
         warmup=spec.warmup, seed=spec.seed, workload=job.workload.describe(),
-        clock=configs.clock(result.t0_ns, result.t0_unix),
+        clock=configs.clock(result.t0_ns, result.t0_unix) if result is not None else None,
         embedded_server=job.target.base_url is None,
         request_timeout_s=spec.request_timeout_s, continuous_usage_requested=spec.continuous_usage,
         tokenizer=job.tokenizer_path, extra_body=spec.extra_body, token_ids=spec.token_ids,

@@ -23,7 +23,7 @@ from workloads import Workload, WorkloadError, open_workload
 from workloads.fitting import trace_requests
 from workloads.traces import read_trace
 
-_SPEC_FIELDS = OPTIONS + ("num_requests", "duration", "warmup", "request_timeout")
+_SPEC_FIELDS = OPTIONS + ("num_requests", "duration", "warmup", "request_timeout", "max_error_rate")
 
 
 @lru_cache(maxsize=4)
@@ -179,7 +179,7 @@ def run_job(o: dict, note: Note = lambda _: None, config: dict | None = None) ->
                        duration_s=o["duration"], warmup=o["warmup"], seed=o["seed"],
                        request_timeout_s=o["request_timeout"], continuous_usage=not o["no_continuous_usage"],
                        keep_text=o["tokenizer"] is not None, token_ids=o["token_ids"], extra_body=extra,
-                       headers=headers, think=think(o))
+                       headers=headers, think=think(o), max_error_rate=o.get("max_error_rate"))
         given_scale = parse_scale(o["time_scale"])
     except TimeScaleError as e:
         raise LoadgenError(str(e)) from None

@@ -1,0 +1,132 @@
+"""Long runs lose nothing: `loadgen run` journals every finished request to its results
+directory as it goes (records-W.jsonl, flushed four times a second). A run SIGKILLed midway
+(one process, and --workers 2) leaves every request that had finished more than a second
+before the kill, each once, according to the server's own log of what it finished; `loadgen
+summarize` and `loadgen check --results` read the directory; a journal cut short gives the same
+per-request figures as the finished run it was cut from."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from loadgen.outputs import journal
+from servers.embedded import canned_server
+from servers.scripted.script import prompt_key
+from tests.conftest import REPO, process_tree, run_cli, still_running, synthetic_prompts
+
+
+def _served(trace: Path) -> list[dict]:
+    lines = trace.read_text().splitlines() if trace.exists() else []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:  # the line being written
+            pass
+    return out
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_killed_run_keeps_every_request_finished_a_second_before(workers, tmp_path):
+    trace = tmp_path / "served.jsonl"
+    out = tmp_path / "run"
+    with canned_server("--ttft-ms", "5", "--pacing-ms", "5", "--trace", str(trace)) as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadgen", "run", "--base-url", srv.url, "--concurrency", "8",
+             "--num-requests", "100000", "--input-len", "16", "--output-len", "32", "--workers", str(workers),
+             "--quiet", "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+        tree = set()
+        try:
+            deadline = time.monotonic() + 60
+            while len(_served(trace)) < 250 and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.1)
+            tree = process_tree(proc.pid)
+            t_kill = time.monotonic_ns()
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        time.sleep(0.5)  # the workers follow their parent (PR_SET_PDEATHSIG)
+        assert not still_running(tree)
+        served = _served(trace)
+    assert len(served) >= 250, proc.stderr.read().decode()[-2000:]
+    before = {s["key"] for s in served if s["write_ns"] and s["write_ns"][-1] < t_kill - 1_000_000_000}
+    assert len(before) >= 100
+    j = journal.read(out)
+    assert j.cut and j.files == workers
+    indices = [r.index for r in j.records]
+    assert len(indices) == len(set(indices))  # each request once
+    prompts = synthetic_prompts(max(indices) + 1, input_len=16, output_len=32, seed=0)
+    journaled = {prompt_key(prompts[r.index]) for r in j.records if r.ok}
+    assert before <= journaled, f"{len(before - journaled)} finished requests missing"
+    # loadgen summarize reads it, and says the run was cut
+    res = run_cli("summarize", str(out))
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["journal"]["cut"] and summary["interrupted"]
+    assert summary["completed"] == sum(r.ok and not r.warmup for r in j.records)
+    frame = pd.read_parquet(out / "requests.parquet")
+    assert len(frame) == len(j.records) and frame["index"].is_unique
+    res = run_cli("check", "--results", str(out), "--slo", "ttft_p99<=10s")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_check_results_summarizes_a_cut_run_itself(tmp_path):
+    """A killed run's directory holds no summary.json: check --results makes it from the journal."""
+    with canned_server("--ttft-ms", "1") as srv:
+        res = run_cli("run", "--base-url", srv.url, "--concurrency", "4", "--num-requests", "40",
+                      "--input-len", "16", "--output-len", "16", "--quiet", "--output", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    _cut(tmp_path, keep=25)
+    for name in ("summary.json", "requests.parquet"):
+        (tmp_path / name).unlink()
+    res = run_cli("check", "--results", str(tmp_path), "--slo", "ttft_p99<=10s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["journal"]["cut"] and summary["completed"] == 25
+
+
+def _cut(directory: Path, keep: int) -> None:
+    """The journal as a kill after `keep` requests would leave it: no end line, the rest of the
+    records gone, and half of the next line written."""
+    path = journal.path_for(directory, 0)
+    lines = path.read_text().splitlines()
+    out, records = [], 0
+    for line in lines:
+        if line.startswith('{"end"'):
+            continue
+        if line.startswith('{"r"'):
+            if records == keep:
+                out.append(line[: len(line) // 2])
+                break
+            records += 1
+        out.append(line)
+    path.write_text("\n".join(out))
+
+
+def test_a_cut_journal_gives_the_finished_runs_figures_for_its_requests(tmp_path):
+    with canned_server("--ttft-ms", "2", "--pacing-ms", "1") as srv:
+        res = run_cli("run", "--base-url", srv.url, "--concurrency", "4", "--num-requests", "60",
+                      "--input-len", "16", "--output-len", "24", "--quiet", "--output", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    whole = pd.read_parquet(tmp_path / "requests.parquet").set_index("request_id")
+    _cut(tmp_path, keep=40)
+    res = run_cli("summarize", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    cut = pd.read_parquet(tmp_path / "requests.parquet").set_index("request_id")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert len(cut) == 40 and summary["journal"]["unreadable_lines"] == 1
+    cols = ["ttft_ms", "tpot_ms", "e2e_ms", "completion_tokens", "lateness_ms", "t_send_ns", "t_end_ns"]
+    pd.testing.assert_frame_equal(cut[cols], whole.loc[cut.index, cols])
+    assert summary["ttft_ms"]["p50"] == pytest.approx(float(whole.loc[cut.index, "ttft_ms"].median()))
+    assert summary["completed"] == 40
