@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.outputs import store
-from loadgen.report import plots, tables, whatif
+from loadgen.report import decision, interactive, plots, tables, whatif
 from loadgen.report.data import ReportError, Sweep, read
+from loadgen.report.numbers import num, short
 from loadgen.report.render import Section, markdown, page
 
 __all__ = ["Built", "ReportError", "build"]
@@ -46,19 +47,29 @@ def _notes(sw: Sweep) -> list[str]:
     for col, what in (("client_bound", "the client was the bottleneck (client_bound)"),
                       ("server_behind", "the emulator fell behind real time (server_behind)")):
         if col in sw.ok and sw.ok[col].fillna(False).astype(bool).any():
-            flagged = sw.ok.loc[sw.ok[col].fillna(False).astype(bool), "path"]
-            notes.append(f"In {len(flagged)} cell(s) {what}: their throughput understates the server: "
-                         + ", ".join(flagged))
+            n = int(sw.ok[col].fillna(False).astype(bool).sum())
+            notes.append(f"In {n} cell(s) {what}: their throughput understates the server; each is "
+                         "marked in the tables' flags column and drawn as a cross on the chart.")
     scaled = sw.ok[sw.ok["time_scale"].fillna(1.0) != 1.0] if "time_scale" in sw.ok else sw.ok.iloc[:0]
     if len(scaled):
         per_level = scaled.groupby("level")["time_scale"].max()
         notes.append("The emulated GPU ran slower than its model where this machine could not keep its pace (time "
-                     "scale " + ", ".join(f"{s:g}x at {lv:g}" for lv, s in per_level.items()) + "); every figure is "
+                     "scale " + ", ".join(f"{num(s)}x at {short(lv)}" for lv, s in per_level.items()) + "); every figure is "
                      "converted back into the emulated hardware's time, so speedups and latencies are its own "
                      "(docs/metrics.md, time dilation).")
     if sw.ok.empty:
         notes.append("No cell finished successfully: there is nothing to compare.")
     return notes
+
+
+def _flagged(frame, sw: Sweep):
+    """A per-cell table with each cell's flags (client_bound, server_behind; '' for none) as its
+    last column."""
+    keys = tables.KEYS
+    if frame.empty or not all(k in frame for k in keys) or "flags" in frame:
+        return frame
+    f = sw.ok[keys].assign(flags=decision.flags(sw.ok).to_numpy())
+    return frame.merge(f, on=keys, how="left").assign(flags=lambda x: x["flags"].fillna(""))
 
 
 def _in_order(frame, order: dict[str, int]):
@@ -86,7 +97,7 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
                                                                   plan["acceptance_lengths"])
     per_req, t["per_request"] = tables.per_request(sw)
     order = {w: i for i, w in enumerate(dict.fromkeys(sw.cells["workload"]))}  # plan order
-    t = {k: _in_order(v, order) for k, v in t.items()}
+    t = {k: _in_order(_flagged(v, sw), order) for k, v in t.items()}
     per_req = _in_order(per_req, order)
     paths = {}
     for name, frame in t.items():
@@ -118,6 +129,8 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
     }
     notes = _notes(sw)
     sections = _sections(sw, t, fig, notes, profile_name)
+    sections[0].lead = decision.sentences(t["best_variant"], t["speedup"], t["break_even"], sw.ok, sw.baseline)
+    sections[0].chart = interactive.speedup_chart(t["speedup"], col, sw.baseline)
     closed = sw.cells[sw.cells["mode"] == "closed"] if len(sw.cells) and "mode" in sw.cells else sw.cells.iloc[:0]
     doc, what_notes = whatif.load(sw.root, sw.model, sorted({int(v) for v in closed.get("level", [])}))
     notes += what_notes
@@ -146,26 +159,27 @@ def _sections(sw: Sweep, t: dict, fig: dict, notes: list[str], profile_name: str
                      "profile's per-token forward cost (an estimate, exact only for the emulator)."
                      if profile_name else "No cost profile is known for this model, so the time share is not estimated."))
     return [
-        Section("Summary", "\n".join([intro, *notes]), [("Best variant per load level", t["best_variant"]),
-                                                         ("Where speculative decoding stops paying", t["break_even"])]
+        Section("Summary", intro, [("Best variant per load level", t["best_variant"], "best_variant.csv"),
+                                   ("Where speculative decoding stops paying", t["break_even"], "break_even.csv")]
                 + ([("How good the drafter must be: break-even acceptance length per load level (synthetic "
-                     "acceptance, 1 + accepted drafts per verify step)", t["break_even_acceptance"])]
-                   if "break_even_acceptance" in t else []), []),
+                     "acceptance, 1 + accepted drafts per verify step)", t["break_even_acceptance"],
+                     "break_even_acceptance.csv")]
+                   if "break_even_acceptance" in t else []), f("speedup"), after="\n".join(notes)),
         Section("Throughput and speedup", "Speedup: a variant's output tokens/s over the baseline's at the same "
-                "workload and load level.", [("Speedup over the baseline", t["speedup"])],
-                f("throughput", "speedup")),
+                "workload and load level.", [("Speedup over the baseline", t["speedup"], "speedup.csv")],
+                f("throughput")),
         Section("Latency", "TTFT and TPOT percentiles over measured requests; the frontier shows what each "
-                "variant trades between throughput and per-token latency.", [("Latency", t["latency"])],
+                "variant trades between throughput and per-token latency.", [("Latency", t["latency"], "latency.csv")],
                 f("latency", "frontier")),
         Section("Acceptance", "Server side: the server's counters over each cell's window. Client side: "
                 "tokens per decode step from the chunk (or burst) trace; client_over_server compares the "
-                "accepted tokens both saw.", [("Acceptance, server and client", t["acceptance"])],
+                "accepted tokens both saw.", [("Acceptance, server and client", t["acceptance"], "acceptance.csv")],
                 f("acceptance", "acceptance_length", "per_position", "steps")),
-        Section("Waste", waste_text, [("Rejected draft tokens", t["waste"])], f("waste")),
+        Section("Waste", waste_text, [("Rejected draft tokens", t["waste"], "waste.csv")], f("waste")),
         Section("Per-request variability", "Each request's own acceptance (mean tokens per decode step) and its "
                 "rank correlation with TPOT: strongly negative means the slow requests are the ones whose "
                 "drafts were rejected. Where the server reports each request's speculative decoding (vLLM's "
                 "--per-request-spec-decode-metrics), its acceptance length per request too (server_al_*): the "
                 "mean of requests counts each request once, where the server's counters weigh long answers "
-                "more.", [("Per cell", t["per_request"])], f("per_request", "per_request_server")),
+                "more.", [("Per cell", t["per_request"], "per_request.csv")], f("per_request", "per_request_server")),
     ]

@@ -10,6 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from loadgen.report.numbers import num, short  # noqa: E402
+
 BASELINE_COLOUR = "#444444"
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#bcbd22", "#7f7f7f"]
@@ -31,13 +33,13 @@ def _grid(n: int, title: str, rows: int = 1):
 def _load_axis(ax, mode: str) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("concurrency (users)" if mode == "closed" else "arrival rate (requests/s)")
-    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: short(v)))
     ax.grid(True, alpha=0.3)
 
 
 def _log_y(ax) -> None:
     ax.set_yscale("log")
-    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: short(v))
     ax.yaxis.set_major_formatter(plain)
     ax.yaxis.set_minor_formatter(plain)
     ax.tick_params(axis="y", which="minor", labelsize=7)
@@ -89,7 +91,7 @@ def lines_vs_load(frame: pd.DataFrame, y: str, ylabel: str, title: str, col: dic
         if marks is not None:
             for _, m in marks[(marks["workload"] == workload) & marks["break_even_level"].notna()].iterrows():
                 ax.axvline(m["break_even_level"], color=col.get(m["variant"], "black"), linestyle="--", linewidth=1)
-                ax.annotate(f"{m['break_even_level']:.3g}", (m["break_even_level"], hline or 1.0),
+                ax.annotate(num(m['break_even_level']), (m["break_even_level"], hline or 1.0),
                             textcoords="offset points", xytext=(4, 6), color=col.get(m["variant"], "black"))
         _load_axis(ax, g["mode"].iloc[0])
         _label(ax, workload, None, ylabel)
@@ -128,7 +130,7 @@ def frontier(frame: pd.DataFrame, col: dict[str, str], path: Path) -> Path | Non
             d = g[g["variant"] == variant].sort_values("level")
             ax.plot(d["tpot_p50_ms"], d["output_throughput_tok_s"], marker="o", color=col[variant], label=variant)
             for _, r in d.iterrows():
-                ax.annotate(f"{r['level']:g}", (r["tpot_p50_ms"], r["output_throughput_tok_s"]),
+                ax.annotate(short(r['level']), (r["tpot_p50_ms"], r["output_throughput_tok_s"]),
                             textcoords="offset points", xytext=(3, 3), fontsize=7, color=col[variant])
         ax.grid(True, alpha=0.3)
         _label(ax, workload, "TPOT p50 (ms per token)", "output throughput (tokens/s)")

@@ -11,6 +11,7 @@ import pandas as pd
 
 from loadgen.report import speedup as speedups
 from loadgen.report.data import Sweep
+from loadgen.report.numbers import num, short
 
 KEYS = ["workload", "mode", "level", "variant"]
 
@@ -39,22 +40,22 @@ def break_even(sp: pd.DataFrame) -> pd.DataFrame:
         levels, s = g["level"].to_numpy(float), g["speedup"].to_numpy(float)
         pays, costs = s > 1 + EVEN, s < 1 - EVEN
         row = {"workload": workload, "variant": variant, "mode": g["mode"].iloc[0],
-               "levels": f"{levels.min():g}..{levels.max():g}", "break_even_level": None}
+               "levels": f"{short(levels.min())}..{short(levels.max())}", "break_even_level": None}
         if not costs.any():
-            row["verdict"] = (f"pays at every level measured (up to {levels.max():g})" if pays.all() else
-                              f"pays or is even (within {EVEN:.0%}) at every level measured (up to {levels.max():g})")
+            row["verdict"] = (f"pays at every level measured (up to {short(levels.max())})" if pays.all() else
+                              f"pays or is even (within {EVEN:.0%}) at every level measured (up to {short(levels.max())})")
         elif not pays.any():
-            row["verdict"] = f"never pays (from {levels.min():g})"
+            row["verdict"] = f"never pays (from {short(levels.min())})"
         else:
             i = int(np.argmax(costs))
             if not pays[:i].any():
-                row["verdict"] = f"below 1 at {levels[i]:g}, above it later: no single break-even"
+                row["verdict"] = f"below 1 at {short(levels[i])}, above it later: no single break-even"
             else:
                 l0, l1, s0, s1 = levels[i - 1], levels[i], s[i - 1], s[i]
                 frac = (s0 - 1) / (s0 - s1) if s0 > 1 else 0.0
                 at = math.exp(math.log(l0) + frac * (math.log(l1) - math.log(l0))) if l0 > 0 else l0 + frac * (l1 - l0)
                 row["break_even_level"] = at
-                row["verdict"] = f"stops paying at about {at:.3g} (between {l0:g} and {l1:g})"
+                row["verdict"] = f"stops paying at about {num(at)} (between {short(l0)} and {short(l1)})"
         rows.append(row)
     return pd.DataFrame(rows, columns=["workload", "variant", "mode", "levels", "break_even_level", "verdict"])
 
@@ -76,12 +77,12 @@ def break_even_acceptance(sp: pd.DataFrame, templates: list[str], lengths: list[
             h = h.sort_values("acceptance")
             al, s = h["acceptance"].to_numpy(float), h["speedup"].to_numpy(float)
             row = {"workload": workload, "mode": mode, "level": level, "variant": t,
-                   "speedups": ", ".join(f"{a:g}: {x:.2f}" for a, x in zip(al, s)), "break_even_acceptance": None}
+                   "speedups": ", ".join(f"{short(a)}: {x:.2f}" for a, x in zip(al, s)), "break_even_acceptance": None}
             pays = s >= 1.0
             if pays.all():
-                row["verdict"] = f"pays at every acceptance length measured (from {al[0]:g})"
+                row["verdict"] = f"pays at every acceptance length measured (from {short(al[0])})"
             elif not pays.any():
-                row["verdict"] = f"pays at none (up to {al[-1]:g})"
+                row["verdict"] = f"pays at none (up to {short(al[-1])})"
             elif not pays[int(np.argmax(pays)):].all():
                 row["verdict"] = "not monotone in acceptance: no single break-even"
             else:

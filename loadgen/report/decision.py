@@ -1,0 +1,90 @@
+"""The report's first lines: per workload, which variant to deploy at which load, its speedup
+there, where speculative decoding stops paying, and how sure the figures are, in plain
+sentences generated from the tables (best_variant, speedup, break_even) and the cells' flags.
+Nothing here is measured anew; tests check each sentence against the tables."""
+from __future__ import annotations
+
+import pandas as pd
+
+from loadgen.report.numbers import short
+from loadgen.report.tables import EVEN
+
+FLAGS = ("client_bound", "server_behind")
+
+
+def flags(ok: pd.DataFrame) -> pd.Series:
+    """Per cell (row of the sweep's ok cells): its flags as text, '' for none."""
+    cols = [c for c in FLAGS if c in ok]
+    return ok[cols].fillna(False).astype(bool).apply(lambda r: ", ".join(c for c in cols if r[c]), axis=1) \
+        if cols and len(ok) else pd.Series([""] * len(ok), index=ok.index, dtype=object)
+
+
+def _unit(mode: str) -> str:
+    return "users" if mode == "closed" else "requests/s"
+
+
+def _x(s) -> str:
+    return f"{s:.2f}x"
+
+
+def sentences(best: pd.DataFrame, sp: pd.DataFrame, break_even: pd.DataFrame, ok: pd.DataFrame,
+              baseline: str) -> list[str]:
+    """One sentence per workload (and load mode), then one on how sure."""
+    out = []
+    flagged = flags(ok)
+    for (workload, mode), g in best.groupby(["workload", "mode"], sort=False):
+        g = g.sort_values("level")
+        unit = _unit(mode)
+        # consecutive levels with the same winner (a winner within EVEN of the baseline: no SD)
+        runs: list[list] = []
+        for _, r in g.iterrows():
+            win = r["best_variant"] if r["speedup"] is not None and not pd.isna(r["speedup"]) \
+                and r["speedup"] > 1 + EVEN else baseline
+            if runs and runs[-1][0] == win:
+                runs[-1][1].append(r)
+            else:
+                runs.append([win, [r]])
+        parts = []
+        for win, rows in runs:
+            lo, hi = rows[0]["level"], rows[-1]["level"]
+            where = f"at {short(lo)} {unit}" if lo == hi else f"from {short(lo)} to {short(hi)} {unit}"
+            if win == baseline:
+                parts.append(f"{where}, no speculative decoding ({baseline}): no variant is more than "
+                             f"{EVEN:.0%} faster")
+            else:
+                s0, s1 = rows[0]["speedup"], rows[-1]["speedup"]
+                gain = _x(s0) if lo == hi else f"{_x(s0)} at {short(lo)}, {_x(s1)} at {short(hi)}"
+                parts.append(f"{where}, {win} ({gain})")
+        stops = _stops(break_even[(break_even["workload"] == workload) & (break_even["mode"] == mode)], unit,
+                       g["level"].max())
+        out.append(f"On {workload}: " + "; ".join(parts) + f". {stops}")
+    n_flag = int((flagged != "").sum())
+    sure = (f"How sure: {n_flag} of {len(ok)} cells flagged ({_flag_counts(flagged)}; marked in the tables and "
+            "on the chart's points): their throughput understates the server." if n_flag else
+            f"How sure: none of the {len(ok)} cells is flagged.")
+    reps = ok["repeats"].max() if "repeats" in ok and ok["repeats"].notna().any() else 1
+    sure += (" Each cell was measured once: run-to-run variation is not covered (sweep --repeats N measures it)."
+             if reps <= 1 else f" Each cell measured {int(reps)} times; the spread is in the speedup table.")
+    return out + [sure]
+
+
+def _stops(be: pd.DataFrame, unit: str, top_level) -> str:
+    """Where SD stops paying, from the break-even table of the workload's SD variants."""
+    if be.empty:
+        return ""
+    crossing = be[be["break_even_level"].notna()]
+    if len(crossing):
+        top = crossing.loc[crossing["break_even_level"].idxmax()]
+        return (f"Speculative decoding stops paying at about {short(round(top['break_even_level'], 1))} {unit} "
+                f"(the last to stop: {top['variant']}).")
+    if be["verdict"].str.startswith("pays").any():
+        return f"Speculative decoding pays (or is even) at every load measured (up to {short(top_level)} {unit})."
+    return "No speculative-decoding variant pays at any load measured."
+
+
+def _flag_counts(flagged: pd.Series) -> str:
+    counts: dict[str, int] = {}
+    for f in flagged:
+        for name in filter(None, f.split(", ")):
+            counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{n} {name}" for name, n in counts.items())

@@ -1,0 +1,55 @@
+"""The report's interactive chart: speedup against load, one panel per workload, a line per
+variant in the PNGs' colours, with plotly (its JavaScript embedded in the page: it works with
+no network). Hovering a point shows its variant, load, speedup, output tokens/s and flags;
+clicking a legend entry hides or shows a variant; flagged cells are drawn as crosses. Each
+point carries [workload, variant, load, speedup, tok/s, flags] as its customdata (the tests read
+the chart's data back from the page)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from loadgen.report.numbers import short
+
+DIV = "speedup-chart"
+
+
+def speedup_chart(sp: pd.DataFrame, colours: dict[str, str], baseline: str, height: int = 430) -> str:
+    """`sp`: the speedup table (workload, mode, level, variant, speedup, output_throughput_tok_s,
+    flags). An HTML fragment ('' when there is nothing to draw)."""
+    if sp.empty:
+        return ""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+    workloads = list(dict.fromkeys(sp["workload"]))
+    fig = make_subplots(rows=1, cols=len(workloads), subplot_titles=workloads, shared_yaxes=True,
+                        horizontal_spacing=0.06)
+    shown = set()
+    tok = "output_throughput_tok_s" if "output_throughput_tok_s" in sp else None
+    for col, workload in enumerate(workloads, start=1):
+        w = sp[sp["workload"] == workload]
+        unit = "users" if (w["mode"] == "closed").all() else "requests/s"
+        for variant, g in w.groupby("variant", sort=False):
+            g = g.sort_values("level")
+            flags = g["flags"].fillna("") if "flags" in g else pd.Series([""] * len(g), index=g.index)
+            custom = [[workload, variant, float(r["level"]), float(r["speedup"]),
+                       float(r[tok]) if tok and pd.notna(r[tok]) else None, flags[i]]
+                      for i, r in g.iterrows()]
+            fig.add_trace(go.Scatter(
+                x=g["level"].astype(float), y=g["speedup"].astype(float), mode="lines+markers", name=variant,
+                legendgroup=variant, showlegend=variant not in shown, customdata=custom,
+                line={"color": colours.get(variant)},
+                marker={"size": 9, "symbol": ["x" if f else "circle" for f in flags]},
+                hovertemplate=("<b>%{customdata[1]}</b> on %{customdata[0]}<br>load %{customdata[2]:,} " + unit
+                               + "<br>speedup %{customdata[3]:.2f}x<br>%{customdata[4]:,.0f} output tok/s"
+                               + "<br>%{customdata[5]}<extra></extra>")), row=1, col=col)
+            shown.add(variant)
+        fig.update_xaxes(type="log", title_text=f"load ({unit})", row=1, col=col,
+                         tickvals=sorted(set(w["level"].astype(float))),
+                         ticktext=[short(v) for v in sorted(set(w["level"].astype(float)))])
+    fig.add_hline(y=1.0, line_dash="dash", line_color="#888")
+    fig.update_yaxes(title_text=f"speedup over {baseline} (x)", row=1, col=1, tickformat=".2f")
+    fig.update_layout(height=height, margin={"l": 60, "r": 20, "t": 40, "b": 50}, hovermode="closest",
+                      legend={"orientation": "h", "y": -0.18}, template="plotly_white",
+                      separators=".,")
+    return fig.to_html(full_html=False, include_plotlyjs=True, div_id=DIV,
+                       config={"displaylogo": False, "responsive": True})
