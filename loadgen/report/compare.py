@@ -3,8 +3,14 @@ a bootstrap confidence interval from their per-request data (docs/report.md).
 
 Per cell and metric: the relative change stat(B) / stat(A) - 1, and its 95% percentile
 bootstrap interval (A's and B's measured requests resampled independently, RESAMPLES times,
-seeded). A change is significant when the interval excludes 0."""
+seeded). A table of many changes finds some by chance: a change is marked significant only
+when its p-value (two-sided, from the bootstrap's standard error of log(B / A), normal
+approximation) stays under 0.05 after Holm's correction over every change in the table
+(`p_holm`). The bootstrap covers request-to-request variation only; run-to-run variation (a
+second run of the same sweep on the same machine) is not covered, and the output says so."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
@@ -45,17 +51,35 @@ def _measured(sw: Sweep, key: str) -> pd.DataFrame | None:
     return m if len(m) >= 2 else None
 
 
-def change(a: pd.DataFrame, b: pd.DataFrame, stat, rng: np.random.Generator) -> tuple[float, float, float, float, float]:
-    """(stat A, stat B, change, interval low, interval high); changes as fractions."""
+def change(a: pd.DataFrame, b: pd.DataFrame, stat, rng: np.random.Generator) -> tuple:
+    """(stat A, stat B, change, interval low, interval high, p); changes as fractions; p the
+    two-sided p-value of no change (bootstrap standard error of log(B / A), normal approximation)."""
     sa, sb = float(stat(a, np.arange(len(a)))), float(stat(b, np.arange(len(b))))
     ia = rng.integers(0, len(a), size=(RESAMPLES, len(a)))
     ib = rng.integers(0, len(b), size=(RESAMPLES, len(b)))
     with np.errstate(divide="ignore", invalid="ignore"):
-        rel = stat(b, ib) / stat(a, ia) - 1.0
-    rel = rel[np.isfinite(rel)]
+        ratio = stat(b, ib) / stat(a, ia)
+    rel = ratio[np.isfinite(ratio)] - 1.0
     tail = (1 - LEVEL) / 2 * 100
     lo, hi = (np.percentile(rel, [tail, 100 - tail]) if len(rel) else (np.nan, np.nan))
-    return sa, sb, (sb / sa - 1.0 if sa else np.nan), float(lo), float(hi)
+    logs = np.log(ratio[np.isfinite(ratio) & (ratio > 0)])
+    p = 1.0
+    if sa > 0 and sb > 0 and len(logs) > 1:
+        est, se = math.log(sb / sa), float(logs.std(ddof=1))
+        p = 1.0 if est == 0 else (0.0 if se == 0 else math.erfc(abs(est) / se / math.sqrt(2)))
+    return sa, sb, (sb / sa - 1.0 if sa else np.nan), float(lo), float(hi), p
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error over all of them)."""
+    order = np.argsort(p)
+    m = len(p)
+    adj = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        adj[i] = running
+    return adj
 
 
 def compare(dir_a: str, dir_b: str, seed: int = 0) -> pd.DataFrame:
@@ -74,13 +98,16 @@ def compare(dir_a: str, dir_b: str, seed: int = 0) -> pd.DataFrame:
             continue
         cell = ok_a.loc[key]
         for name, stat in _metrics(cell["mode"], float(cell["level"])).items():
-            sa, sb, rel, lo, hi = change(ra, rb, stat, rng)
+            sa, sb, rel, lo, hi, p = change(ra, rb, stat, rng)
             rows.append({"cell": key, "metric": name, "a": sa, "b": sb, "change_pct": 100 * rel,
                          "ci_low_pct": 100 * lo, "ci_high_pct": 100 * hi, "requests_a": len(ra),
-                         "requests_b": len(rb), "significant": bool(lo > 0 or hi < 0)})
+                         "requests_b": len(rb), "p": p})
     if not rows:
         raise ReportError(f"no cell in common has readable per-request data in both {dir_a} and {dir_b}")
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    out["p_holm"] = holm(out["p"].to_numpy(float))
+    out["significant"] = out["p_holm"] < 1 - LEVEL
+    return out
 
 
 def render(frame: pd.DataFrame) -> str:
@@ -90,6 +117,8 @@ def render(frame: pd.DataFrame) -> str:
         lines.append(f"{r.cell:<32} {r.metric:<17} {r.a:>10.4g} {r.b:>10.4g} {r.change_pct:>+7.1f}%  "
                      f"[{r.ci_low_pct:>+6.1f}%, {r.ci_high_pct:>+6.1f}%]{mark}")
     n = int(frame["significant"].sum())
-    lines.append(f"\n* significant: the {LEVEL:.0%} bootstrap interval excludes 0 ({n} of {len(frame)} "
-                 f"changes; {RESAMPLES} resamples of each side's measured requests).")
+    lines.append(f"\n* significant: p < {1 - LEVEL:.2f} after Holm's correction over the {len(frame)} changes of "
+                 f"this table ({n} marked); intervals: {LEVEL:.0%} bootstrap, {RESAMPLES} resamples of each side's "
+                 "measured requests.\nThis covers request-to-request variation only: run-to-run variation (the "
+                 "same sweep run again on the same machine) is not covered; treat small marked changes with care.")
     return "\n".join(lines)
