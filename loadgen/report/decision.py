@@ -63,8 +63,9 @@ def sentences(best: pd.DataFrame, sp: pd.DataFrame, break_even: pd.DataFrame, ok
             "on the chart's points): their throughput understates the server." if n_flag else
             f"How sure: none of the {len(ok)} cells is flagged.")
     reps = ok["repeats"].max() if "repeats" in ok and ok["repeats"].notna().any() else 1
-    sure += (" Each cell was measured once: run-to-run variation is not covered (sweep --repeats N measures it)."
-             if reps <= 1 else f" Each cell measured {int(reps)} times; the spread is in the speedup table.")
+    sure += (" Each cell was measured once: run-to-run variation is not covered (a second sweep on the same "
+             "machine can differ by a few percent)." if reps <= 1 else
+             f" Each cell measured {int(reps)} times; the spread is in the speedup table.")
     return out + [sure]
 
 
