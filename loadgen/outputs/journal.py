@@ -133,6 +133,24 @@ def clear(directory: str | Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _take(out: Journaled, key: str, value, worker: int | None) -> int | None:
+    """One line's content into `out`; the worker whose file it is."""
+    if key == "r":
+        out.records.append(decode(value))
+    elif key == "lag":
+        ticks = [(int(a), int(v)) for a, v in value]
+        out.lag_at_ns.extend(a for a, _ in ticks)
+        out.lag_ns.extend(v for _, v in ticks)
+        out.lag_worker.extend([worker or 0] * len(ticks))
+    elif key == "start":
+        worker = int(value.get("worker", 0))
+        int(value["t0_ns"])
+        out.starts[worker] = value
+    elif key == "end":
+        out.ended[worker or 0] = value
+    return worker
+
+
 def exists(directory: str | Path) -> bool:
     return any(Path(directory).glob(PATTERN))
 
@@ -152,19 +170,9 @@ def read(directory: str | Path) -> Journaled:
                 except (ValueError, AttributeError):
                     out.unreadable += 1
                     continue
-                if key == "r":
-                    try:
-                        out.records.append(decode(value))
-                    except TypeError:
-                        out.unreadable += 1
-                elif key == "lag":
-                    out.lag_at_ns.extend(int(a) for a, _ in value)
-                    out.lag_ns.extend(int(v) for _, v in value)
-                    out.lag_worker.extend([worker or 0] * len(value))
-                elif key == "start":
-                    worker = int(value.get("worker", 0))
-                    out.starts[worker] = value
-                elif key == "end":
-                    out.ended[worker or 0] = value
+                try:
+                    worker = _take(out, key, value, worker)
+                except (ValueError, TypeError, AttributeError):
+                    out.unreadable += 1
     out.records.sort(key=lambda r: (r.index, r.turn))
     return out

@@ -34,9 +34,11 @@ def summarize_dir(directory: str | Path) -> tuple[pd.DataFrame, dict]:
                            "into its --output directory as it goes")
     try:
         saved = json.loads((path / journal.CONFIG).read_text())
-    except (OSError, ValueError):
-        saved = {}
-    config = dict(saved.get("config") or {})
+        config = dict(saved["config"])
+        config["load"]["mode"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise LoadgenError(f"{path / journal.CONFIG} is missing or unreadable ({type(e).__name__}: {e}); the run's "
+                           "configuration, written before its load, is needed beside its journal") from None
     opts = saved.get("summarize") or {}
     first = j.starts[min(j.starts)]
     t0_ns, t0_unix, scale = int(first["t0_ns"]), first.get("t0_unix"), float(first.get("time_scale") or 1.0)
