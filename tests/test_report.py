@@ -244,8 +244,12 @@ def test_compare_finds_a_real_change_and_no_change_against_itself(sweep, tmp_pat
     reqs = pd.read_parquet(path)
     reqs["ttft_ms"] *= 1.5
     reqs.to_parquet(path, index=False)
-    res = run_cli("compare", str(sweep), str(slower), "--output", str(tmp_path / "diff.csv"))
+    res = run_cli("compare", str(sweep), str(slower), "--output", str(tmp_path / "diff.csv"),
+                  "--html", str(tmp_path / "diff.html"))
     assert res.returncode == 0, res.stderr
+    page = (tmp_path / "diff.html").read_text()
+    assert 'id="compare-chart"' in page and "1 of 48 changes significant after Holm" in page
+    assert "run-to-run variation" in res.stdout and not _SCIENTIFIC.search(_visible(page))
     diff = pd.read_csv(tmp_path / "diff.csv").set_index(["cell", "metric"])
     row = diff.loc[(key, "ttft_p50_ms")]
     assert row["significant"] and row["change_pct"] == pytest.approx(50.0)

@@ -34,10 +34,12 @@ def report(directory: Path, output: Path | None) -> None:
 @click.argument("dir_b", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the bootstrap.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table as CSV.")
-def compare(dir_a: Path, dir_b: Path, seed: int, output: Path | None) -> None:
+@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the comparison as a self-contained HTML page (verdict, chart, table).")
+def compare(dir_a: Path, dir_b: Path, seed: int, output: Path | None, html_out: Path | None) -> None:
     """The change from sweep DIR_A to sweep DIR_B in every cell both measured, with 95%
     bootstrap intervals from per-request data; '*' marks significant changes."""
-    from loadgen.report.compare import compare as run_compare, render
+    from loadgen.report.compare import compare as run_compare, html_page, render
     from loadgen.report.data import ReportError
     try:
         frame = run_compare(str(dir_a), str(dir_b), seed)
@@ -49,3 +51,8 @@ def compare(dir_a: Path, dir_b: Path, seed: int, output: Path | None) -> None:
             frame.to_csv(output, index=False)
         except OSError as e:
             raise Failure(f"cannot write {output}: {e.strerror or e}; choose another --output") from None
+    if html_out is not None:
+        try:
+            html_out.write_text(html_page(frame, str(dir_a), str(dir_b)))
+        except OSError as e:
+            raise Failure(f"cannot write {html_out}: {e.strerror or e}; choose another --html") from None

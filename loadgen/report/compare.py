@@ -122,3 +122,38 @@ def render(frame: pd.DataFrame) -> str:
                  "measured requests.\nThis covers request-to-request variation only: run-to-run variation (the "
                  "same sweep run again on the same machine) is not covered; treat small marked changes with care.")
     return "\n".join(lines)
+
+
+def chart(frame: pd.DataFrame) -> str:
+    """The changes as an interactive chart (plotly, embedded): per metric, each cell's change
+    with its interval; significant ones filled, the others hollow."""
+    import plotly.graph_objects as go
+    fig = go.Figure()
+    for metric, g in frame.groupby("metric", sort=False):
+        fig.add_trace(go.Scatter(
+            x=g["cell"], y=g["change_pct"], mode="markers", name=metric,
+            error_y={"type": "data", "symmetric": False, "array": g["ci_high_pct"] - g["change_pct"],
+                     "arrayminus": g["change_pct"] - g["ci_low_pct"]},
+            marker={"size": 9, "symbol": ["circle" if s else "circle-open" for s in g["significant"]]},
+            customdata=g[["metric", "a", "b", "p_holm"]].to_numpy().tolist(),
+            hovertemplate="%{x}<br>%{customdata[0]}: %{customdata[1]:,.2f} -> %{customdata[2]:,.2f}"
+                          "<br>change %{y:+.1f}%<br>p (Holm) %{customdata[3]:.3f}<extra></extra>"))
+    fig.add_hline(y=0, line_dash="dash", line_color="#888")
+    fig.update_layout(height=460, yaxis_title="change B / A - 1 (%)", template="plotly_white",
+                      margin={"l": 60, "r": 20, "t": 30, "b": 120}, legend={"orientation": "h", "y": 1.08})
+    return fig.to_html(full_html=False, include_plotlyjs=True, div_id="compare-chart",
+                       config={"displaylogo": False, "responsive": True})
+
+
+def html_page(frame: pd.DataFrame, dir_a: str, dir_b: str) -> str:
+    """The comparison as one self-contained page: the verdict first, the chart, the table."""
+    from loadgen.report.render import Section, page
+    n = int(frame["significant"].sum())
+    lead = [f"{n} of {len(frame)} changes significant after Holm's correction (p < {1 - LEVEL:.2f}).",
+            "Request-to-request variation only: run-to-run variation (the same sweep run again on the same "
+            "machine) is not covered."]
+    table = frame.assign(significant=frame["significant"].map({True: "*", False: ""}))
+    section = Section(f"{dir_a} -> {dir_b}", "Per cell and metric: A's and B's figure, the change, its 95% "
+                      "bootstrap interval, its p-value and Holm's correction (docs/report.md).",
+                      [("Changes", table)], [], chart=chart(frame), lead=lead)
+    return page("loadgen compare", [section])
