@@ -67,7 +67,6 @@ class Journal:
         self._lag = None
         self._lag_done = 0
         self._timer: asyncio.TimerHandle | None = None
-        self.written = 0
 
     def add(self, rec: RequestRecord, text: bool = False) -> None:
         self._lines.append(json.dumps({"r": encode(rec, text)}, separators=(",", ":")))
@@ -91,7 +90,6 @@ class Journal:
     def flush(self) -> None:
         self._take_lag()
         if self._lines:
-            self.written += sum(1 for line in self._lines if line.startswith('{"r"'))
             self._f.write("\n".join(self._lines) + "\n")
             self._f.flush()
             self._lines.clear()

@@ -180,7 +180,6 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     stop = stop if stop is not None else asyncio.Event()
     errors = ErrorRate(spec.max_error_rate, stop)
     journal: Journal | None = None  # opened when the clock starts
-    pending: dict[int, RequestRecord] = {}  # in flight, when finished ones go to the journal
 
     async def send(item: Item, t_sched: int | None, queue_delay: int) -> RequestRecord:
         req = item.request
@@ -194,8 +193,6 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
             rec.chunk_text = []  # its reply goes into the conversation's next turn
         if journal is None:
             records.append(rec)
-        else:
-            pending[id(rec)] = rec
         if on_start is not None:
             on_start(rec)
         try:
@@ -204,7 +201,6 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
             if t_sched is None:
                 rec.t_scheduled_ns = rec.t_send_ns
             if journal is not None:  # finished (or cut off): written, and gone from memory here
-                pending.pop(id(rec), None)
                 journal.add(rec, text=spec.keep_text and not req.sensitive)
         errors.observe(rec)
         if on_record is not None:
@@ -267,9 +263,7 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     finally:
         gc.unfreeze()  # what was alive before the run can be collected again (sweeps run many)
         await monitor.stop()
-        if journal is not None:
-            for rec in pending.values():  # not expected: every send ends through its `finally`
-                journal.add(rec)
+        if journal is not None:  # every send ended through its `finally`: all are written
             journal.close({"interrupted": interrupted})
         server_window = await window.close()
         if own_session:
