@@ -296,6 +296,12 @@ def test_traces_in_the_results_add_a_what_if_section(sweep, tmp_path):
     gap = doc["gap"]  # the best realisable policy's share of the best oracle, per batch size
     assert set(gap) == {"1", "16"} and all(0 < g["share"] <= 1 for g in gap.values())
     assert f"best oracle's throughput: B=1: {gap['1']['share']:.0%}" in md
+    # the HTML: the section's own interactive chart, its points the table's, plotly embedded once
+    page = (copy / "report" / "report.html").read_text()
+    assert page.count('id="whatif-chart"') == 1 and page.count("plotly.js v") == 1
+    fig = json.loads(re.search(r'Plotly\.newPlot\(\s*"whatif-chart",\s*(\[.*?\]),\s*\{', page, re.S).group(1))
+    points = {(p[0], int(p[1])): p[2] for trace in fig for p in trace["customdata"]}
+    assert points == {(pol, int(c[2:])): wide.loc[pol, c] for pol in wide.index for c in ("B=1", "B=16")}
     assert "Recommended k schedule (vLLM's num_speculative_tokens_per_batch_size): ngram: [[1, " in md
     res = run_cli("report", str(copy))  # the kept whatif.json is used as is
     assert res.returncode == 0 and "what-if evaluated here" not in res.stderr

@@ -38,7 +38,9 @@ def report(directory: Path, output: Path | None) -> None:
               help="Also write the comparison as a self-contained HTML page (verdict, chart, table).")
 def compare(dir_a: Path, dir_b: Path, seed: int, output: Path | None, html_out: Path | None) -> None:
     """The change from sweep DIR_A to sweep DIR_B in every cell both measured, with 95%
-    bootstrap intervals from per-request data; '*' marks significant changes."""
+    intervals: from the repeats where both swept with --repeats (run-to-run variation
+    included), else a bootstrap of the requests; '*' marks changes significant after Holm's
+    correction."""
     from loadgen.report.compare import compare as run_compare, html_page, render
     from loadgen.report.data import ReportError
     try:

@@ -39,6 +39,9 @@ from servers.deployments import ENGINES, DeploymentError
 @click.option("--duration", type=float, help="Seconds per cell instead (sending stops, the rest drain).")
 @click.option("--warmup", type=int, help="Requests per cell sent and finished before the measurement "
               "[default: 4; embedded: 1].")
+@click.option("--repeats", type=int, default=1, show_default=True, help="Measure every cell this many times, "
+              "in rounds, each round on freshly started servers; the report and compare use the spread "
+              "(run-to-run variation) (docs/report.md).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
 @click.option("--request-timeout", type=float, default=600.0, show_default=True)
@@ -96,8 +99,8 @@ def sweep(**o) -> None:
         except DeploymentError as e:
             raise Failure(str(e)) from None
         return
+    plan = None if o["resume"] else plan_from(o)[0]  # a bad option leaves no directory behind
     out = options.prepare_output(o, "sweep")
-    plan = None if o["resume"] else plan_from(o)[0]
     result = api.sweep(api.SweepJob(
         out, plan, retry_failed=o["retry_failed"], api_key=o["api_key"], ray_address=o["ray_address"],
         ray_resource=o["ray_resource"], metrics_port=o["metrics_port"], quiet=o["quiet"],

@@ -135,7 +135,7 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
     doc, what_notes = whatif.load(sw.root, sw.model, sorted({int(v) for v in closed.get("level", [])}))
     notes += what_notes
     if doc is not None:
-        section, wide, fig["whatif"] = whatif.section(doc, out)
+        section, wide, fig["whatif"] = whatif.section(doc, out, page_has_plotly=bool(sections[0].chart))
         sections.append(section)
         paths["whatif"] = out / "whatif.csv"
         store.atomic(paths["whatif"], lambda tmp: wide.to_csv(tmp, index=False))
@@ -148,12 +148,20 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
     return Built(out, html_path, md, [p for p in fig.values() if p], paths, notes)
 
 
+def _measured_count(sw: Sweep) -> str:
+    planned = len(sw.planned) or len(sw.cells)
+    if not sw.has_repeats:
+        return f"{len(sw.ok)} of {planned} cells measured"
+    return (f"{len(sw.ok)} cells measured, {len(sw.measured)} of {planned} planned measurements (repeats; the "
+            "tables give each cell's mean, the per-measurement ones a row per repeat)")
+
+
 def _sections(sw: Sweep, t: dict, fig: dict, notes: list[str], profile_name: str | None) -> list[Section]:
     dep, plan = sw.manifest.get("deployment") or {}, sw.manifest.get("plan") or {}
     f = lambda *names: [fig[n] for n in names if fig.get(n)]  # noqa: E731
     intro = (f"Deployment {dep.get('name')} ({dep.get('model')}) on {dep.get('engine')}; variants "
-             f"{', '.join(plan.get('variants') or [])}; baseline {sw.baseline}; {len(sw.ok)} of "
-             f"{len(sw.planned) or len(sw.cells)} cells measured. Definitions: docs/report.md and docs/metrics.md.")
+             f"{', '.join(plan.get('variants') or [])}; baseline {sw.baseline}; {_measured_count(sw)}. Definitions: "
+             "docs/report.md and docs/metrics.md.")
     waste_text = ("Rejected draft tokens are verified by the target model and thrown away. "
                   + (f"The share of the window spent verifying them is estimated with the {profile_name} cost "
                      "profile's per-token forward cost (an estimate, exact only for the emulator)."

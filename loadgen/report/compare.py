@@ -1,13 +1,18 @@
 """`loadgen compare A B`: the change from sweep A to sweep B in every cell both measured, with
-a bootstrap confidence interval from their per-request data (docs/report.md).
+a confidence interval and a p-value (docs/report.md).
 
-Per cell and metric: the relative change stat(B) / stat(A) - 1, and its 95% percentile
-bootstrap interval (A's and B's measured requests resampled independently, RESAMPLES times,
-seeded). A table of many changes finds some by chance: a change is marked significant only
-when its p-value (two-sided, from the bootstrap's standard error of log(B / A), normal
-approximation) stays under 0.05 after Holm's correction over every change in the table
-(`p_holm`). The bootstrap covers request-to-request variation only; run-to-run variation (a
-second run of the same sweep on the same machine) is not covered, and the output says so."""
+Per cell and metric: the relative change B / A - 1, judged one of two ways:
+- repeats (both sweeps ran the cell at least twice, `loadgen sweep --repeats`): each repeat's
+  figure is one observation, so the spread holds run-to-run variation (server starts, the
+  machine's moods) as well as request-to-request. On log scale, a two-sample t test: the
+  cell's pooled variance, but never below the variance pooled over every cell of that metric
+  in both sweeps (a cell with 2-3 repeats can look steadier than it is); the change is the
+  ratio of geometric means, the interval exp(d +- t * se) - 1.
+- requests (otherwise): a percentile bootstrap over each side's measured requests
+  (RESAMPLES, seeded), its p-value from the bootstrap standard error of log(B / A) (normal
+  approximation). It covers request-to-request variation only, and the output says so.
+A table of many changes finds some by chance: a change is marked significant only when its
+p-value stays under 0.05 after Holm's correction over every change in the table (`p_holm`)."""
 from __future__ import annotations
 
 import math
@@ -16,6 +21,8 @@ import numpy as np
 import pandas as pd
 
 from loadgen.report.data import ReportError, Sweep, read
+from loadgen.report.numbers import num
+from loadgen.report.stats import t_quantile, t_two_sided
 
 RESAMPLES = 2000
 LEVEL = 0.95
@@ -82,31 +89,76 @@ def holm(p: np.ndarray) -> np.ndarray:
     return adj
 
 
+def _runs(sw: Sweep) -> dict[str, tuple[dict, list[pd.DataFrame]]]:
+    """Cell key -> (its first ok measurement's row, every ok measurement's requests)."""
+    out: dict[str, tuple[dict, list]] = {}
+    for _, row in sw.measured.iterrows():
+        frame = _measured(sw, row["path"])
+        entry = out.setdefault(row["cell"], (row.to_dict(), []))
+        if frame is not None:
+            entry[1].append(frame)
+    return out
+
+
 def compare(dir_a: str, dir_b: str, seed: int = 0) -> pd.DataFrame:
     a, b = read(dir_a), read(dir_b)
-    ok_a = a.ok.set_index("path")
-    ok_b = b.ok.set_index("path")
-    common = [k for k in ok_a.index if k in ok_b.index]
+    runs_a, runs_b = _runs(a), _runs(b)
+    common = [k for k in runs_a if k in runs_b]
     if not common:
         raise ReportError(f"{dir_a} and {dir_b} have no measured cell in common (cells are "
                           "VARIANT/WORKLOAD/LEVEL); compare sweeps of the same plan")
     rng = np.random.default_rng(seed)
-    rows = []
+    rows, logs = [], []
     for key in common:
-        ra, rb = _measured(a, key), _measured(b, key)
-        if ra is None or rb is None:
+        (cell, fa), (_, fb) = runs_a[key], runs_b[key]
+        if not fa or not fb:
             continue
-        cell = ok_a.loc[key]
         for name, stat in _metrics(cell["mode"], float(cell["level"])).items():
-            sa, sb, rel, lo, hi, p = change(ra, rb, stat, rng)
-            rows.append({"cell": key, "metric": name, "a": sa, "b": sb, "change_pct": 100 * rel,
-                         "ci_low_pct": 100 * lo, "ci_high_pct": 100 * hi, "requests_a": len(ra),
-                         "requests_b": len(rb), "p": p})
+            base = {"cell": key, "metric": name, "repeats_a": len(fa), "repeats_b": len(fb),
+                    "requests_a": sum(map(len, fa)), "requests_b": sum(map(len, fb))}
+            if len(fa) >= 2 and len(fb) >= 2:
+                xa = [float(stat(f, np.arange(len(f)))) for f in fa]
+                xb = [float(stat(f, np.arange(len(f)))) for f in fb]
+                if min(xa + xb) > 0:
+                    logs.append((len(rows), np.log(xa), np.log(xb)))
+                    rows.append({**base, "basis": "repeats"})
+                    continue
+            sa, sb, rel, lo, hi, p = change(pd.concat(fa), pd.concat(fb), stat, rng)
+            rows.append({**base, "basis": "requests", "a": sa, "b": sb, "change_pct": 100 * rel,
+                         "ci_low_pct": 100 * lo, "ci_high_pct": 100 * hi, "p": p})
+    for i, judged in _by_repeats(logs, [r["metric"] for r in rows]).items():
+        rows[i].update(judged)
     if not rows:
         raise ReportError(f"no cell in common has readable per-request data in both {dir_a} and {dir_b}")
     out = pd.DataFrame(rows)
     out["p_holm"] = holm(out["p"].to_numpy(float))
     out["significant"] = out["p_holm"] < 1 - LEVEL
+    cols = ["cell", "metric", "a", "b", "change_pct", "ci_low_pct", "ci_high_pct", "p", "p_holm", "significant",
+            "basis", "repeats_a", "repeats_b", "requests_a", "requests_b"]
+    return out[cols]
+
+
+def _by_repeats(logs: list[tuple], metrics: list[str]) -> dict[int, dict]:
+    """The repeats' t tests (module docstring): row index -> its figures. `logs`: (row index,
+    log figures of A's repeats, of B's)."""
+    pooled: dict[str, tuple[float, int]] = {}  # metric -> (sum of squared deviations, df), both sweeps
+    for i, la, lb in logs:
+        ss, df = pooled.get(metrics[i], (0.0, 0))
+        pooled[metrics[i]] = (ss + float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum()),
+                              df + len(la) + len(lb) - 2)
+    out = {}
+    for i, la, lb in logs:
+        df_cell = len(la) + len(lb) - 2
+        var_cell = float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum()) / df_cell
+        ss, df_all = pooled[metrics[i]]
+        var_all = ss / df_all
+        var, df = (var_cell, df_cell) if var_cell >= var_all else (var_all, df_all)
+        se = math.sqrt(var * (1 / len(la) + 1 / len(lb)))
+        d = float(lb.mean() - la.mean())
+        p = (1.0 if d == 0 else 0.0) if se == 0 else t_two_sided(d / se, df)
+        half = t_quantile(LEVEL, df) * se
+        out[i] = {"a": math.exp(la.mean()), "b": math.exp(lb.mean()), "change_pct": 100 * math.expm1(d),
+                  "ci_low_pct": 100 * math.expm1(d - half), "ci_high_pct": 100 * math.expm1(d + half), "p": p}
     return out
 
 
@@ -114,14 +166,34 @@ def render(frame: pd.DataFrame) -> str:
     lines = [f"{'cell':<32} {'metric':<17} {'A':>10} {'B':>10} {'change':>8}  {'95% interval':>18}"]
     for r in frame.itertuples(index=False):
         mark = " *" if r.significant else ""
-        lines.append(f"{r.cell:<32} {r.metric:<17} {r.a:>10.4g} {r.b:>10.4g} {r.change_pct:>+7.1f}%  "
+        lines.append(f"{r.cell:<32} {r.metric:<17} {num(r.a):>10} {num(r.b):>10} {r.change_pct:>+7.1f}%  "
                      f"[{r.ci_low_pct:>+6.1f}%, {r.ci_high_pct:>+6.1f}%]{mark}")
     n = int(frame["significant"].sum())
     lines.append(f"\n* significant: p < {1 - LEVEL:.2f} after Holm's correction over the {len(frame)} changes of "
-                 f"this table ({n} marked); intervals: {LEVEL:.0%} bootstrap, {RESAMPLES} resamples of each side's "
-                 "measured requests.\nThis covers request-to-request variation only: run-to-run variation (the "
-                 "same sweep run again on the same machine) is not covered; treat small marked changes with care.")
+                 f"this table ({n} marked).\n" + basis(frame))
     return "\n".join(lines)
+
+
+def basis(frame: pd.DataFrame) -> str:
+    """What the intervals and p-values cover, in words."""
+    reps = frame[frame["basis"] == "repeats"]
+    out = []
+    if len(reps):
+        out.append(f"{len(reps)} of {len(frame)} changes are judged from the sweeps' repeats ({int(reps['repeats_a'].min())}"
+                   f"+ and {int(reps['repeats_b'].min())}+ per cell): their {LEVEL:.0%} intervals (t, log scale) cover "
+                   "run-to-run variation too.")
+    per_a, per_b = frame["requests_a"] / frame["repeats_a"], frame["requests_b"] / frame["repeats_b"]
+    uneven = frame.loc[(per_a - per_b).abs() > 0.5, "cell"].unique()
+    if len(uneven):
+        out.append(f"In {len(uneven)} cell(s) A and B measured a different number of requests (cells bounded by "
+                   "--duration): their changes include the different work; sweep with --num-requests to compare "
+                   "the same requests.")
+    if len(reps) < len(frame):
+        out.append(f"{len(frame) - len(reps)} of {len(frame)} changes: {LEVEL:.0%} bootstrap intervals, {RESAMPLES} "
+                   "resamples of each side's measured requests. They cover request-to-request variation only: "
+                   "run-to-run variation (the same sweep run again on the same machine) is not covered; treat "
+                   "small marked changes with care, or sweep with --repeats 3 on both sides.")
+    return " ".join(out)
 
 
 def chart(frame: pd.DataFrame) -> str:
@@ -149,11 +221,10 @@ def html_page(frame: pd.DataFrame, dir_a: str, dir_b: str) -> str:
     """The comparison as one self-contained page: the verdict first, the chart, the table."""
     from loadgen.report.render import Section, page
     n = int(frame["significant"].sum())
-    lead = [f"{n} of {len(frame)} changes significant after Holm's correction (p < {1 - LEVEL:.2f}).",
-            "Request-to-request variation only: run-to-run variation (the same sweep run again on the same "
-            "machine) is not covered."]
+    lead = [f"{n} of {len(frame)} changes significant after Holm's correction (p < {1 - LEVEL:.2f}).", basis(frame)]
     table = frame.assign(significant=frame["significant"].map({True: "*", False: ""}))
     section = Section(f"{dir_a} -> {dir_b}", "Per cell and metric: A's and B's figure, the change, its 95% "
-                      "bootstrap interval, its p-value and Holm's correction (docs/report.md).",
+                      "interval, its p-value and Holm's correction, and what they are judged from (basis: the "
+                      "repeats, or the requests; docs/report.md).",
                       [("Changes", table)], [], chart=chart(frame), lead=lead)
     return page("loadgen compare", [section])

@@ -24,14 +24,28 @@ class ReportError(ValueError):
 class Sweep:
     root: Path
     manifest: dict
-    cells: pd.DataFrame                       # one row per readable cell (results.row), ok or not
-    summaries: dict[str, dict]                # cell key -> summary.json
+    cells: pd.DataFrame                       # one row per readable measurement (results.row), ok or not
+    summaries: dict[str, dict]                # measurement key (path) -> summary.json
     planned: list[str] = field(default_factory=list)   # every cell key of the plan, in order
     unreadable: list[str] = field(default_factory=list)  # cell directories whose summary is broken
 
     @property
-    def ok(self) -> pd.DataFrame:
+    def measured(self) -> pd.DataFrame:
+        """Every measurement that ended ok: with --repeats, a row per repeat (`repeat`, `cell`)."""
         return self.cells[self.cells["status"] == "ok"] if len(self.cells) else self.cells
+
+    @property
+    def ok(self) -> pd.DataFrame:
+        """One row per cell that has an ok measurement: its figures, or with repeats the mean
+        over them (counts too), flags set where any repeat has them; `repeats` how many, `path`
+        the cell's key (VARIANT/WORKLOAD/LEVEL)."""
+        if self._ok is None:
+            self._ok = combine(self.measured)
+        return self._ok
+
+    @property
+    def has_repeats(self) -> bool:
+        return bool(len(self.measured)) and bool((self.measured["repeat"] > 1).any())
 
     @property
     def missing(self) -> list[str]:
@@ -47,6 +61,7 @@ class Sweep:
         return (self.manifest.get("deployment") or {}).get("model")
 
     _frames: dict = field(default_factory=dict, repr=False)
+    _ok: pd.DataFrame | None = field(default=None, repr=False)
 
     def requests(self, key: str) -> pd.DataFrame | None:
         """The cell's per-request frame (read once), or None when it cannot be read."""
@@ -56,6 +71,29 @@ class Sweep:
             except (OSError, ValueError):
                 self._frames[key] = None
         return self._frames[key]
+
+
+FLAG_COLUMNS = ("client_bound", "server_behind", "server_restarted")
+_TEXT = ("variant", "workload", "workload_spec", "mode", "status", "error", "cell", "path")
+
+
+def combine(measured: pd.DataFrame) -> pd.DataFrame:
+    """Per cell (`cell`), its ok measurements in one row: numbers averaged, flags any, the
+    throughput's spread over them (`output_throughput_tok_s_sd`, sample SD; NaN with one)."""
+    if measured.empty:
+        return measured.assign(repeats=pd.Series(dtype=int))
+    rows = []
+    for key, g in measured.groupby("cell", sort=False):
+        row = g.iloc[0].to_dict()
+        for col in g.columns:
+            if col in FLAG_COLUMNS:
+                row[col] = bool(g[col].fillna(False).astype(bool).any())
+            elif col not in _TEXT and col not in ("level", "repeat") and pd.api.types.is_numeric_dtype(g[col]):
+                row[col] = g[col].mean() if g[col].notna().any() else row[col]
+        row.update(path=key, repeat=None, repeats=len(g),
+                   output_throughput_tok_s_sd=g["output_throughput_tok_s"].std(ddof=1) if len(g) > 1 else float("nan"))
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def read(root: str | Path) -> Sweep:
@@ -121,4 +159,4 @@ def summaries(path: Path) -> dict[str, dict]:
         sweep = read(path)
     except ReportError as e:
         raise LoadgenError(f"--results {path}: not a run ({store.SUMMARY} missing) nor a sweep: {e}") from None
-    return {key: sweep.summaries[key] for key in sweep.ok["path"]}
+    return {key: sweep.summaries[key] for key in sweep.measured["path"]}

@@ -64,9 +64,25 @@ def sentences(best: pd.DataFrame, sp: pd.DataFrame, break_even: pd.DataFrame, ok
             f"How sure: none of the {len(ok)} cells is flagged.")
     reps = ok["repeats"].max() if "repeats" in ok and ok["repeats"].notna().any() else 1
     sure += (" Each cell was measured once: run-to-run variation is not covered (a second sweep on the same "
-             "machine can differ by a few percent)." if reps <= 1 else
-             f" Each cell measured {int(reps)} times; the spread is in the speedup table.")
+             "machine can differ by a few percent)." if reps <= 1 else _spread(sp, int(reps)))
     return out + [sure]
+
+
+def _spread(sp: pd.DataFrame, reps: int) -> str:
+    """How far the rounds' speedups lie apart (speedup.spread), and where that leaves a
+    choice unsure."""
+    text = f" Each cell was measured up to {reps} times, in rounds on freshly started servers"
+    if "speedup_min" not in sp or sp["speedup_min"].isna().all():
+        return text + "."
+    width = (sp["speedup_max"] - sp["speedup_min"]) / sp["speedup"]
+    widest = sp.loc[width.idxmax()]
+    text += (f": a speedup's rounds lie {width.median():.1%} of it apart at the median, {width.max():.1%} at most "
+             f"({widest['variant']} on {widest['workload']} at {short(widest['level'])})")
+    straddle = sp[(sp["speedup_min"] < 1 - EVEN) & (sp["speedup_max"] > 1 + EVEN)]
+    if len(straddle):
+        text += (f"; in {len(straddle)} of {len(sp)} cells one round says SD pays and another that it costs "
+                 "(speedup table: speedup_min, speedup_max)")
+    return text + "."
 
 
 def _stops(be: pd.DataFrame, unit: str, top_level) -> str:

@@ -1,7 +1,8 @@
 """The report's interactive chart: speedup against load, one panel per workload, a line per
 variant in the PNGs' colours, with plotly (its JavaScript embedded in the page: it works with
 no network). Hovering a point shows its variant, load, speedup, output tokens/s and flags;
-clicking a legend entry hides or shows a variant; flagged cells are drawn as crosses. Each
+clicking a legend entry hides or shows a variant; flagged cells are drawn as crosses; with
+repeats, a bar spans the rounds' lowest and highest speedup. Each
 point carries [workload, variant, load, speedup, tok/s, flags] as its customdata (the tests read
 the chart's data back from the page)."""
 from __future__ import annotations
@@ -34,7 +35,13 @@ def speedup_chart(sp: pd.DataFrame, colours: dict[str, str], baseline: str, heig
             custom = [[workload, variant, float(r["level"]), float(r["speedup"]),
                        float(r[tok]) if tok and pd.notna(r[tok]) else None, flags[i]]
                       for i, r in g.iterrows()]
+            spread = {}  # with repeats: the rounds' lowest and highest speedup as an error bar
+            if "speedup_min" in g and g["speedup_min"].notna().any():
+                spread = {"error_y": {"type": "data", "symmetric": False, "thickness": 1,
+                                      "array": (g["speedup_max"] - g["speedup"]).fillna(0).astype(float),
+                                      "arrayminus": (g["speedup"] - g["speedup_min"]).fillna(0).astype(float)}}
             fig.add_trace(go.Scatter(
+                **spread,
                 x=g["level"].astype(float), y=g["speedup"].astype(float), mode="lines+markers", name=variant,
                 legendgroup=variant, showlegend=variant not in shown, customdata=custom,
                 line={"color": colours.get(variant)},
@@ -52,4 +59,36 @@ def speedup_chart(sp: pd.DataFrame, colours: dict[str, str], baseline: str, heig
                       legend={"orientation": "h", "y": -0.18}, template="plotly_white",
                       separators=".,")
     return fig.to_html(full_html=False, include_plotlyjs=True, div_id=DIV,
+                       config={"displaylogo": False, "responsive": True})
+
+
+WHATIF_DIV = "whatif-chart"
+
+
+def whatif_chart(results: pd.DataFrame, colours: dict[str, str], include_js: bool = True, height: int = 400) -> str:
+    """The what-if section's chart: each policy's speedup over no speculation against batch
+    size (`results`: whatif.json's rows: policy, realisable, batch, speedup); oracles dashed.
+    `include_js`: embed plotly's library (False where the page already holds it)."""
+    if results.empty:
+        return ""
+    import plotly.graph_objects as go
+    fig = go.Figure()
+    for policy, g in results.groupby("policy", sort=False):
+        g = g.sort_values("batch")
+        real = bool(g["realisable"].iloc[0]) if "realisable" in g else True
+        custom = [[policy, float(r["batch"]), float(r["speedup"]), "realisable" if real else "oracle (upper bound)"]
+                  for _, r in g.iterrows()]
+        fig.add_trace(go.Scatter(
+            x=g["batch"].astype(float), y=g["speedup"].astype(float), mode="lines+markers", name=policy,
+            customdata=custom, line={"color": colours.get(policy), "dash": "solid" if real else "dash"},
+            hovertemplate="<b>%{customdata[0]}</b> (%{customdata[3]})<br>batch size %{customdata[1]:,}"
+                          "<br>speedup %{customdata[2]:.2f}x<extra></extra>"))
+    batches = sorted(set(results["batch"].astype(float)))
+    fig.update_xaxes(type="log", title_text="batch size (concurrent requests)", tickvals=batches,
+                     ticktext=[short(b) for b in batches])
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#888")
+    fig.update_yaxes(title_text="speedup over no speculation (x)", tickformat=".2f")
+    fig.update_layout(height=height, margin={"l": 60, "r": 20, "t": 30, "b": 50}, hovermode="closest",
+                      legend={"orientation": "h", "y": -0.2}, template="plotly_white", separators=".,")
+    return fig.to_html(full_html=False, include_plotlyjs=include_js, div_id=WHATIF_DIV,
                        config={"displaylogo": False, "responsive": True})

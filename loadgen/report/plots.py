@@ -84,7 +84,7 @@ def lines_vs_load(frame: pd.DataFrame, y: str, ylabel: str, title: str, col: dic
     fig, panels = _panels(frame, title, col)
     for ax, workload, g, variants in panels:
         for variant in variants:
-            d = g[g["variant"] == variant].sort_values("level")
+            d = g[g["variant"] == variant].groupby("level", as_index=False)[y].mean()  # repeats: their mean
             ax.plot(d["level"], d[y], marker="o", color=col[variant], label=variant)
         if hline is not None:
             ax.axhline(hline, color="black", linewidth=0.8, linestyle=":")
@@ -146,7 +146,7 @@ def per_position(frame: pd.DataFrame, path: Path) -> Path | None:
     for ax, (workload, variant) in zip(axes[0], pairs):
         g = frame[(frame["workload"] == workload) & (frame["variant"] == variant)]
         for pos, d in g.groupby("position"):
-            d = d.sort_values("level")
+            d = d.groupby("level", as_index=False)["acceptance"].mean()  # repeats: their mean
             ax.plot(d["level"], d["acceptance"], marker="o", label=f"position {pos}")
         _load_axis(ax, g["mode"].iloc[0])
         ax.set_ylim(0, 1)

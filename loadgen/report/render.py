@@ -84,11 +84,13 @@ def page(title: str, sections: list[Section]) -> str:
         if s.lead:
             parts.append("<div id=\"decision\">" + "".join(f"<p>{html.escape(line)}</p>" for line in s.lead)
                          + "</div>")
-        if s.chart:
+        if s.chart and s.lead:  # the answer's chart, right under it
             parts.append(s.chart)
         parts.append(f"<h2>{html.escape(s.title)}</h2>")
         parts += [f"<p>{html.escape(line)}</p>" for line in s.text.splitlines() if line]
-        if not s.chart:
+        if s.chart and not s.lead:
+            parts.append(s.chart)
+        elif not s.chart:
             for p in s.figures:
                 data = base64.b64encode(p.read_bytes()).decode()
                 parts.append(f"<img alt=\"{html.escape(p.stem)}\" src=\"data:image/png;base64,{data}\">")

@@ -7,10 +7,14 @@ import pandas as pd
 
 def speedup(table: pd.DataFrame, baseline: str = "baseline") -> pd.DataFrame:
     """One row per (workload, level, variant) with both measured: output throughput (tok/s)
-    of the variant over the baseline's at the same workload and level (docs/metrics.md)."""
+    of the variant over the baseline's at the same workload and level (docs/metrics.md); with
+    repeats, of each cell's mean throughput over them."""
     cols = ["workload", "mode", "level", "variant", "output_throughput_tok_s", "baseline_tok_s", "speedup"]
     if table.empty or "status" not in table:
         return pd.DataFrame(columns=cols)
+    if "repeat" in table and (table["repeat"].fillna(1) > 1).any():  # cells.parquet of a sweep with repeats
+        from loadgen.report.data import combine
+        table = combine(table[table["status"] == "ok"])  # each cell's mean throughput over its repeats
     ok = table[(table["status"] == "ok") & (table["output_throughput_tok_s"] > 0)]
     base = ok[ok["variant"] == baseline].set_index(["workload", "mode", "level"])["output_throughput_tok_s"]
     rows = ok[ok["variant"] != baseline].join(base.rename("baseline_tok_s"), on=["workload", "mode", "level"],
@@ -19,11 +23,34 @@ def speedup(table: pd.DataFrame, baseline: str = "baseline") -> pd.DataFrame:
     return rows[cols].reset_index(drop=True)
 
 
+def spread(measured: pd.DataFrame, baseline: str = "baseline") -> pd.DataFrame:
+    """With repeats (sweep --repeats): per (workload, level, variant) the speedup of each round,
+    the variant's repeat r over the baseline's repeat r (the same round, so both saw the same
+    stretch of the machine's time), as its lowest and highest and how many rounds had both."""
+    cols = ["workload", "mode", "level", "variant", "rounds", "speedup_min", "speedup_max"]
+    if measured.empty or "repeat" not in measured:
+        return pd.DataFrame(columns=cols)
+    ok = measured[(measured["status"] == "ok") & (measured["output_throughput_tok_s"] > 0)]
+    keys = ["workload", "mode", "level", "repeat"]
+    base = ok[ok["variant"] == baseline].set_index(keys)["output_throughput_tok_s"].rename("base")
+    per = ok[ok["variant"] != baseline].join(base, on=keys, how="inner")
+    per = per.assign(s=per["output_throughput_tok_s"] / per["base"])
+    out = per.groupby(["workload", "mode", "level", "variant"], sort=False)["s"].agg(["count", "min", "max"])
+    return out.reset_index().rename(columns={"count": "rounds", "min": "speedup_min", "max": "speedup_max"})[cols]
+
+
 def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
     """Per workload: levels down, variants across, speedup over the baseline (its tok/s in the
-    first column); '-' where a cell is missing or failed."""
+    first column); '-' where a cell is missing or failed. With repeats: of the mean throughputs,
+    each followed by the lowest and highest round's speedup."""
     if table.empty:
         return "No cells finished."
+    failed = table[table["status"] != "ok"]
+    rounds = pd.DataFrame()
+    if "repeat" in table and (table["repeat"].fillna(1) > 1).any():
+        from loadgen.report.data import combine
+        rounds = spread(table, baseline).set_index(["workload", "level", "variant"])
+        table = combine(table[table["status"] == "ok"])
     s = speedup(table, baseline)
     variants = [v for v in dict.fromkeys(table["variant"]) if v != baseline]
     blocks = []
@@ -36,7 +63,7 @@ def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
         t = table[table["workload"] == workload]
         mode = t["mode"].iloc[0]
         head = "concurrency" if mode == "closed" else "rate (req/s)"
-        width = max([12, *(len(v) + 2 for v in variants)])
+        width = max([12 if rounds.empty else 24, *(len(v) + 2 for v in variants)])
         base_w = max(16, len(baseline) + 7)
         lines = [f"Speedup over {baseline} (output tok/s ratio), workload {workload}:",
                  f"{head:>12} {baseline + ' tok/s':>{base_w}}" + "".join(f"{v:>{width}}" for v in variants)]
@@ -48,7 +75,11 @@ def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
                 hit = s[(s["workload"] == workload) & (s["level"] == level) & (s["variant"] == v)]
                 cells = t[(t["level"] == level) & t["variant"].isin([v, baseline])]["path"]
                 mark = "!" if bound & set(cells) else "x"
-                row += f"{hit['speedup'].iloc[0]:>{width - 1}.2f}{mark}" if len(hit) else f"{'-':>{width}}"
+                text = f"{hit['speedup'].iloc[0]:.2f}{mark}" if len(hit) else "-"
+                if len(hit) and (workload, level, v) in rounds.index:
+                    r = rounds.loc[(workload, level, v)]
+                    text += f" ({r['speedup_min']:.2f}-{r['speedup_max']:.2f})"
+                row += f"{text:>{width}}"
             lines.append(row)
         blocks.append("\n".join(lines))
     if bound:
@@ -59,7 +90,8 @@ def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
             why.append(f"the emulator fell behind real time in {len(behind)} cell(s) (server_behind)")
         blocks.append("!: " + "; ".join(why) + ". Those figures understate the server; give the "
                       "client and the server more cores, or lower the load.")
-    failed = table[table["status"] != "ok"]
+    if not rounds.empty:
+        blocks.append("With repeats: the speedup of the mean throughputs, (lowest-highest) of the rounds.")
     if len(failed):
         blocks.append(f"{len(failed)} cell(s) failed: " + ", ".join(failed["path"]))
     return "\n\n".join(blocks)

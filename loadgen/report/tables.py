@@ -16,14 +16,26 @@ from loadgen.report.numbers import num, short
 KEYS = ["workload", "mode", "level", "variant"]
 
 
+def _keys(sw: Sweep) -> list[str]:
+    """A per-measurement table's keys: the cell's, and which repeat where a sweep has repeats."""
+    return KEYS + ["repeat"] if sw.has_repeats else KEYS
+
+
 def throughput(sw: Sweep) -> pd.DataFrame:
     cols = KEYS + ["output_throughput_tok_s", "request_throughput_req_s", "completed", "client_bound"]
     cols += [c for c in ("server_behind", "time_scale") if c in sw.ok]  # sweeps before these: without
+    if sw.has_repeats:  # the mean over the repeats, how many, and their spread
+        cols += ["repeats", "output_throughput_tok_s_sd"]
     return sw.ok[cols].sort_values(KEYS).reset_index(drop=True)
 
 
 def speedup(sw: Sweep) -> pd.DataFrame:
-    return speedups.speedup(sw.ok, sw.baseline).sort_values(["workload", "variant", "level"]).reset_index(drop=True)
+    """Each variant's speedup per workload and level (with repeats: of the mean throughputs,
+    beside each round's lowest and highest, speedup.spread)."""
+    out = speedups.speedup(sw.ok, sw.baseline)
+    if sw.has_repeats:
+        out = out.merge(speedups.spread(sw.measured, sw.baseline), on=KEYS, how="left")
+    return out.sort_values(["workload", "variant", "level"]).reset_index(drop=True)
 
 
 EVEN = 0.02  # a speedup within 2% of 1 is no measurable difference (open loop below saturation: all 1)
@@ -116,35 +128,35 @@ def acceptance(sw: Sweep) -> pd.DataFrame:
     """Server-side acceptance (its counters over the window) beside the client's step trace,
     and how well their accepted tokens agree (client / server)."""
     rows = []
-    for _, c in sw.ok.iterrows():
+    for _, c in sw.measured.iterrows():
         s = sw.summaries[c["path"]]
         client = s.get("acceptance_client") or {}
         server_acc = c["accepted_tokens"]
         client_acc = client.get("accepted_tokens")
-        rows.append({**{k: c[k] for k in KEYS},
+        rows.append({**{k: c[k] for k in _keys(sw)},
                      "acceptance_rate": c["acceptance_rate"], "mean_acceptance_length": c["mean_acceptance_length"],
                      "server_accepted_tokens": server_acc, "client_accepted_tokens": client_acc,
                      "client_tokens_per_step": client.get("tokens_per_step_mean"),
                      "client_steps_source": client.get("steps_source"),
                      "client_over_server": (client_acc / server_acc if server_acc and client_acc is not None
                                             and not _nan(server_acc) else None)})
-    return pd.DataFrame(rows).sort_values(KEYS).reset_index(drop=True) if rows else pd.DataFrame()
+    return pd.DataFrame(rows).sort_values(_keys(sw)).reset_index(drop=True) if rows else pd.DataFrame()
 
 
 def per_position(sw: Sweep) -> pd.DataFrame:
     rows = []
-    for _, c in sw.ok.iterrows():
+    for _, c in sw.measured.iterrows():
         sd = sw.summaries[c["path"]].get("spec_decode") or {}
         for pos, p in enumerate(sd.get("per_position") or []):
-            rows.append({**{k: c[k] for k in KEYS}, "position": pos, "acceptance": p})
-    return pd.DataFrame(rows, columns=KEYS + ["position", "acceptance"])
+            rows.append({**{k: c[k] for k in _keys(sw)}, "position": pos, "acceptance": p})
+    return pd.DataFrame(rows, columns=_keys(sw) + ["position", "acceptance"])
 
 
 def step_distribution(sw: Sweep) -> pd.DataFrame:
     """Client side, per workload and variant over all levels: the share of decode steps that
     emitted 1, 2, ... tokens (chunks for vLLM; bursts for llama.cpp)."""
     counts: dict[tuple, dict[int, int]] = {}
-    for _, c in sw.ok.iterrows():
+    for _, c in sw.measured.iterrows():
         frame = sw.requests(c["path"])
         if frame is None or "step_tokens" not in frame:
             continue
@@ -165,17 +177,17 @@ def waste(sw: Sweep, per_batched_token_s: float | None) -> pd.DataFrame:
     """Draft tokens verified and rejected per generated token; and, with a cost profile's
     per-token forward cost, the estimated share of the window spent verifying them."""
     rows = []
-    for _, c in sw.ok.iterrows():
+    for _, c in sw.measured.iterrows():
         if _nan(c["draft_tokens"]) or not c["draft_tokens"]:
             continue
         srv = sw.summaries[c["path"]].get("server") or {}
         rejected = c["draft_tokens"] - c["accepted_tokens"]
         gen, window = srv.get("generation_tokens"), srv.get("window_s")
         share = (rejected * per_batched_token_s / window if per_batched_token_s and window else None)
-        rows.append({**{k: c[k] for k in KEYS}, "rejected_draft_tokens": rejected, "generation_tokens": gen,
+        rows.append({**{k: c[k] for k in _keys(sw)}, "rejected_draft_tokens": rejected, "generation_tokens": gen,
                      "rejected_per_generated_token": rejected / gen if gen else None,
                      "est_rejected_verify_share": share})
-    return pd.DataFrame(rows, columns=KEYS + ["rejected_draft_tokens", "generation_tokens",
+    return pd.DataFrame(rows, columns=_keys(sw) + ["rejected_draft_tokens", "generation_tokens",
                                               "rejected_per_generated_token", "est_rejected_verify_share"])
 
 
@@ -184,7 +196,7 @@ def per_request(sw: Sweep) -> tuple[pd.DataFrame, pd.DataFrame]:
     spread of that acceptance and its rank correlation with TPOT (negative: requests whose
     drafts were accepted less finished their tokens more slowly)."""
     reqs, cells = [], []
-    for _, c in sw.ok.iterrows():
+    for _, c in sw.measured.iterrows():
         frame = sw.requests(c["path"])
         if frame is None or "step_tokens" not in frame:
             continue
@@ -195,13 +207,13 @@ def per_request(sw: Sweep) -> tuple[pd.DataFrame, pd.DataFrame]:
                             "tpot_ms": m["tpot_ms"].to_numpy(float),
                             "completion_tokens": m["completion_tokens"].to_numpy(float),
                             "server_acceptance_length": server_al}).dropna(subset=["tokens_per_step", "tpot_ms"])
-        for k in KEYS:
+        for k in _keys(sw):
             per[k] = c[k]
         reqs.append(per)
         rho = (per["tokens_per_step"].rank().corr(per["tpot_ms"].rank())
                if len(per) >= 3 and per["tokens_per_step"].nunique() > 1 else None)
         q = per["tokens_per_step"].quantile([0.1, 0.5, 0.9]) if len(per) else None
-        cells.append({**{k: c[k] for k in KEYS}, "requests": len(per),
+        cells.append({**{k: c[k] for k in _keys(sw)}, "requests": len(per),
                       "tokens_per_step_p10": None if q is None else q.iloc[0],
                       "tokens_per_step_p50": None if q is None else q.iloc[1],
                       "tokens_per_step_p90": None if q is None else q.iloc[2],

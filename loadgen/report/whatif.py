@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from loadgen.outputs import store
-from loadgen.report import plots
+from loadgen.report import interactive, plots
 from loadgen.report.render import Section
 from loadgen.whatif import BATCHES, KS
 
@@ -49,12 +49,14 @@ def table(doc: dict) -> pd.DataFrame:
     return wide.reset_index()
 
 
-def section(doc: dict, out: Path) -> tuple[Section, pd.DataFrame, Path | None]:
+def section(doc: dict, out: Path, page_has_plotly: bool = False) -> tuple[Section, pd.DataFrame, Path | None]:
+    """The section (its interactive chart for the HTML, the PNG for Markdown), its table, the PNG."""
     res = pd.DataFrame(doc["results"])
     frame = res.assign(variant=res["policy"], workload="traces", level=res["batch"], mode="closed")
     policies = list(dict.fromkeys(res["policy"]))
+    colours = plots.colours(policies, "none")
     fig = plots.lines_vs_load(frame, "speedup", "speedup over no speculation (x)",
-                              "What-if: speedup of each policy over the traces", plots.colours(policies, "none"),
+                              "What-if: speedup of each policy over the traces", colours,
                               out / "whatif.png", hline=1.0)
     best = ", ".join(f"B={b}: {p}" for b, p in doc["best_realisable"].items())
     protocol = "offline batches (the study's)" if doc.get("protocol") == "offline" else "closed loop"
@@ -71,5 +73,7 @@ def section(doc: dict, out: Path) -> tuple[Section, pd.DataFrame, Path | None]:
         *([f"Recommended k schedule (vLLM's num_speculative_tokens_per_batch_size): {s}." for s in schedules]),
         *[f"Note: {n}" for n in doc["notes"] + doc.get("input", {}).get("notes", [])]])
     wide = table(doc)
+    chart = interactive.whatif_chart(res, colours, include_js=not page_has_plotly)
     return Section("What-if: fixed k, oracles and combined drafters", text,
-                   [("Speedup over no speculation by batch size", wide)], [fig] if fig else []), wide, fig
+                   [("Speedup over no speculation by batch size", wide, "whatif.csv")], [fig] if fig else [],
+                   chart=chart), wide, fig

@@ -110,7 +110,8 @@ def sweep(job: SweepJob) -> SweepResult:
     todo = pending(out, plan, job.retry_failed)
     done_before = len(order) - len(todo)
     job.note(f"Sweep: {len(plan.variants)} variants x {len(plan.workloads)} workloads x "
-             f"{len(plan.levels)} levels = {len(order)} cells"
+             f"{len(plan.levels)} levels" + (f" x {plan.repeats} repeats" if plan.repeats > 1 else "")
+             + f" = {len(order)} cells"
              + (f" ({done_before} already done)" if done_before else "")
              + f"; servers: {dep.name} on {dep.engine}; results in {out}")
     if cluster is not None:

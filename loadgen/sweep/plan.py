@@ -77,14 +77,21 @@ class Cell:
     workload: str  # label
     level: float   # concurrency (closed loop) or rate in req/s (open loop)
     mode: str      # closed | open
+    repeat: int = 1  # which measurement of the cell (sweep --repeats); 1: the first
 
     @property
     def level_label(self) -> str:
         return f"c{int(self.level)}" if self.mode == "closed" else f"r{self.level:g}"
 
     @property
-    def key(self) -> str:
+    def base_key(self) -> str:
+        """The cell, whichever repeat: VARIANT/WORKLOAD/LEVEL."""
         return f"{self.variant}/{self.workload}/{self.level_label}"
+
+    @property
+    def key(self) -> str:
+        """This measurement: the base key, and `.rN` for repeat N > 1 (its directory's name)."""
+        return self.base_key + (f".r{self.repeat}" if self.repeat > 1 else "")
 
 
 @dataclass
@@ -121,6 +128,7 @@ class Plan:
     # (servers.deployments.with_acceptance_lengths); None: no axis
     acceptance_templates: list[str] | None = None
     acceptance_lengths: list[float] | None = None
+    repeats: int = 1                # each cell measured this many times (rounds, each on a fresh server)
 
     def deployment_object(self):
         """The deployment the cells run on: loaded, on the plan's engine, with the acceptance
@@ -132,9 +140,10 @@ class Plan:
         return dep
 
     def cells(self) -> list[Cell]:
-        """Variant by variant (one server each), then workload, then level (low to high)."""
-        return [Cell(v, w, lv, self.mode) for v in self.variants for w in self.workload_labels
-                for lv in self.levels]
+        """Round by round (--repeats; one round without), then variant by variant (one server
+        each), workload, level (low to high)."""
+        return [Cell(v, w, lv, self.mode, r) for r in range(1, self.repeats + 1) for v in self.variants
+                for w in self.workload_labels for lv in self.levels]
 
     def workload_spec(self, label: str) -> str:
         return self.workloads[self.workload_labels.index(label)]

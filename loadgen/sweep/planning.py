@@ -23,7 +23,7 @@ DEFAULT = {"workloads": ("chat", "code-edit"), "concurrency": "1..256", "min_req
 PLAN_OPTIONS = ("servers", "engine", "variants", "workloads", "concurrency", "rates", "arrival",
                 "burstiness", "num_requests", "duration", "warmup", "seed", "endpoint",
                 "request_timeout", "data_dir", "gpus", "parallel", "port", "baseline", "llama_server", "workers",
-                "time_scale", "acceptance_lengths")
+                "time_scale", "acceptance_lengths", "repeats")
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -76,8 +76,8 @@ def plan_from(o: Mapping) -> tuple[Plan, object]:
         specs = split_workloads(list(o["workloads"]) or list(preset["workloads"]))
     except PlanError as e:
         raise LoadgenError(str(e)) from None
-    for key, lo in (("num_requests", 1), ("warmup", 0)):
-        if o[key] is not None and o[key] < lo:
+    for key, lo in (("num_requests", 1), ("warmup", 0), ("repeats", 1)):
+        if o.get(key) is not None and o[key] < lo:
             raise LoadgenError(f"--{key.replace('_', '-')} must be >= {lo}, got {o[key]}")
     if o["duration"] is not None and not o["duration"] > 0:
         raise LoadgenError(f"--duration must be > 0, got {o['duration']}")
@@ -102,7 +102,7 @@ def plan_from(o: Mapping) -> tuple[Plan, object]:
                 parallel=o["parallel"], port=o["port"], baseline=o["baseline"],
                 llama_server=_command(o["llama_server"]), min_requests=preset["min_requests"],
                 per_user=preset["per_user"], workers=o["workers"], time_scale=time_scale,
-                acceptance_templates=templates, acceptance_lengths=lengths)
+                acceptance_templates=templates, acceptance_lengths=lengths, repeats=o.get("repeats") or 1)
     return plan, dep
 
 
@@ -158,7 +158,8 @@ def _open(spec: str, data_dir: str | None):
 def describe(plan: Plan, dep) -> str:
     """The plan in words (`loadgen sweep --dry-run`)."""
     cells = plan.cells()
-    lines = [f"{len(plan.variants)} variants x {len(plan.workloads)} workloads x {len(plan.levels)} levels "
+    rounds = f" x {plan.repeats} repeats" if plan.repeats > 1 else ""
+    lines = [f"{len(plan.variants)} variants x {len(plan.workloads)} workloads x {len(plan.levels)} levels{rounds} "
              f"= {len(cells)} cells ({'closed loop, concurrency' if plan.mode == 'closed' else 'open loop, req/s'} "
              f"{', '.join(f'{lv:g}' for lv in plan.levels)}), {plan.warmup} warm-up request(s) per cell",
              f"deployment {dep.name} ({dep.description}) on engine {dep.engine}"]

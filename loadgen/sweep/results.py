@@ -3,6 +3,7 @@
     DIR/manifest.json                      the plan, versions, command line, servers, host
     DIR/cells/VARIANT/WORKLOAD/LEVEL/      one directory per finished cell:
         summary.json, requests.parquet       the run's summary (plus `cell`) and its requests
+    DIR/cells/VARIANT/WORKLOAD/LEVEL.rN/   with --repeats: the cell's measurement N (N >= 2)
     DIR/cells.parquet                      one row per finished cell, rebuilt after each cell
     DIR/servers/VARIANT.log                each server's output
 
@@ -28,7 +29,7 @@ DONE = ("ok", "failed")  # statuses --resume keeps (failed too, unless --retry-f
 
 
 def cell_dir(root: Path, cell: Cell) -> Path:
-    return root / CELLS / cell.variant / cell.workload / cell.level_label
+    return root / CELLS / cell.key
 
 
 def write_cell(root: Path, cell: Cell, frame: pd.DataFrame, summary: dict) -> Path:
@@ -81,7 +82,8 @@ def row(summary: dict) -> dict:
 
     return {
         "variant": c["variant"], "workload": c["workload"], "workload_spec": c["workload_spec"],
-        "mode": c["mode"], "level": c["level"], "status": c["status"], "error": c.get("error"),
+        "mode": c["mode"], "level": c["level"], "repeat": c.get("repeat", 1), "cell": _base(c["key"]),
+        "status": c["status"], "error": c.get("error"),
         "completed": summary.get("completed"), "failed": summary.get("failed"),
         "duration_s": summary.get("duration_s"),
         "output_throughput_tok_s": summary.get("output_throughput_tok_s"),
@@ -104,6 +106,13 @@ def row(summary: dict) -> dict:
         "time_scale": summary.get("time_scale") or 1.0,
         "path": c["key"],
     }
+
+
+def _base(key: str) -> str:
+    """A measurement's cell: its key without the repeat's `.rN`."""
+    head, _, last = key.rpartition("/")
+    stem, dot, rep = last.rpartition(".r")
+    return f"{head}/{stem}" if dot and rep.isdigit() else key
 
 
 def rebuild_table(root: Path, order: list[str]) -> pd.DataFrame:

@@ -57,7 +57,7 @@ def _port(slot: Slot) -> int:
 
 def _cell_info(cell: Cell, plan: Plan, status: str, error: str | None, server: Server | None) -> dict:
     la = server.launch if server else None
-    return {"key": cell.key, "variant": cell.variant, "workload": cell.workload,
+    return {"key": cell.key, "variant": cell.variant, "workload": cell.workload, "repeat": cell.repeat,
             "workload_spec": plan.workload_spec(cell.workload), "mode": cell.mode, "level": cell.level,
             "status": status, "error": error, "finished_unix": time.time(),
             "server": None if la is None else {
@@ -93,14 +93,17 @@ def _died(server: Server, frame) -> int | None:
 
 def run_slot(root: Path, plan: Plan, dep: Deployment, slot: Slot, todo: list[Cell],
              workloads: dict, reporter: Reporter, order: list[str], api_key: str | None = None) -> None:
-    """Every cell of `todo` whose variant is in the slot, variant by variant. Raises
-    Interrupted when a cell was interrupted (after writing what it measured)."""
-    for variant in slot.variants:
-        cells = [c for c in todo if c.variant == variant]
+    """Every cell of `todo` whose variant is in the slot, round by round (--repeats), variant by
+    variant: each round starts each variant's server afresh, so the repeats' spread holds what
+    changes from one server start to the next too. Raises Interrupted when a cell was
+    interrupted (after writing what it measured)."""
+    for rnd, variant in ((r, v) for r in range(1, plan.repeats + 1) for v in slot.variants):
+        cells = [c for c in todo if c.variant == variant and c.repeat == rnd]
         if not cells:
             continue
         launch = render(dep, variant, port=_port(slot), gpus=slot.gpus, llama_server=plan.llama_server)
-        server = Server(launch, root / "servers" / f"{variant}.log", api_key)
+        log = f"{variant}.log" if rnd == 1 else f"{variant}.r{rnd}.log"
+        server = Server(launch, root / "servers" / log, api_key)
         try:
             for event in variant_events(plan, server, cells, workloads, reporter):
                 if event[0] == "note":

@@ -1,0 +1,147 @@
+"""Sweeps with repeats (`loadgen sweep --repeats N`) and what they are for: `loadgen compare`
+judging changes against the run-to-run spread, so that two runs of the same sweep (A/A) mark
+(almost) nothing while a real change in one cell is still found; the report giving each cell's
+mean and the rounds' spread."""
+from __future__ import annotations
+
+import html
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from loadgen.report.stats import t_quantile, t_two_sided
+from loadgen.sweep import results
+from tests.conftest import run_cli, server_pids
+
+LEVELS = [1, 4, 16]
+REPEATS = 3
+ARGS = ("sweep", "--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline,eagle",
+        "--workloads", "chat,output=fixed:48", "--concurrency", ",".join(map(str, LEVELS)), "--num-requests", "12",
+        "--warmup", "1", "--repeats", str(REPEATS), "--quiet")  # every measurement: the same 12 requests
+
+
+def _sweep(out: Path) -> Path:
+    before = server_pids()
+    res = run_cli(*ARGS, "--output", str(out), timeout=400)
+    assert res.returncode == 0, res.stderr
+    assert server_pids() <= before
+    assert f"x {REPEATS} repeats = {2 * len(LEVELS) * REPEATS} cells" in res.stderr
+    assert "(lowest-highest) of the rounds" in res.stdout  # the console table's spread
+    return out
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory) -> tuple[Path, Path]:
+    """The same sweep run twice (an A/A pair)."""
+    root = tmp_path_factory.mktemp("repeats")
+    return _sweep(root / "a"), _sweep(root / "b")
+
+
+def test_each_cell_is_measured_in_rounds_on_fresh_servers(sweeps):
+    a, _ = sweeps
+    table = pd.read_parquet(a / results.TABLE)
+    assert len(table) == 2 * len(LEVELS) * REPEATS and (table["status"] == "ok").all()
+    assert sorted(table["repeat"].unique()) == list(range(1, REPEATS + 1))
+    for cell, g in table.groupby("cell"):
+        assert sorted(g["repeat"]) == [1, 2, 3]
+        assert sorted(g["path"]) == sorted([cell, f"{cell}.r2", f"{cell}.r3"])
+    # each round started every server afresh: one log per variant and round, each a new process
+    logs = sorted(p.name for p in (a / "servers").glob("*.log") if "probe" not in p.name)
+    assert logs == sorted(f"{v}{'' if r == 1 else f'.r{r}'}.log" for v in ("baseline", "eagle")
+                          for r in range(1, REPEATS + 1))
+    pids = {json.loads((a / results.CELLS / p / "summary.json").read_text())["cell"]["server"]["pid"]
+            for p in table[table["variant"] == "eagle"]["path"]}
+    assert len(pids) == REPEATS
+    assert json.loads((a / results.MANIFEST).read_text())["plan"]["repeats"] == REPEATS
+
+
+def test_a_and_a_marks_almost_nothing_and_an_injected_change_is_found(sweeps, tmp_path):
+    a, b = sweeps
+    res = run_cli("compare", str(a), str(b), "--output", str(tmp_path / "aa.csv"), "--html", str(tmp_path / "aa.html"))
+    assert res.returncode == 0, res.stderr
+    aa = pd.read_csv(tmp_path / "aa.csv")
+    assert len(aa) == 2 * len(LEVELS) * 4 and (aa["basis"] == "repeats").all()
+    assert (aa["repeats_a"] == REPEATS).all() and (aa["repeats_b"] == REPEATS).all()
+    marked = int(aa["significant"].sum())
+    assert marked <= 0.05 * len(aa), aa[aa["significant"]].to_string()
+    assert "cover run-to-run variation too" in res.stdout and "not covered" not in res.stdout
+    assert "judged from the sweeps' repeats" in html.unescape((tmp_path / "aa.html").read_text())
+
+    # +20% TPOT in one cell of B (every repeat of it): found, and nothing else is
+    slower = tmp_path / "slower"
+    shutil.copytree(b, slower, ignore=shutil.ignore_patterns("report"))
+    key = "eagle/chat/c4"
+    for path in (slower / results.CELLS).glob(f"{key}*/requests.parquet"):
+        reqs = pd.read_parquet(path)
+        reqs["tpot_ms"] *= 1.2
+        reqs.to_parquet(path, index=False)
+    res = run_cli("compare", str(a), str(slower), "--output", str(tmp_path / "ab.csv"))
+    assert res.returncode == 0, res.stderr
+    ab = pd.read_csv(tmp_path / "ab.csv").set_index(["cell", "metric"])
+    row = ab.loc[(key, "tpot_p50_ms")]
+    before = aa.set_index(["cell", "metric"]).loc[(key, "tpot_p50_ms")]  # the A/A change there
+    assert row["significant"] and row["change_pct"] == pytest.approx(100 * (1.2 * (1 + before["change_pct"] / 100) - 1))
+    assert row["ci_low_pct"] > 10 and row["ci_low_pct"] < 20 < row["ci_high_pct"] < 35
+    assert int(ab["significant"].sum()) <= marked + 1
+
+
+def test_without_repeats_on_one_side_compare_says_run_to_run_is_not_covered(sweeps, tmp_path):
+    a, b = sweeps
+    single = tmp_path / "single"
+    shutil.copytree(b, single, ignore=shutil.ignore_patterns("report", "*.r2", "*.r3"))
+    res = run_cli("compare", str(a), str(single), "--output", str(tmp_path / "x.csv"))
+    assert res.returncode == 0, res.stderr
+    frame = pd.read_csv(tmp_path / "x.csv")
+    assert (frame["basis"] == "requests").all() and (frame["repeats_b"] == 1).all()
+    assert "run-to-run variation (the same sweep run again on the same machine) is not covered" in res.stdout
+
+
+def test_the_report_gives_each_cells_mean_and_the_rounds_spread(sweeps):
+    a, _ = sweeps
+    res = run_cli("report", str(a))
+    assert res.returncode == 0, res.stderr
+    out = a / "report"
+    cells = pd.read_parquet(a / results.TABLE)
+    sp = pd.read_csv(out / "speedup.csv")
+    assert len(sp) == len(LEVELS) and (sp["rounds"] == REPEATS).all()
+    for _, r in sp.iterrows():
+        at = cells[cells["level"] == r["level"]]
+        mean = lambda v: at[at["variant"] == v]["output_throughput_tok_s"].mean()  # noqa: E731
+        assert r["speedup"] == pytest.approx(mean("eagle") / mean("baseline"))
+        rounds = [at[(at["variant"] == "eagle") & (at["repeat"] == k)]["output_throughput_tok_s"].iloc[0]
+                  / at[(at["variant"] == "baseline") & (at["repeat"] == k)]["output_throughput_tok_s"].iloc[0]
+                  for k in range(1, REPEATS + 1)]
+        assert r["speedup_min"] == pytest.approx(min(rounds)) and r["speedup_max"] == pytest.approx(max(rounds))
+    thr = pd.read_csv(out / "throughput.csv")
+    assert len(thr) == 2 * len(LEVELS) and (thr["repeats"] == REPEATS).all()
+    acc = pd.read_csv(out / "acceptance.csv")  # per measurement: a row per repeat
+    assert len(acc) == 2 * len(LEVELS) * REPEATS and sorted(acc["repeat"].unique()) == [1, 2, 3]
+    md = (out / "report.md").read_text()
+    assert f"measured up to {REPEATS} times, in rounds on freshly started servers" in md
+    assert "run-to-run variation is not covered" not in md
+    page = (out / "report.html").read_text()
+    assert '"error_y"' in page  # the chart's bars span the rounds
+
+
+@pytest.mark.parametrize("bad", ["0", "-2"])
+def test_bad_repeats_is_one_line(bad, tmp_path):
+    res = run_cli(*ARGS[:-3], "--repeats", bad, "--output", str(tmp_path / "x"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "--repeats must be >= 1" in res.stderr and not (tmp_path / "x").exists()
+
+
+def test_student_t_against_its_tables():
+    """Two-sided t: the printed tables' 5% points, the normal limit, and SciPy where installed."""
+    for df, t in ((1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228), (30, 2.042)):
+        assert t_two_sided(t, df) == pytest.approx(0.05, abs=2e-4)
+        assert t_quantile(0.95, df) == pytest.approx(t, abs=1e-3)
+    assert t_two_sided(1.959964, math.inf) == pytest.approx(0.05, abs=1e-6)
+    assert t_two_sided(0.0, 5) == pytest.approx(1.0)
+    scipy = pytest.importorskip("scipy.stats")
+    for t in (0.3, 1.5, 3.0, 9.0):
+        for df in (1, 3, 7.5, 40, 1000):
+            assert t_two_sided(t, df) == pytest.approx(2 * scipy.t.sf(t, df), rel=1e-9, abs=1e-15)
