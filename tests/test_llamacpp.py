@@ -109,7 +109,11 @@ def test_what_the_client_measured_agrees_with_the_servers_counters(deployment, v
                 continue
             # the scraped window holds exactly these requests: per-request counts add up to it
             reported = client["server_reported"]
-            assert reported["requests"] == num
+            # llama.cpp sends timings.draft_n only for a request that drafted: one whose n-gram
+            # lookup never matched (Gemma samples, so its answers vary) reports nothing; the sums
+            # below equal the server's counters, so those drafted nothing indeed
+            assert 1 <= reported["requests"] <= num
+            assert reported["requests"] == frame["server_draft_tokens"].notna().sum()
             assert sd["accepted_tokens"] == reported["accepted_tokens"] == frame["server_accepted_tokens"].sum()
             assert sd["draft_tokens"] == reported["draft_tokens"] == frame["server_draft_tokens"].sum()
             assert sd["accepted_tokens"] > 0

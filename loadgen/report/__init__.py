@@ -72,6 +72,21 @@ def _flagged(frame, sw: Sweep):
     return frame.merge(f, on=keys, how="left").assign(flags=lambda x: x["flags"].fillna(""))
 
 
+def _baseline_flags(sp, sw: Sweep):
+    """A speedup's flags: its own cell's and its baseline cell's ("baseline client_bound"), as
+    either one understates the ratio (the console's '!' says the same)."""
+    if sp.empty or "flags" not in sp:
+        return sp
+    f = sw.ok[tables.KEYS].assign(flags=decision.flags(sw.ok).to_numpy())
+    base = f[f["variant"] == sw.baseline].drop(columns="variant").rename(columns={"flags": "base_flags"})
+    out = sp.merge(base, on=["workload", "mode", "level"], how="left")
+    def join(own: str, base: str) -> str:
+        return ", ".join([*filter(None, own.split(", ")), *(f"baseline {b}" for b in filter(None, base.split(", ")))])
+
+    both = [join(own, b) for own, b in zip(out["flags"].fillna(""), out["base_flags"].fillna(""))]
+    return out.drop(columns="base_flags").assign(flags=both)
+
+
 def _in_order(frame, order: dict[str, int]):
     if frame.empty or "workload" not in frame:
         return frame
@@ -98,6 +113,7 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
     per_req, t["per_request"] = tables.per_request(sw)
     order = {w: i for i, w in enumerate(dict.fromkeys(sw.cells["workload"]))}  # plan order
     t = {k: _in_order(_flagged(v, sw), order) for k, v in t.items()}
+    t["speedup"] = _baseline_flags(t["speedup"], sw)
     per_req = _in_order(per_req, order)
     paths = {}
     for name, frame in t.items():
