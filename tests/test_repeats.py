@@ -17,11 +17,11 @@ from loadgen.report.stats import t_quantile, t_two_sided
 from loadgen.sweep import results
 from tests.conftest import run_cli, server_pids
 
-LEVELS = [1, 4, 16]
+LEVELS = [2, 8]
 REPEATS = 3
 ARGS = ("sweep", "--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline,eagle",
-        "--workloads", "chat,output=fixed:48", "--concurrency", ",".join(map(str, LEVELS)), "--num-requests", "12",
-        "--warmup", "1", "--repeats", str(REPEATS), "--quiet")  # every measurement: the same 12 requests
+        "--workloads", "chat,output=fixed:32", "--concurrency", ",".join(map(str, LEVELS)), "--num-requests", "16",
+        "--warmup", "1", "--repeats", str(REPEATS), "--quiet")  # every measurement: the same 16 requests
 
 
 def _sweep(out: Path) -> Path:
@@ -74,7 +74,7 @@ def test_a_and_a_marks_almost_nothing_and_an_injected_change_is_found(sweeps, tm
     # +20% TPOT in one cell of B (every repeat of it): found, and nothing else is
     slower = tmp_path / "slower"
     shutil.copytree(b, slower, ignore=shutil.ignore_patterns("report"))
-    key = "eagle/chat/c4"
+    key = "eagle/chat/c2"
     for path in (slower / results.CELLS).glob(f"{key}*/requests.parquet"):
         reqs = pd.read_parquet(path)
         reqs["tpot_ms"] *= 1.2
