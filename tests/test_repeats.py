@@ -145,3 +145,21 @@ def test_student_t_against_its_tables():
     for t in (0.3, 1.5, 3.0, 9.0):
         for df in (1, 3, 7.5, 40, 1000):
             assert t_two_sided(t, df) == pytest.approx(2 * scipy.t.sf(t, df), rel=1e-9, abs=1e-15)
+
+
+def test_a_figure_the_repeats_cannot_give_falls_back_to_the_requests(sweeps, tmp_path):
+    """A repeat whose TPOT is missing (every request a single token, say) gives no log figure:
+    that change is judged from the requests, said so in `basis`, and the rest from the repeats."""
+    a, b = sweeps
+    odd = tmp_path / "odd"
+    shutil.copytree(b, odd, ignore=shutil.ignore_patterns("report"))
+    path = odd / results.CELLS / "baseline/chat/c8.r2" / "requests.parquet"
+    reqs = pd.read_parquet(path)
+    reqs["tpot_ms"] = float("nan")
+    reqs.to_parquet(path, index=False)
+    res = run_cli("compare", str(a), str(odd), "--output", str(tmp_path / "odd.csv"))
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    frame = pd.read_csv(tmp_path / "odd.csv").set_index(["cell", "metric"])
+    assert frame.loc[("baseline/chat/c8", "tpot_p50_ms"), "basis"] == "requests"
+    assert (frame.drop(index=("baseline/chat/c8", "tpot_p50_ms"))["basis"] == "repeats").all()
+    assert frame["p"].notna().all()

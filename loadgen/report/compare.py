@@ -16,6 +16,7 @@ p-value stays under 0.05 after Holm's correction over every change in the table 
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -30,7 +31,9 @@ LEVEL = 0.95
 
 def _median(col: str):
     def stat(frame: pd.DataFrame, idx: np.ndarray) -> np.ndarray:
-        return np.median(frame[col].to_numpy(float)[idx], axis=-1)
+        with warnings.catch_warnings():  # a resample without any value (all NaN): NaN, left out below
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.nanmedian(frame[col].to_numpy(float)[idx], axis=-1)  # over requests that have one
     return stat
 
 
@@ -119,7 +122,7 @@ def compare(dir_a: str, dir_b: str, seed: int = 0) -> pd.DataFrame:
             if len(fa) >= 2 and len(fb) >= 2:
                 xa = [float(stat(f, np.arange(len(f)))) for f in fa]
                 xb = [float(stat(f, np.arange(len(f)))) for f in fb]
-                if min(xa + xb) > 0:
+                if all(math.isfinite(x) and x > 0 for x in xa + xb):  # else (a NaN TPOT, a 0): the requests
                     logs.append((len(rows), np.log(xa), np.log(xb)))
                     rows.append({**base, "basis": "repeats"})
                     continue
