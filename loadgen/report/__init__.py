@@ -62,29 +62,32 @@ def _notes(sw: Sweep) -> list[str]:
     return notes
 
 
-def _flagged(frame, sw: Sweep):
-    """A per-cell table with each cell's flags (client_bound, server_behind; '' for none) as its
-    last column."""
+def _cell_flags(sw: Sweep):
+    """Each cell's keys and its flags as text (client_bound, server_behind; '' for none)."""
+    return sw.ok[tables.KEYS].assign(flags=decision.flags(sw.ok).to_numpy())
+
+
+def _flagged(frame, cell_flags):
+    """A per-cell table with each cell's flags (`_cell_flags`) as its last column."""
     keys = tables.KEYS
     if frame.empty or not all(k in frame for k in keys) or "flags" in frame:
         return frame
-    f = sw.ok[keys].assign(flags=decision.flags(sw.ok).to_numpy())
-    return frame.merge(f, on=keys, how="left").assign(flags=lambda x: x["flags"].fillna(""))
+    return frame.merge(cell_flags, on=keys, how="left").assign(flags=lambda x: x["flags"].fillna(""))
 
 
-def _baseline_flags(sp, sw: Sweep):
+def _baseline_flags(sp, cell_flags, baseline: str):
     """A speedup's flags: its own cell's and its baseline cell's ("baseline client_bound"), as
     either one understates the ratio (the console's '!' says the same)."""
     if sp.empty or "flags" not in sp:
         return sp
-    f = sw.ok[tables.KEYS].assign(flags=decision.flags(sw.ok).to_numpy())
-    base = f[f["variant"] == sw.baseline].drop(columns="variant").rename(columns={"flags": "base_flags"})
+    base = cell_flags[cell_flags["variant"] == baseline].drop(columns="variant").rename(columns={"flags": "base"})
     out = sp.merge(base, on=["workload", "mode", "level"], how="left")
+
     def join(own: str, base: str) -> str:
         return ", ".join([*filter(None, own.split(", ")), *(f"baseline {b}" for b in filter(None, base.split(", ")))])
 
-    both = [join(own, b) for own, b in zip(out["flags"].fillna(""), out["base_flags"].fillna(""))]
-    return out.drop(columns="base_flags").assign(flags=both)
+    both = [join(own, b) for own, b in zip(out["flags"].fillna(""), out["base"].fillna(""))]
+    return out.drop(columns="base").assign(flags=both)
 
 
 def _in_order(frame, order: dict[str, int]):
@@ -112,8 +115,9 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
                                                                   plan["acceptance_lengths"])
     per_req, t["per_request"] = tables.per_request(sw)
     order = {w: i for i, w in enumerate(dict.fromkeys(sw.cells["workload"]))}  # plan order
-    t = {k: _in_order(_flagged(v, sw), order) for k, v in t.items()}
-    t["speedup"] = _baseline_flags(t["speedup"], sw)
+    cell_flags = _cell_flags(sw)
+    t = {k: _in_order(_flagged(v, cell_flags), order) for k, v in t.items()}
+    t["speedup"] = _baseline_flags(t["speedup"], cell_flags, sw.baseline)
     per_req = _in_order(per_req, order)
     paths = {}
     for name, frame in t.items():

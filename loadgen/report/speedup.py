@@ -5,6 +5,11 @@ from __future__ import annotations
 import pandas as pd
 
 
+def _repeated(table: pd.DataFrame) -> bool:
+    """A table of measurements (cells.parquet) from a sweep with repeats."""
+    return "repeat" in table and bool((table["repeat"].fillna(1) > 1).any())
+
+
 def speedup(table: pd.DataFrame, baseline: str = "baseline") -> pd.DataFrame:
     """One row per (workload, level, variant) with both measured: output throughput (tok/s)
     of the variant over the baseline's at the same workload and level (docs/metrics.md); with
@@ -12,7 +17,7 @@ def speedup(table: pd.DataFrame, baseline: str = "baseline") -> pd.DataFrame:
     cols = ["workload", "mode", "level", "variant", "output_throughput_tok_s", "baseline_tok_s", "speedup"]
     if table.empty or "status" not in table:
         return pd.DataFrame(columns=cols)
-    if "repeat" in table and (table["repeat"].fillna(1) > 1).any():  # cells.parquet of a sweep with repeats
+    if _repeated(table):
         from loadgen.report.data import combine
         table = combine(table[table["status"] == "ok"])  # each cell's mean throughput over its repeats
     ok = table[(table["status"] == "ok") & (table["output_throughput_tok_s"] > 0)]
@@ -47,7 +52,7 @@ def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
         return "No cells finished."
     failed = table[table["status"] != "ok"]
     rounds = pd.DataFrame()
-    if "repeat" in table and (table["repeat"].fillna(1) > 1).any():
+    if _repeated(table):
         from loadgen.report.data import combine
         rounds = spread(table, baseline).set_index(["workload", "level", "variant"])
         table = combine(table[table["status"] == "ok"])

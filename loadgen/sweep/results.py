@@ -82,7 +82,8 @@ def row(summary: dict) -> dict:
 
     return {
         "variant": c["variant"], "workload": c["workload"], "workload_spec": c["workload_spec"],
-        "mode": c["mode"], "level": c["level"], "repeat": c.get("repeat", 1), "cell": _base(c["key"]),
+        "mode": c["mode"], "level": c["level"], "repeat": c.get("repeat", 1),
+        "cell": Cell(c["variant"], c["workload"], c["level"], c["mode"]).base_key,
         "status": c["status"], "error": c.get("error"),
         "completed": summary.get("completed"), "failed": summary.get("failed"),
         "duration_s": summary.get("duration_s"),
@@ -106,13 +107,6 @@ def row(summary: dict) -> dict:
         "time_scale": summary.get("time_scale") or 1.0,
         "path": c["key"],
     }
-
-
-def _base(key: str) -> str:
-    """A measurement's cell: its key without the repeat's `.rN`."""
-    head, _, last = key.rpartition("/")
-    stem, dot, rep = last.rpartition(".r")
-    return f"{head}/{stem}" if dot and rep.isdigit() else key
 
 
 def rebuild_table(root: Path, order: list[str]) -> pd.DataFrame:
