@@ -86,17 +86,37 @@ def _spread(sp: pd.DataFrame, reps: int) -> str:
 
 
 def _stops(be: pd.DataFrame, unit: str, top_level) -> str:
-    """Where SD stops paying, from the break-even table of the workload's SD variants."""
+    """Where SD stops paying, from the break-even table of the workload's SD variants: one
+    sentence when every variant's verdict is of one kind (all pay at every load measured, or
+    none pays at any), else each variant's own (one may stop at 4 users while another still
+    pays at the highest load: saying only where the last one stops would contradict it)."""
     if be.empty:
         return ""
-    crossing = be[be["break_even_level"].notna()]
-    if len(crossing):
-        top = crossing.loc[crossing["break_even_level"].idxmax()]
-        return (f"Speculative decoding stops paying at about {short(round(top['break_even_level'], 1))} {unit} "
-                f"(the last to stop: {top['variant']}).")
-    if be["verdict"].str.startswith("pays").any():
+    kinds = {_kind(r) for _, r in be.iterrows()}
+    if kinds == {"pays"}:
         return f"Speculative decoding pays (or is even) at every load measured (up to {short(top_level)} {unit})."
-    return "No speculative-decoding variant pays at any load measured."
+    if kinds == {"never"}:
+        return "No speculative-decoding variant pays at any load measured."
+    parts = []
+    for _, r in be.sort_values("break_even_level", na_position="last").iterrows():
+        kind, v = _kind(r), r["variant"]
+        if kind == "stops":
+            parts.append(f"{v} at about {short(round(r['break_even_level'], 1))} {unit}")
+        elif kind == "pays":
+            parts.append(f"{v} does not within the loads measured (it pays or is even up to {short(top_level)} {unit})")
+        elif kind == "never":
+            parts.append(f"{v} never pays")
+        else:
+            parts.append(f"{v}: {r['verdict']}")
+    return "Where speculative decoding stops paying: " + "; ".join(parts) + "."
+
+
+def _kind(row) -> str:
+    """A break-even row's verdict as one of stops, pays, never, other (tables.break_even)."""
+    if row["break_even_level"] is not None and not pd.isna(row["break_even_level"]):
+        return "stops"
+    verdict = str(row["verdict"])
+    return "pays" if verdict.startswith("pays") else "never" if verdict.startswith("never") else "other"
 
 
 def _flag_counts(flagged: pd.Series) -> str:
