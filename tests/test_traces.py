@@ -48,6 +48,16 @@ def test_other_formats_and_a_field_mapping(tmp_path):
     gen.write_text("at_ms,prompt,completion\n1000,10,2\n1500,12,3\n")
     g = read_trace(f"csv:{gen},time=at_ms,input=prompt,output=completion,unit=ms")
     assert g.t_s.tolist() == [0, 0.5] and g.output_len.tolist() == [2, 3]
+    # hash_ids from a CSV: a JSON list or separated integers per cell (empty: none); named but absent: refused
+    blocks = tmp_path / "blocks.csv"
+    blocks.write_text('t,in,out,blocks\n0,1100,5,"[1, 2, 3]"\n1,1300,7,1 2 9\n2,40,3,\n3,600,2,4;5\n')
+    h = read_trace(f"csv:{blocks},time=t,input=in,output=out,hash_ids=blocks")
+    assert h.hash_ids == [[1, 2, 3], [1, 2, 9], [], [4, 5]]
+    with pytest.raises(TraceError, match=r"blocks.csv:1: no column 'hashes'"):
+        read_trace(f"csv:{blocks},time=t,input=in,output=out,hash_ids=hashes")
+    blocks.write_text("t,in,out,blocks\n0,1100,5,one two\n")
+    with pytest.raises(TraceError, match=r"blocks.csv:2: blocks must be a list of integers, like \[1, 2, 3\] or 1 2 3"):
+        read_trace(f"csv:{blocks},time=t,input=in,output=out,hash_ids=blocks")
 
 
 @pytest.mark.parametrize("content,expect", [

@@ -7,7 +7,8 @@ traces carry no text). `read_trace("FORMAT:PATH[,key=value...]")`:
   `output_length`, optional `hash_ids`: ids of the prompt's blocks, shared blocks shared text);
 - `burstgpt`: BurstGPT-style CSV (`Timestamp` in s, `Request tokens`, `Response tokens`);
 - `csv` / `jsonl`: any other, with its fields named: `time=COL,input=COL,output=COL` and
-  `unit=s|ms|us|datetime` (default s), optional `hash_ids=COL`.
+  `unit=s|ms|us|datetime` (default s), optional `hash_ids=COL` (in a CSV cell: a JSON list or
+  integers separated by spaces, `;` or `|`).
 
 Times become seconds from the trace's first request. A line that cannot be read (a time going
 back, a negative length, a length that is not a whole number) is an error naming the file, the
@@ -91,6 +92,23 @@ def _length(value, where: str, col: str) -> int:
     return int(n)
 
 
+def _hash_ids(value, where: str, col: str) -> list[int] | None:
+    """A request's prompt block ids: a JSON list of integers (JSONL, or a CSV cell holding one,
+    as pandas writes a list column), or a CSV cell of integers separated by spaces, `;` or `|`;
+    empty: none."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = json.loads(text) if text.startswith("[") else [int(x) for x in text.replace(";", " ").replace("|", " ").split()]
+        except ValueError:
+            value = None
+    if not (isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in value)):
+        raise TraceError(f"{where}: {col} must be a list of integers, like [1, 2, 3] or 1 2 3")
+    return value
+
+
 def _rows(path: Path, kind: str):
     """(line number, row dict) of a CSV (header first) or JSONL file."""
     try:
@@ -141,6 +159,8 @@ def read_trace(text: str, *, skip_bad: bool = False) -> Trace:
     _, header = next(rows)
     if header is not None:
         missing = [c for c in (tcol, icol, ocol) if c not in header]
+        if hcol and "hash_ids" in opts and hcol not in header:
+            missing.append(hcol)
         if missing:
             fix = (f"name them: {fmt}:{path},time=COL,input=COL,output=COL" if fmt in ("csv", "jsonl") else
                    f"is it a {fmt} trace? (csv:PATH,time=COL,input=COL,output=COL reads any CSV)")
@@ -159,9 +179,7 @@ def read_trace(text: str, *, skip_bad: bool = False) -> Trace:
             if last is not None and t < last:
                 raise TraceError(f"{where}: {tcol} goes back in time ({t - last:+.3f} s after the line before); "
                                  "sort the trace by time, or give --skip-bad to drop such lines")
-            h = row.get(hcol) if hcol and kind == "jsonl" else None
-            if h is not None and not (isinstance(h, list) and all(isinstance(x, int) for x in h)):
-                raise TraceError(f"{where}: {hcol} must be a list of integers")
+            h = _hash_ids(row.get(hcol), where, hcol) if hcol else None
         except TraceError as e:
             if not skip_bad:
                 raise
