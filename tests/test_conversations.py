@@ -199,12 +199,26 @@ def test_a_bad_turns_value_is_one_line(tmp_path):
     res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--concurrency", "1", "--num-requests", "2",
                   "--workload",
                   f"mt_bench:{SHARED / 'mt_bench' / 'question.jsonl'},turns=sessions", "--output", str(tmp_path))
-    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert res.returncode == 2 and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert "turns='sessions'" in res.stderr and "session" in res.stderr.splitlines()[-1]
     res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--concurrency", "1", "--num-requests", "2",
-                  "--think-time", "soon",
-                  "--output", str(tmp_path))
-    assert res.returncode != 0 and "Traceback" not in res.stderr and "--think-time" in res.stderr
+                  "--workload", "synthetic:session", "--think-time", "soon", "--output", str(tmp_path))
+    assert res.returncode == 2 and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert "--think-time" in res.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "simulate"])
+def test_think_time_with_single_requests_is_refused(tmp_path, command):
+    """--think-time waits between a conversation's turns: with a workload of single requests it
+    would do nothing, so it is refused in one line rather than ignored."""
+    where = ["--base-url", "http://127.0.0.1:9"] if command == "run" else ["--profile", "h100-llama-3.1-8b"]
+    for workload in ("synthetic:random", f"mt_bench:{SHARED / 'mt_bench' / 'question.jsonl'}"):
+        res = run_cli(command, *where, "--concurrency", "1", "--num-requests", "2", "--workload", workload,
+                      "--think-time", "2", "--output", str(tmp_path / "x"))
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        (line,) = res.stderr.strip().splitlines()
+        assert "--think-time applies to conversations" in line and "sends single requests" in line
+        assert not (tmp_path / "x").exists()
 
 
 def test_prefix_cache_blocks_as_vllm_counts_them():

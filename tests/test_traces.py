@@ -81,6 +81,21 @@ def test_bad_trace_lines_are_one_line_naming_file_line_and_fix(tmp_path, content
     assert res.returncode == 2 and expect in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.parametrize("command", ["run", "simulate"])
+@pytest.mark.parametrize("flag,value", [("--trace-speed", "0"), ("--trace-speed", "2"), ("--trace-start", "-5"),
+                                        ("--trace-window", "60")])
+def test_trace_options_without_a_trace_are_refused(tmp_path, command, flag, value):
+    """--trace-speed, --trace-start and --trace-window shape a trace replay: without --trace they
+    would do nothing (even with a value that is wrong for a trace), so each is one line, exit 2."""
+    where = ["--base-url", "http://127.0.0.1:9"] if command == "run" else ["--profile", "h100-llama-3.1-8b"]
+    res = run_cli(command, *where, "--concurrency", "1", "--num-requests", "2", flag, value,
+                  "--output", str(tmp_path / "x"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert f"{flag} applies to a trace replay: give --trace FORMAT:PATH, or drop {flag}" in line
+    assert not (tmp_path / "x").exists()
+
+
 def test_skip_bad_counts_and_skips(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\n2023-11-16 18:15:45,10,2\n"

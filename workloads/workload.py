@@ -37,6 +37,15 @@ class Workload:
     def sensitive(self) -> bool:
         return bool(self.records) and any(r.sensitive for r in self.records)
 
+    @property
+    def conversations(self) -> bool:
+        """Whether its requests are conversations (later turns, sent after each reply): a data
+        set's records, or a generator's first request."""
+        if self.records is not None:
+            return any(r.followups for r in self.records)
+        first = next(iter(self.make(0)), None) if self.make is not None else None
+        return bool(first is not None and first.followups)
+
     def categories(self) -> dict[str, int]:
         return dict(Counter(r.category for r in self.records or ()))
 

@@ -26,10 +26,10 @@ def load_options(f):
         click.option("--max-concurrency", type=int, help="Open loop: cap on requests in flight."),
         click.option("--trace", metavar="FORMAT:PATH", help="Replay a production trace's arrivals and lengths "
                      "(azure, mooncake, burstgpt, csv, jsonl; docs/workloads.md); its text from --workload."),
-        click.option("--trace-speed", type=float, default=1.0, show_default=True,
-                     help="Replay the trace X times faster (0.5: half speed); not the emulator's --time-scale."),
-        click.option("--trace-start", type=float, default=0.0, show_default=True,
-                     help="Start the replay S seconds into the trace."),
+        click.option("--trace-speed", type=float, default=None,
+                     help="Replay the trace X times faster (0.5: half speed); not the emulator's --time-scale [1]."),
+        click.option("--trace-start", type=float, default=None,
+                     help="Start the replay S seconds into the trace [0]."),
         click.option("--trace-window", type=float, help="Replay S seconds of the trace [default: to its end]."),
         click.option("--think-time", metavar="S|exp:S", help="Conversations (workloads with turns=session, "
                      "synthetic:session): seconds between a reply and the next turn, constant or exp:MEAN [0]."),

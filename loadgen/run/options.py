@@ -39,10 +39,19 @@ def _read_trace(spec: str, skip_bad: bool, start: float, window: float | None, n
     return trace, part
 
 
+TRACE_ONLY = ("trace_speed", "trace_start", "trace_window")
+
+
 def _trace(o: dict):
     """The trace's window (and the whole trace), when --trace is given."""
     if not o.get("trace"):
+        for key in TRACE_ONLY:
+            if o.get(key) is not None:
+                flag = "--" + key.replace("_", "-")
+                raise LoadgenError(f"{flag} applies to a trace replay: give --trace FORMAT:PATH, or drop {flag}")
         return None, None
+    o = {**o, "trace_speed": 1.0 if o.get("trace_speed") is None else o["trace_speed"],
+         "trace_start": o.get("trace_start") or 0.0}
     for key, given in (("concurrency", o["concurrency"]), ("rate", o["rate"]), ("ramp", o.get("ramp")),
                        ("arrival", o["arrival"]), ("burstiness", o["burstiness"])):
         if given is not None:
@@ -62,7 +71,8 @@ def load_shape(o: dict) -> tuple[Shape, int | None]:
     trace, part = _trace(o)
     if part is not None:
         try:
-            load = TraceReplay(tuple(part.t_s.tolist()), o["trace_speed"], o["trace"], o["trace_start"])
+            load = TraceReplay(tuple(part.t_s.tolist()), 1.0 if o["trace_speed"] is None else o["trace_speed"],
+                               o["trace"], o["trace_start"] or 0.0)
         except ValueError as e:
             raise LoadgenError("--" + str(e).replace("_", "-")) from None
         num = len(part) - (o["warmup"] or 0)
@@ -132,12 +142,16 @@ def _trace_workload(o: dict, trace, part, tokenizer, note: Note) -> Workload:
                     exact=SimpleNamespace(exact=True) if tokenizer is not None else None)
 
 
-def think(o: dict) -> Think:
-    """--think-time, checked."""
+def think(o: dict, wl: Workload | None = None) -> Think:
+    """--think-time, checked; refused for a workload `wl` of single requests (no turn to wait for)."""
     try:
-        return Think.parse(o.get("think_time"))
+        pause = Think.parse(o.get("think_time"))
     except ValueError as e:
         raise LoadgenError("--" + str(e).replace("_", "-", 1)) from None
+    if o.get("think_time") is not None and wl is not None and not wl.conversations:
+        raise LoadgenError(f"--think-time applies to conversations, and {wl.spec} sends single requests: drop "
+                           "--think-time, or give a conversation workload (turns=session, synthetic:session)")
+    return pause
 
 
 def objectives(specs) -> dict | None:
@@ -179,7 +193,7 @@ def run_job(o: dict, note: Note = lambda _: None, config: dict | None = None) ->
                        duration_s=o["duration"], warmup=o["warmup"], seed=o["seed"],
                        request_timeout_s=o["request_timeout"], continuous_usage=not o["no_continuous_usage"],
                        keep_text=o["tokenizer"] is not None, token_ids=o["token_ids"], extra_body=extra,
-                       headers=headers, think=think(o), max_error_rate=o.get("max_error_rate"))
+                       headers=headers, think=think(o, wl), max_error_rate=o.get("max_error_rate"))
         given_scale = parse_scale(o["time_scale"])
     except TimeScaleError as e:
         raise LoadgenError(str(e)) from None

@@ -112,7 +112,7 @@ def sim_job(o: dict, note=lambda _: None, config: dict | None = None) -> SimJob:
     except (profiles.ProfileError, SpecError) as e:
         raise LoadgenError(str(e)) from None
     sim = SimSpec(name, spec, load, num_requests=num, duration_s=o["duration"], warmup=o["warmup"],
-                  seed=o["seed"], endpoint=o["endpoint"], client_rtt_s=o["client_rtt_ms"] / 1e3, think=think(o),
+                  seed=o["seed"], endpoint=o["endpoint"], client_rtt_s=o["client_rtt_ms"] / 1e3, think=think(o, wl),
                   engine=EngineConfig(max_num_seqs=o["max_num_seqs"],
                                       max_num_batched_tokens=o["max_num_batched_tokens"],
                                       kv_capacity_tokens=o["kv_cache_tokens"], seed=o["seed"],
