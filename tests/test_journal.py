@@ -1,9 +1,10 @@
 """Long runs lose nothing: `loadgen run` journals every finished request to its results
 directory as it goes (records-W.jsonl, flushed four times a second). A run SIGKILLed midway
-(one process, and --workers 2) leaves every request that had finished more than a second
-before the kill, each once, according to the server's own log of what it finished; `loadgen
-summarize` and `loadgen check --results` read the directory; a journal cut short gives the same
-per-request figures as the finished run it was cut from."""
+(one process, and --workers 2) leaves every request that had finished more than a quarter
+second before the kill (the flush interval, plus the client's own loop lag at the time), each
+once, according to the server's own log of what it finished; `loadgen summarize` and `loadgen
+check --results` read the directory; a journal cut short gives the same per-request figures as
+the finished run it was cut from."""
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ def _served(trace: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_killed_run_keeps_every_request_finished_a_second_before(workers, tmp_path):
+def test_a_killed_run_keeps_every_request_finished_a_quarter_second_before(workers, tmp_path):
     trace = tmp_path / "served.jsonl"
     out = tmp_path / "run"
     with canned_server("--ttft-ms", "5", "--pacing-ms", "5", "--trace", str(trace)) as srv:
@@ -60,9 +61,20 @@ def test_a_killed_run_keeps_every_request_finished_a_second_before(workers, tmp_
         assert not still_running(tree)
         served = _served(trace)
     assert len(served) >= 250, proc.stderr.read().decode()[-2000:]
-    before = {s["key"] for s in served if s["write_ns"] and s["write_ns"][-1] < t_kill - 1_000_000_000}
-    assert len(before) >= 100
     j = journal.read(out)
+    # The journal is flushed every FLUSH_S by the client's event loop: a request the server
+    # finished more than that before the kill is on disk, give or take the client's own delay
+    # (its loop's lag over the last second, journaled with the records, and 20 ms to read the
+    # stream's end), which the README says.
+    recent = [lag for at, lag in zip(j.lag_at_ns, j.lag_ns) if at > t_kill - 1_000_000_000]
+    cutoff = t_kill - int(journal.FLUSH_S * 1e9) - max(recent, default=0) - 20_000_000
+    assert max(recent, default=0) < 250_000_000, f"the client's loop lagged {max(recent) / 1e6:.0f} ms"
+    finished = [s["write_ns"][-1] for s in served if s["write_ns"]]
+    before = {s["key"] for s in served if s["write_ns"] and s["write_ns"][-1] < cutoff}
+    assert len(before) >= 100
+    # ... which is a claim about the last second: requests did finish between a second and a
+    # quarter second before the kill, and are held to it
+    assert sum(t_kill - 1_000_000_000 <= t < cutoff for t in finished) >= 10
     assert j.cut and j.files == workers
     indices = [r.index for r in j.records]
     assert len(indices) == len(set(indices))  # each request once
