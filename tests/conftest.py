@@ -106,3 +106,36 @@ def wait_served(trace: Path, n: int, timeout_s: float = 60.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"the server finished fewer than {n} responses in {timeout_s:g} s")
+
+
+LIGHT_SCALE = 4.0  # the light run's time dilation: a VM stall of up to 16 ms counts under 4 ms
+
+
+def light_run(tmp_path: Path) -> tuple[dict, "object", list[dict]]:
+    """A light load that a healthy client measures right on any machine: 40 requests at 40 per
+    (emulated) second against a scripted server run LIGHT_SCALE times slower than its script
+    (time dilation, as the emulator's --time-scale: the client converts every timestamp back,
+    so its own delays, and the machine's stalls, count LIGHT_SCALE times less). Returns the
+    summary, the request frame and the server's own record of every write (its --trace), the
+    latter still in real time."""
+    import json
+
+    import pandas as pd
+    trace, out = tmp_path / "light-trace.jsonl", tmp_path / "light"
+    with scripted_server("--ttft-ms", "5", "--step-ms", "5", "--time-scale", str(LIGHT_SCALE),
+                         "--trace", str(trace)) as srv:
+        res = run_cli("run", "--base-url", srv.url, "--rate", "40", "--num-requests", "40", "--input-len", "16",
+                      "--output-len", "8", "--quiet", "--output", str(out))
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["time_scale"] == LIGHT_SCALE and summary["completed"] == 40
+    return summary, pd.read_parquet(out / "requests.parquet"), [json.loads(x) for x in trace.read_text().splitlines()]
+
+
+def assert_light_load_unflagged(tmp_path: Path) -> None:
+    """For a test that accepts an honest client_bound flag in place of a figure: the same
+    client, on the same machine, does not flag a light load, so a client that flags every run
+    cannot pass such a test."""
+    summary, _, _ = light_run(tmp_path)
+    assert summary["client_bound"] is False, ("a light load was flagged client_bound too: "
+                                              f"{summary['self_check']['reasons']}")

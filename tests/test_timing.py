@@ -23,7 +23,8 @@ does exceed the bound.
 
 On a machine too slow for this load the client cannot be this exact, and says so: it marks the
 run `client_bound` (its self-check, held here to this test's bound with --timing-threshold-ms),
-and a flagged run's figures are not claimed. On a slow machine the usual case is the closed
+and a flagged run's figures are not claimed, as long as a light load on the same machine is
+not flagged (tests/conftest.py: a client that flags every run cannot pass). On a slow machine the usual case is the closed
 loop's first wave: the client is still sending its 64 first requests when their first chunks
 come back, and the self-check's first-chunk read delay sees that. So an attempt
 passes when it is within the bound or honestly flagged; what fails is a client that is off by
@@ -40,7 +41,7 @@ import pytest
 
 from servers.scripted import ScriptConfig, script_for
 from servers.scripted.script import WORDS, prompt_key
-from tests.conftest import run_cli, synthetic_prompts
+from tests.conftest import assert_light_load_unflagged, run_cli, synthetic_prompts
 
 SCRIPT = dict(ttft_ms=40.0, step_ms=25.0, step_jitter=0.5, chunk_tokens="sd:3:0.7", seed=3)
 SERVER_ARGS = ["--ttft-ms", "40", "--step-ms", "25", "--step-jitter", "0.5",
@@ -118,7 +119,10 @@ def test_timings_match_the_server_at_concurrency_64(server, tmp_path, endpoint, 
         check = summary["self_check"]
         attempts.append({**p99, "client_bound": summary["client_bound"],
                          "read_delay_p99": check["read_delay_ms"]["p99"]})
-        if max(p99.values()) <= BOUND_MS or summary["client_bound"]:
+        if max(p99.values()) <= BOUND_MS:
+            return
+        if summary["client_bound"]:  # honest, as long as the client does not flag everything
+            assert_light_load_unflagged(tmp_path)
             return
     pytest.fail(f"p99 |measured - true| over {BOUND_MS} ms, unflagged, in every attempt: {attempts}")
 

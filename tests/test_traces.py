@@ -12,7 +12,7 @@ import pytest
 
 from loadgen.shapes.trace import TraceReplay
 from servers.emulator.content import tokenize
-from tests.conftest import run_cli
+from tests.conftest import assert_light_load_unflagged, run_cli
 from workloads import open_workload
 from workloads.fitting import BLOCK, trace_requests
 from workloads.traces import TraceError, read_trace
@@ -173,6 +173,7 @@ def test_real_time_replay_against_the_emulator_matches_the_trace_and_the_simulat
     assert late["count"] == len(trace)  # every send's lateness measured and reported...
     if late["p99"] > 5.0:  # ...and a machine too slow to keep the schedule says so, honestly
         assert summary["client_bound"] and any("send lateness" in r for r in summary["self_check"]["reasons"])
+        assert_light_load_unflagged(tmp_path)  # (a client that flags every run does not pass)
     assert frame["prompt_tokens"].tolist() == trace.input_len.tolist()
     assert frame["completion_tokens"].tolist() == trace.output_len.tolist()
     simulated = json.loads((tmp_path / "sim" / "summary.json").read_text())

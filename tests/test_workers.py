@@ -19,7 +19,7 @@ import pytest
 from loadgen.client.record import RequestRecord
 from loadgen.measures.frame import request_frame
 from loadgen.run.selfcheck import self_check
-from tests.conftest import REPO, run_cli, wait_served
+from tests.conftest import REPO, assert_light_load_unflagged, run_cli, wait_served
 
 
 def _load(out: Path) -> tuple[dict, pd.DataFrame]:
@@ -54,6 +54,7 @@ def test_an_open_loop_schedule_is_the_same_split_over_workers(server, tmp_path):
     assert (late["p99"] > 5) == any("send lateness" in r for r in s3["self_check"]["reasons"])
     if late["p99"] > 5:
         assert s3["client_bound"]
+        assert_light_load_unflagged(tmp_path)  # a client that flags every run does not pass
     assert set(s3["self_check"]["workers"]) == {"0", "1", "2"}
     assert s3["sending"]["workers"] == 3 and s3["sending"]["workers_lost"] == []
     assert s3["completed"] == 60 and s3["config"]["workers"] == 3

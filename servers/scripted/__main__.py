@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-continuous-usage", action="store_true",
                    help="ignore stream_options.continuous_usage_stats")
     p.add_argument("--trace", default=None, help="append per-request write times (JSONL) to FILE")
+    p.add_argument("--time-scale", type=float, default=None,
+                   help="run S times slower than the script's times, and say so in /metrics "
+                        "(emulator:time_scale, as the emulator does): loadgen converts back")
     return p
 
 
@@ -47,13 +50,14 @@ def main(argv: list[str] | None = None) -> None:
             step_ms=args.step_ms, step_jitter=args.step_jitter, chunk_tokens=args.chunk_tokens,
             events_per_write=args.events_per_write, seed=args.seed,
             faults=tuple(f.strip() for f in args.faults.split(",") if f.strip()),
-            fault_after_chunks=args.fault_after_chunks, stall_s=args.stall_s)
+            fault_after_chunks=args.fault_after_chunks, stall_s=args.stall_s,
+            time_scale=1.0 if args.time_scale is None else args.time_scale)
     except ValueError as e:
         sys.exit(f"loadgen-scripted-server: error: {e}")
     opts = ServerOptions(model=args.model, api_key=args.api_key,
                          honour_usage=not args.no_usage,
                          honour_continuous_usage=not args.no_continuous_usage,
-                         trace_path=args.trace)
+                         trace_path=args.trace, metrics=args.time_scale is not None)
     server = ScriptedServer(cfg, opts)
     run_until_stopped(server.handle, args.host, args.port, "loadgen-scripted-server", server.close)
 

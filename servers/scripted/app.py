@@ -25,6 +25,7 @@ class ServerOptions:
     honour_usage: bool = True             # include_usage: a final usage chunk
     honour_continuous_usage: bool = True  # continuous_usage_stats: usage on every chunk
     trace_path: str | None = None         # JSONL: per request, scripted deadlines and write times
+    metrics: bool = False                 # serve /metrics with the time scale (only with --time-scale)
 
 
 def _json(conn: HttpConnection, status: int, obj: dict, headers: dict | None = None) -> None:
@@ -52,6 +53,11 @@ class ScriptedServer:
     async def handle(self, req: HttpRequest, conn: HttpConnection) -> None:
         if req.path == "/health":
             conn.respond(200, b"")
+            return
+        if req.path == "/metrics" and self.opts.metrics:
+            conn.respond(200, ("# HELP emulator:time_scale Real seconds per scripted second.\n"
+                               "# TYPE emulator:time_scale gauge\n"
+                               f"emulator:time_scale {self.cfg.time_scale}\n").encode(), "text/plain; version=0.0.4")
             return
         if req.path.startswith("/v1/") and self.opts.api_key and \
                 req.headers.get("authorization") != f"Bearer {self.opts.api_key}":

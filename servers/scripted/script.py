@@ -47,8 +47,13 @@ class ScriptConfig:
     faults: tuple[str, ...] = ("ok",)
     fault_after_chunks: int = 2
     stall_s: float = 3600.0
+    # every duration above taken this many times as long in real time (time dilation, as the
+    # emulator's --time-scale: loadgen reads it from /metrics and converts back; docs/metrics.md)
+    time_scale: float = 1.0
 
     def __post_init__(self) -> None:
+        if not self.time_scale > 0:
+            raise ValueError("time_scale must be > 0")
         bad = [f for f in self.faults if f not in FAULTS]
         if bad:
             raise ValueError(f"unknown fault {bad[0]!r}; valid: {', '.join(FAULTS)}")
@@ -144,8 +149,8 @@ def script_for(cfg: ScriptConfig, prompt_text: str, max_tokens: int) -> Script:
         tokens.append(n)
         left -= n
         i += 1
-    step = cfg.step_ms / 1e3
+    step = cfg.step_ms / 1e3 * cfg.time_scale
     gaps = tuple(step * (1.0 + cfg.step_jitter * (2.0 * rng.random() - 1.0)) for _ in tokens[1:])
-    ttft = cfg.ttft_ms / 1e3 + cfg.prefill_us_per_token * 1e-6 * prompt_token_count(prompt_text)
+    ttft = (cfg.ttft_ms / 1e3 + cfg.prefill_us_per_token * 1e-6 * prompt_token_count(prompt_text)) * cfg.time_scale
     words = tuple(WORDS[rng.randrange(len(WORDS))] for _ in range(max_tokens))
     return Script(ttft_s=ttft, tokens=tuple(tokens), gaps_s=gaps, words=words)
