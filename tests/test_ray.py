@@ -248,6 +248,18 @@ def test_one_runs_load_from_actors_on_two_nodes(cluster, server, tmp_path):
     assert set(s["self_check"]["workers"]) == {"0", "1"} and s["config"]["workers_on_ray"]
 
 
+def test_max_error_rate_is_one_judgement_over_all_actors(cluster, server, tmp_path):
+    """--max-error-rate with `--workers 2 --ray` against a server failing every request: the
+    driver judges the actors' finished requests together and halts both, once."""
+    from tests.test_workers import assert_stopped_once
+    address, env, _ = cluster
+    url = server("--ttft-ms", "2", "--step-ms", "2", "--faults", "http500_html")
+    res = run_cli("run", "--base-url", url, "--workers", "2", "--ray", address, "--concurrency", "4",
+                  "--num-requests", "2000", "--output-len", "4", "--max-error-rate", "0.5", "--quiet",
+                  "--output", str(tmp_path), env=env)
+    assert_stopped_once(res, tmp_path, 2000)
+
+
 def test_each_engine_asks_ray_for_what_it_runs_on():
     """vLLM asks for GPUs, the emulator and llama.cpp for CPUs; CPU and GPU go to Ray's own
     keywords (Ray refuses them as custom resources), anything else as a custom resource."""

@@ -232,3 +232,23 @@ def test_an_actors_times_are_moved_onto_the_drivers_clock():
     assert list(rec.chunk_t_ns) == [11_000, 11_500, 12_500]
     assert result.loop_lag_at_ns == [10_900, 12_000] and result.loop_lag_ns == [0, 5]
     assert result.load_info["first_sends_ns"] == [10_990, 10_990]
+
+
+def assert_stopped_once(res, out: Path, planned: int) -> None:
+    """--max-error-rate against a server failing every request, with the load split over
+    workers: the run stops as a whole, once (exit 2, one reason, not an interruption), every
+    worker long before its share of `planned` is sent."""
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    s, f = _load(out)
+    reason = s["stopped_early"]
+    assert reason.startswith("20 of the last 20 requests failed (last: http_500)") and "worker" not in reason, reason
+    assert res.stderr.count("over --max-error-rate 0.5") == 1 and not s["interrupted"]
+    assert (~f["ok"]).sum() >= 20 and f["index"].is_unique
+    assert set(f["worker"]) == {0, 1} and f.groupby("worker").size().max() < planned / 4
+
+
+def test_max_error_rate_is_one_judgement_over_all_workers(server, tmp_path):
+    url = server("--ttft-ms", "2", "--step-ms", "2", "--faults", "http500_html")
+    res = run_cli("run", "--base-url", url, "--concurrency", "4", "--workers", "2", "--num-requests", "2000",
+                  "--output-len", "4", "--max-error-rate", "0.5", "--quiet", "--output", str(tmp_path))
+    assert_stopped_once(res, tmp_path, 2000)

@@ -24,7 +24,7 @@ import numpy as np
 
 from loadgen.backends.workers import WorkloadRef, check_workers, merge
 from loadgen.executors import Share
-from loadgen.run.execute import RunResult, RunSpec, execute, session_for
+from loadgen.run.execute import ErrorRate, RunResult, RunSpec, execute, session_for
 from loadgen.run.scrape import RunWindow
 
 START_MARGIN_S = 1.0  # from naming the start to it: the calls must reach every node first
@@ -38,9 +38,11 @@ def _offset_ns() -> int:
 class Worker:
     """A Ray actor (async: its methods share one event loop) sending one share of a run."""
 
-    def __init__(self, spec: RunSpec, workload: WorkloadRef, share: Share) -> None:
+    def __init__(self, spec: RunSpec, workload: WorkloadRef, share: Share, outcomes: bool = False) -> None:
         self.spec, self.workload, self.share = spec, workload, share
         self.done = self.failed = 0
+        self.outcomes = outcomes  # keep each finished request's ErrorRate.outcome for the driver
+        self.ended: list = []
 
     async def prepare(self) -> dict:
         import ray
@@ -54,15 +56,17 @@ class Worker:
         def counted(rec) -> None:
             self.done += 1
             self.failed += not rec.ok
+            if self.outcomes and (o := ErrorRate.outcome(rec)) is not None:
+                self.ended.append(o)
         try:
             return await execute(self.spec, self.requests, session=self.session, stop=self.stop,
                                  on_record=counted, share=self.share, t0_ns=t0_unix_ns - _offset_ns())
         finally:
             await self.session.close()
 
-    async def progress(self) -> tuple[int, int]:
-        out = (self.done, self.failed)
-        self.done = self.failed = 0
+    async def progress(self) -> tuple[int, int, list]:
+        out = (self.done, self.failed, self.ended)
+        self.done, self.failed, self.ended = 0, 0, []
         return out
 
     async def halt(self) -> None:
@@ -91,14 +95,16 @@ async def execute_on_ray(ray, spec: RunSpec, workload: WorkloadRef, workers: int
                          start_timeout_s: float = 300.0) -> RunResult:
     """`execute` with the load split over `workers` Ray actors; one merged result on this
     process's clock. An actor lost mid-run (its node gone) loses only its own requests
-    (`load_info["workers_lost"]`)."""
+    (`load_info["workers_lost"]`). --max-error-rate is judged here, once, over every actor's
+    finished requests (polled twice a second), and halts them all."""
     check_workers(workers, spec)
     actor = ray.remote(Worker)
     # this process scrapes the server; the actors' records come back at the end (their nodes
     # cannot write to this host's results directory)
-    worker_spec = dataclasses.replace(spec, metrics_url=None, journal=None)
+    worker_spec = dataclasses.replace(spec, metrics_url=None, journal=None, max_error_rate=None)
+    errors = ErrorRate(spec.max_error_rate, asyncio.Event())
     actors = [actor.options(num_cpus=1, scheduling_strategy="SPREAD", name=None).remote(
-        worker_spec, workload, Share(w, workers)) for w in range(workers)]
+        worker_spec, workload, Share(w, workers), spec.max_error_rate is not None) for w in range(workers)]
     window = RunWindow(spec, from_start=True)  # the actors do not say when warm-up ends
     try:
         infos = await asyncio.wait_for(asyncio.gather(*[_get(a.prepare.remote()) for a in actors]),
@@ -118,16 +124,18 @@ async def execute_on_ray(ray, spec: RunSpec, workload: WorkloadRef, workers: int
                         results[w] = shift(fut.result(), 0 if info["host"] == here else info["offset_ns"] - mine)
                     except Exception as e:  # the actor died (its node lost, its process killed)
                         lost[w] = f"worker {w} on {infos[w]['host']} was lost mid-run ({type(e).__name__}); its requests are lost"
-            if stop is not None and stop.is_set() and not halted:
-                halted = True
-                for w in runs:
-                    actors[w].halt.remote()
-            if on_progress is not None and runs:
+            if (on_progress is not None or errors.bound is not None) and runs:
                 for got in await asyncio.gather(*[_get(actors[w].progress.remote()) for w in runs],
                                                 return_exceptions=True):
                     if not isinstance(got, BaseException):
-                        on_progress(*got)
-        out = merge(results, lost, workers, t0_unix - mine, t0_unix / 1e9, await window.close())
+                        if on_progress is not None:
+                            on_progress(got[0], got[1])
+                        errors.count_reported(got[2])
+            if ((stop is not None and stop.is_set()) or errors.tripped is not None) and not halted:
+                halted = True
+                for w in runs:
+                    actors[w].halt.remote()
+        out = merge(results, lost, workers, t0_unix - mine, t0_unix / 1e9, await window.close(), errors.tripped)
         out.load_info["worker_nodes"] = {w: {"host": i["host"], "node_id": i["node_id"]} for w, i in enumerate(infos)}
         return out
     finally:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from loadgen.executors import Share
-from loadgen.run.execute import RunResult, RunSpec, execute, session_for
+from loadgen.run.execute import ErrorRate, RunResult, RunSpec, execute, session_for
 from loadgen.run.scrape import RunWindow, Window
 
 START_MARGIN_S = 0.05  # from the go message to t0: every worker is waiting on its timers by then
@@ -69,19 +69,19 @@ def check_workers(workers: int, spec: RunSpec) -> None:
 
 # -- in the worker process ---------------------------------------------------------------------
 
-def _worker_main(conn, spec: RunSpec, workload: WorkloadRef, share: Share) -> None:
+def _worker_main(conn, spec: RunSpec, workload: WorkloadRef, share: Share, outcomes: bool = False) -> None:
     from servers.launcher import die_with_parent
     die_with_parent()  # the parent killed outright: this worker goes too
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the loop handles it (a Ctrl-C reaches all)
     try:
-        asyncio.run(_work(conn, spec, workload, share))
+        asyncio.run(_work(conn, spec, workload, share, outcomes))
     except (BrokenPipeError, EOFError):
         pass  # the parent is gone: nobody to report to
     finally:
         conn.close()
 
 
-async def _work(conn, spec: RunSpec, workload: WorkloadRef, share: Share) -> None:
+async def _work(conn, spec: RunSpec, workload: WorkloadRef, share: Share, outcomes: bool) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):  # the worker's last loop: nothing to give back after it
@@ -103,7 +103,7 @@ async def _work(conn, spec: RunSpec, workload: WorkloadRef, share: Share) -> Non
         go = await inbox.get()
         if go[0] != "start":
             return
-        result, done = await _measure(conn, spec, requests, session, share, go[1], inbox, stop, loop)
+        result, done = await _measure(conn, spec, requests, session, share, go[1], inbox, stop, loop, outcomes)
     finally:
         await session.close()
     if done[0]:
@@ -112,21 +112,25 @@ async def _work(conn, spec: RunSpec, workload: WorkloadRef, share: Share) -> Non
 
 
 async def _measure(conn, spec: RunSpec, requests, session, share: Share, t0_ns: int, inbox: asyncio.Queue,
-                   stop: asyncio.Event, loop) -> tuple:
-    """The worker's share of the run from `t0_ns`, reporting progress twice a second; the result
-    and the progress not yet reported."""
+                   stop: asyncio.Event, loop, outcomes: bool) -> tuple:
+    """The worker's share of the run from `t0_ns`, reporting progress twice a second (with
+    `outcomes`, each finished request's ErrorRate.outcome too, for the parent's one judgement of
+    --max-error-rate); the result and the progress not yet reported."""
     done = failed = 0
+    ended: list = []
 
     def on_record(rec) -> None:
         nonlocal done, failed
         done += 1
         failed += not rec.ok
+        if outcomes and (o := ErrorRate.outcome(rec)) is not None:
+            ended.append(o)
 
     def report() -> None:  # progress twice a second, not a message per request
-        nonlocal done, failed
+        nonlocal done, failed, ended
         if done:
-            conn.send(("progress", done, failed))
-            done = failed = 0
+            conn.send(("progress", done, failed, ended))
+            done, failed, ended = 0, 0, []
         ticker[0] = loop.call_later(0.5, report)
 
     async def listen() -> None:
@@ -144,7 +148,7 @@ async def _measure(conn, spec: RunSpec, requests, session, share: Share, t0_ns: 
         ticker[0].cancel()
         listener.cancel()
         loop.remove_reader(conn.fileno())
-    return result, (done, failed)
+    return result, (done, failed, ended)
 
 
 # -- in the parent -----------------------------------------------------------------------------
@@ -155,13 +159,16 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
                           start_timeout_s: float = 120.0) -> RunResult:
     """`execute` with the load split over `workers` processes; one merged result. A worker
     that dies mid-run loses only its own requests, and the result says so
-    (`load_info["workers_lost"]`); one that cannot start raises WorkerError."""
+    (`load_info["workers_lost"]`); one that cannot start raises WorkerError. --max-error-rate is
+    judged here, once, over every worker's finished requests, and stops them all."""
     check_workers(workers, spec)
     ctx = multiprocessing.get_context("spawn")
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue = asyncio.Queue()
     procs, conns = [], []
-    worker_spec = dataclasses.replace(spec, metrics_url=None)  # the parent scrapes the server
+    # the parent scrapes the server, and judges the error rate
+    worker_spec = dataclasses.replace(spec, metrics_url=None, max_error_rate=None)
+    errors = ErrorRate(spec.max_error_rate, asyncio.Event())
 
     def reader(w: int, conn) -> Callable[[], None]:
         def readable() -> None:
@@ -184,7 +191,8 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
     try:
         for w in range(workers):
             mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_worker_main, args=(theirs, worker_spec, workload, Share(w, workers)),
+            proc = ctx.Process(target=_worker_main, args=(theirs, worker_spec, workload, Share(w, workers),
+                                                          spec.max_error_rate is not None),
                                name=f"loadgen-worker-{w}", daemon=True)
             proc.start()
             theirs.close()
@@ -216,7 +224,7 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
             stopper.add_done_callback(lambda _: send_all(("stop",)))
         results: dict[int, RunResult] = {}
         lost: dict[int, str] = {}
-        measuring = False
+        measuring = halted = False
         while len(results) + len(lost) < workers:
             w, msg = await inbox.get()
             if msg is None:
@@ -225,14 +233,19 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
                     lost[w] = (f"worker {w} exited (code {procs[w].exitcode}) mid-run; "
                                + ("its requests journaled by then are kept" if spec.journal
                                   else "its requests are lost"))
-            elif msg[0] == "progress" and on_progress is not None:
-                on_progress(msg[1], msg[2])
+            elif msg[0] == "progress":
+                if on_progress is not None:
+                    on_progress(msg[1], msg[2])
+                errors.count_reported(msg[3])
+                if errors.tripped is not None and not halted:
+                    halted = True
+                    send_all(("stop",))
             elif msg[0] == "measuring" and not measuring:
                 measuring = True
                 window.measuring()
             elif msg[0] == "result":
                 results[w] = msg[1]
-        return merge(results, lost, workers, t0, t0_unix, await window.close())
+        return merge(results, lost, workers, t0, t0_unix, await window.close(), errors.tripped)
     finally:
         if stopper is not None:
             stopper.cancel()
@@ -253,9 +266,10 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
 
 
 def merge(results: dict[int, RunResult], lost: dict[int, str], workers: int, t0_ns: int,
-          t0_unix: float, window: Window | None) -> RunResult:
+          t0_unix: float, window: Window | None, stopped_early: str | None = None) -> RunResult:
     """The workers' results as one run: records in numbering order, loop-lag ticks with whose
-    loop each was, the ramp over every worker's first sends."""
+    loop each was, the ramp over every worker's first sends; `stopped_early`: why the parent
+    stopped them all (--max-error-rate), which is not an interruption."""
     records, at, lag, who, firsts, where = [], [], [], [], [], set()
     for w in sorted(results):
         r = results[w]
@@ -270,11 +284,9 @@ def merge(results: dict[int, RunResult], lost: dict[int, str], workers: int, t0_
     load_info = {"ramp_s": (max(firsts) - min(firsts)) / 1e9 if firsts else None,
                  "chunk_times": where.pop() if len(where) == 1 else ("mixed" if where else None),
                  "workers": workers, "workers_lost": [lost[w] for w in sorted(lost)]}
-    stopped = [f"worker {w}: {r.load_info['stopped_early']}" for w, r in sorted(results.items())
-               if r.load_info.get("stopped_early")]
-    if stopped:
-        load_info["stopped_early"] = "; ".join(stopped)
+    if stopped_early:
+        load_info["stopped_early"] = stopped_early
     return RunResult(records, at, lag, t0_ns, t0_unix,
-                     interrupted=any(r.interrupted for r in results.values()),
+                     interrupted=stopped_early is None and any(r.interrupted for r in results.values()),
                      load_info=load_info, server_window=window, loop_lag_worker=who,
                      journaled=any(r.journaled for r in results.values()))

@@ -277,7 +277,10 @@ ERROR_WINDOW = 20  # finished requests the error rate is judged over
 
 class ErrorRate:
     """`--max-error-rate`: over the last ERROR_WINDOW finished requests (cancelled ones aside),
-    the share that failed; above the bound, the run is stopped and `tripped` says why."""
+    the share that failed; above the bound, the run is stopped and `tripped` says why. With
+    several workers (processes or Ray actors) the parent holds the one judgement: each worker
+    reports its finished requests' outcomes (`outcome`) and the parent `count`s them in the
+    order they ended."""
 
     def __init__(self, bound: float | None, stop: asyncio.Event) -> None:
         from collections import deque
@@ -285,13 +288,28 @@ class ErrorRate:
         self.last: deque[bool] = deque(maxlen=ERROR_WINDOW)
         self.tripped: str | None = None
 
+    @staticmethod
+    def outcome(rec: RequestRecord) -> tuple[int, bool, str | None] | None:
+        """What the judgement needs of a finished request: (when it ended, ok, error type);
+        None for a cancelled one, which says nothing about the server."""
+        return None if rec.error_type == "cancelled" else (rec.t_end_ns, rec.ok, rec.error_type)
+
     def observe(self, rec: RequestRecord) -> None:
-        if self.bound is None or self.tripped is not None or rec.error_type == "cancelled":
+        if rec.error_type != "cancelled":
+            self.count(rec.ok, rec.error_type)
+
+    def count_reported(self, outcomes) -> None:
+        """A worker's reported outcomes (`outcome`'s), in the order they ended."""
+        for _, ok, kind in sorted(outcomes, key=lambda o: o[0]):
+            self.count(ok, kind)
+
+    def count(self, ok: bool, error_type: str | None = None) -> None:
+        if self.bound is None or self.tripped is not None:
             return
-        self.last.append(not rec.ok)
+        self.last.append(not ok)
         failed = sum(self.last)
         if len(self.last) == ERROR_WINDOW and failed / ERROR_WINDOW > self.bound:
-            kinds = rec.error_type or "errors"
+            kinds = error_type or "errors"
             self.tripped = (f"{failed} of the last {ERROR_WINDOW} requests failed (last: {kinds}), over "
                             f"--max-error-rate {self.bound:g}: the server looks down; stopped early")
             self.stop.set()
