@@ -248,10 +248,15 @@ def main() -> None:
     fw = f["forward"]
     print(f"\nCost profile fitted from {fw['samples']:,} measured steps ({fw['dropped']:,} outliers left out), "
           f"beside {PROFILE}:")
-    print(f"  step constant    {fw['constant'] * 1e3:8.3f} ms   profile {(prof.forward.constant + prof.step_overhead) * 1e3:8.3f} ms"
+    truth = {"constant": prof.forward.constant + prof.step_overhead, "per_kv_token": prof.forward.per_kv_token,
+             "per_batched_token": prof.forward.per_batched_token}
+    off = {k: f"{fw[k] / v - 1:+.1%}" for k, v in truth.items()}  # the fit against the profile
+    print(f"  step constant    {fw['constant'] * 1e3:8.3f} ms   profile {truth['constant'] * 1e3:8.3f} ms {off['constant']:>7}"
           " (forward constant + step overhead)")
-    print(f"  per KV token     {fw['per_kv_token'] * 1e9:8.3f} ns   profile {prof.forward.per_kv_token * 1e9:8.3f} ns")
-    print(f"  per batched tok  {fw['per_batched_token'] * 1e6:8.3f} us   profile {prof.forward.per_batched_token * 1e6:8.3f} us")
+    print(f"  per KV token     {fw['per_kv_token'] * 1e9:8.3f} ns   profile {truth['per_kv_token'] * 1e9:8.3f} ns "
+          f"{off['per_kv_token']:>7}")
+    print(f"  per batched tok  {fw['per_batched_token'] * 1e6:8.3f} us   profile {truth['per_batched_token'] * 1e6:8.3f} us "
+          f"{off['per_batched_token']:>7}")
     dm = prof.drafters["draft_model"].draft_forward
     expect = {"ngram": f"profile: {prof.drafters['ngram'].verify_fraction:.2%} of the verify forward",
               "synthetic": f"profile: 3 forwards of the 1B, {3 * dm.constant * 1e3:.3f} ms + {3 * dm.per_batched_token * 1e6:.1f} "

@@ -4,27 +4,18 @@ sampler applies it, suffix decoding over prompts and earlier outputs, and their
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
-from servers.emulator import profile as profiles
-from servers.emulator.engine import Engine, EngineConfig
 from servers.emulator.spec import SpecError, length_to_rates, parse
 from servers.emulator.suffix import SuffixCache, SuffixTree
-from workloads.synthetic import agentic, kind_like
+from workloads.synthetic import kind_like
 
-PROFILE = profiles.load("h100-llama-3.1-8b")
-
-
-def serve_offline(spec: dict, requests, *, wave: int = 8, per_request: str = "none") -> Engine:
-    """Serve the requests in waves of `wave` (each wave an offline batch, in virtual time)."""
-    engine = Engine(PROFILE, parse(json.dumps(spec)), EngineConfig(per_request_spec_decode_metrics=per_request))
-    now = 0.0
-    for i in range(0, len(requests), wave):
-        for r in requests[i:i + wave]:
-            engine.submit(r.id, r.prompt, r.max_tokens, arrival=now, ignore_eos=r.ignore_eos)
-        now = engine.run_to_end(now)
-    return engine
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import suffix_acceptance  # noqa: E402
+from suffix_acceptance import serve_offline  # noqa: E402
 
 
 def test_synthetic_rates_are_measured_back_per_position():
@@ -102,19 +93,9 @@ def test_suffix_cache_is_bounded_by_max_cached_requests():
 
 def test_suffix_decoding_shines_on_repeated_agentic_tasks_not_on_chat():
     """Acceptance length (vLLM's: 1 + accepted drafts per verify step) and tokens per decode
-    step, suffix against n-gram and EAGLE-3 at their catalog settings."""
-    def figures(spec, requests):
-        engine = serve_offline(spec, requests, per_request="summary")
-        s = engine.stats
-        decode_steps = s.itl.count  # every emission after a request's first
-        return 1 + s.spec_accepted_tokens / s.spec_drafts, (s.generation_tokens - len(requests)) / decode_steps
-
-    variants = {"ngram": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 3,
-                          "prompt_lookup_max": 7},
-                "eagle3": {"method": "eagle3", "model": "d", "num_speculative_tokens": 3},
-                "suffix": {"method": "suffix"}}
-    work = {"agentic": list(agentic(96, seed=1)), "chat": list(kind_like("chat", 32, output_len=400, seed=1))}
-    got = {(w, v): figures(spec, reqs) for w, reqs in work.items() for v, spec in variants.items()}
+    step, suffix against n-gram and EAGLE-3 at their catalog settings (bench/suffix_acceptance.py
+    prints the figures docs/emulator.md gives)."""
+    got = suffix_acceptance.measure()
     al = {k: v[0] for k, v in got.items()}
     per_step = {k: v[1] for k, v in got.items()}
     # agentic: suffix clearly ahead on both (here 4.5 against 3.0 and 2.3; 2.9 tokens a step against 1.1, 2.2)
