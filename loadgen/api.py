@@ -16,33 +16,72 @@ A sweep: `api.sweep(api.SweepJob(output, plan))` (loadgen.sweep.execute; README 
 example)."""
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import pandas as pd
-
-from loadgen import config
-from loadgen.backends.workers import WorkloadRef
 from loadgen.errors import LoadgenError
-from loadgen.outputs import journal, store
-from loadgen.outputs.live import serve as live_metrics
-from loadgen.report.data import summaries as _summaries
-from loadgen.run.execute import RunResult, RunSpec
-from loadgen.run.measurement import Measured, RunJob, measure
-from loadgen.run.options import load_shape, objectives, run_job, workload
-from loadgen.run.recover import summarize_dir
-from loadgen.run.target import Target
-from loadgen.run.timescale import TimeScaleError, parse_scale
-from loadgen.simulate.job import SimJob, Simulated, sim_job
-from loadgen.simulate.job import run_simulation as simulate
-from loadgen.sweep.capacity import CapacityJob, CapacityOutcome, capacity_job
-from loadgen.sweep.capacity import find_capacity as capacity
-from loadgen.sweep.execute import SweepJob, SweepResult, sweep
-from loadgen.sweep.plan import Plan
-from loadgen.whatif.job import WhatIf, WhatIfJob, traces_from_run, whatif
 
-SUMMARY, REQUESTS = store.SUMMARY, store.REQUESTS
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from loadgen.run.execute import RunResult
+    from loadgen.run.measurement import RunJob
+
+# The library's members, each imported when first used (`api.run` loads the run's modules, not
+# the report's, the sweep's or the what-if's): `loadgen --help` and `loadgen run` start in a
+# fraction of the time an import of everything took (docs/performance.md, "Test suite").
+_LAZY = {
+    "config": ("loadgen", "config"),
+    "WorkloadRef": ("loadgen.backends.workers", "WorkloadRef"),
+    "live_metrics": ("loadgen.outputs.live", "serve"),
+    "RunSpec": ("loadgen.run.execute", "RunSpec"),
+    "RunResult": ("loadgen.run.execute", "RunResult"),
+    "Measured": ("loadgen.run.measurement", "Measured"),
+    "RunJob": ("loadgen.run.measurement", "RunJob"),
+    "load_shape": ("loadgen.run.options", "load_shape"),
+    "objectives": ("loadgen.run.options", "objectives"),
+    "run_job": ("loadgen.run.options", "run_job"),
+    "workload": ("loadgen.run.options", "workload"),
+    "summarize_dir": ("loadgen.run.recover", "summarize_dir"),
+    "Target": ("loadgen.run.target", "Target"),
+    "TimeScaleError": ("loadgen.run.timescale", "TimeScaleError"),
+    "parse_scale": ("loadgen.run.timescale", "parse_scale"),
+    "SimJob": ("loadgen.simulate.job", "SimJob"),
+    "Simulated": ("loadgen.simulate.job", "Simulated"),
+    "sim_job": ("loadgen.simulate.job", "sim_job"),
+    "simulate": ("loadgen.simulate.job", "run_simulation"),
+    "CapacityJob": ("loadgen.sweep.capacity", "CapacityJob"),
+    "CapacityOutcome": ("loadgen.sweep.capacity", "CapacityOutcome"),
+    "capacity_job": ("loadgen.sweep.capacity", "capacity_job"),
+    "capacity": ("loadgen.sweep.capacity", "find_capacity"),
+    "SweepJob": ("loadgen.sweep.execute", "SweepJob"),
+    "SweepResult": ("loadgen.sweep.execute", "SweepResult"),
+    "sweep": ("loadgen.sweep.execute", "sweep"),
+    "Plan": ("loadgen.sweep.plan", "Plan"),
+    "WhatIf": ("loadgen.whatif.job", "WhatIf"),
+    "WhatIfJob": ("loadgen.whatif.job", "WhatIfJob"),
+    "traces_from_run": ("loadgen.whatif.job", "traces_from_run"),
+    "whatif": ("loadgen.whatif.job", "whatif"),
+}
+
+
+def __getattr__(name: str):
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'loadgen.api' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value  # once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+SUMMARY, REQUESTS = "summary.json", "requests.parquet"  # loadgen.outputs.store's names
 
 __all__ = ["CapacityJob", "CapacityOutcome", "LoadgenError", "RunOutcome", "Plan", "RunJob", "RunSpec", "SimJob",
            "Simulated", "SweepJob", "SweepResult", "Target", "TimeScaleError", "WhatIf", "WhatIfJob", "WorkloadRef",
@@ -54,9 +93,9 @@ __all__ = ["CapacityJob", "CapacityOutcome", "LoadgenError", "RunOutcome", "Plan
 class RunOutcome:
     """A finished run: its request frame, its summary, and where they were written (if)."""
 
-    frame: pd.DataFrame
+    frame: "pd.DataFrame"
     summary: dict
-    result: RunResult | None = None
+    result: "RunResult | None" = None
     output: Path | None = None
 
     @property
@@ -66,6 +105,7 @@ class RunOutcome:
 
 def prepare(output: str | Path) -> Path:
     """The output directory, created and proven writable before any load is sent."""
+    from loadgen.outputs import store
     try:
         return store.prepare(output)
     except store.OutputError as e:
@@ -75,6 +115,7 @@ def prepare(output: str | Path) -> Path:
 def write(output: Path, frame: pd.DataFrame, summary: Callable[[], dict]) -> dict:
     """Write the request table first (whatever happens next, what was measured is kept), then
     the summary (computed in between); returns the summary."""
+    from loadgen.outputs import store
     try:
         store.write_requests(output, frame)
         s = summary()
@@ -88,19 +129,24 @@ def summaries(path: str | Path) -> dict[str, dict]:
     """The summaries under `path` (loadgen.report.data.summaries): a run's directory, or a
     sweep's; a run cut short before it wrote its summary is summarized from its journal first
     (and its summary.json and requests.parquet written)."""
+    from loadgen.outputs import journal
+    from loadgen.report.data import summaries as of_path
+    from loadgen.run.recover import summarize_dir
     path = Path(path)
     if not (path / SUMMARY).is_file() and journal.exists(path):
         frame, summary = summarize_dir(path)
         write(path, frame, lambda: summary)
-    return _summaries(path)
+    return of_path(path)
 
 
 def run(job: RunJob, output: str | Path | None = None) -> RunOutcome:
     """One measured run (loadgen.run.measurement); with `output`, its results written there."""
+    from loadgen.outputs import journal
+    from loadgen.run.measurement import measure
     out = prepare(output) if output is not None else None
     if out is not None:  # finished requests are journaled there as the run goes
         journal.clear(out)
         job.journal = str(out)
-    measured: Measured = measure(job)
+    measured = measure(job)
     summary = write(out, measured.frame, measured.summary) if out is not None else measured.summary()
     return RunOutcome(measured.frame, summary, measured.result, out)

@@ -73,3 +73,25 @@ def test_the_sweeps_worker_processes_start_the_library():
     """--parallel's workers run loadgen.sweep.worker, not `loadgen sweep`."""
     text = (REPO / "loadgen" / "sweep" / "parallel.py").read_text()
     assert '"-m", "loadgen.sweep.worker"' in text and '"sweep", "--worker"' not in text
+
+
+def _modules_after(code: str) -> set[str]:
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
+                         capture_output=True, text=True, cwd=REPO, check=True).stdout
+    return {m.split(".")[0] for m in out.split()}
+
+
+def test_the_command_line_loads_only_what_a_command_needs():
+    """Every test and every user's command starts a `loadgen` process: the command group, its
+    help and its option checks load neither the data libraries nor the HTTP client nor the
+    report's plotting (2.3 s of imports when everything was loaded up front; docs/performance.md);
+    a simulation loads no HTTP client. The library's names resolve when first used."""
+    heavy = {"pandas", "pyarrow", "matplotlib", "plotly", "aiohttp", "ray", "scipy"}
+    assert not _modules_after("import loadgen.cli") & heavy
+    assert not _modules_after("import loadgen.simulate.virtual, loadgen.measures.summary") & {"aiohttp"}
+    from loadgen import api
+    from loadgen.outputs import store
+    assert (api.SUMMARY, api.REQUESTS) == (store.SUMMARY, store.REQUESTS)
+    assert all(getattr(api, name) is not None for name in api.__all__)

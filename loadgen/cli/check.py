@@ -10,12 +10,13 @@ import click
 from loadgen import api
 from loadgen.cli.app import EXIT_USAGE, Failure, main
 from loadgen.cli.run import run_and_print, run_options
-from loadgen.measures import slo
 
 EXIT_SLO_FAILED = 1
 
 
-def report(suites: dict[str, list[slo.Verdict]], junit: Path | None, as_json: bool) -> None:
+def report(suites: dict[str, list], junit: Path | None, as_json: bool) -> None:
+    """Print the verdicts (loadgen.measures.slo.Verdict per SLO, per suite), write --junit, exit."""
+    from loadgen.measures import slo
     if as_json:
         click.echo(slo.as_json(suites))
     else:
@@ -49,6 +50,7 @@ def report(suites: dict[str, list[slo.Verdict]], junit: Path | None, as_json: bo
 def check(**o) -> None:
     """Run a load (as `loadgen run`) and judge it against SLOs: exit 0 when all hold, 1 when
     any fails, 2 on a usage or infrastructure error."""
+    from loadgen.measures import slo
     targets = slo.parse_all(o["slo_texts"])
     if any(s.metric == "goodput" for s in targets) and not o["goodput_specs"] and not o["results"]:
         raise click.UsageError("--slo goodput needs per-request objectives: add --goodput 'ttft<=2s,tpot<=50ms'")

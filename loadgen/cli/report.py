@@ -15,7 +15,7 @@ from loadgen.cli.app import Failure, main
 def report(directory: Path, output: Path | None) -> None:
     """Turn a sweep's results (its --output DIRECTORY) into report.html, report.md, PNG plots
     and CSV/parquet tables: speedup and break-even load, latency, acceptance, waste."""
-    from loadgen.report import ReportError, build
+    from loadgen.report.builder import ReportError, build
     try:
         built = build(directory, output)
     except ReportError as e:

@@ -7,7 +7,7 @@ import click
 from loadgen import api
 from loadgen.cli import options
 from loadgen.cli.app import main
-from loadgen.simulate.virtual import CLIENT_RTT_S
+from loadgen.simulate import CLIENT_RTT_S
 
 
 @main.command()

@@ -10,9 +10,6 @@ from click.core import ParameterSource
 from loadgen import api
 from loadgen.cli import options
 from loadgen.cli.app import EXIT_INTERRUPTED, Failure, main
-from loadgen.report import speedup
-from loadgen.sweep import results
-from loadgen.sweep.planning import PLAN_OPTIONS, describe, plan_from
 from servers.deployments import ENGINES, DeploymentError
 
 
@@ -80,6 +77,9 @@ from servers.deployments import ENGINES, DeploymentError
               "emulator and llama.cpp].")
 def sweep(**o) -> None:
     """Sweep every SD variant x workload x load level; end with the speedup table."""
+    from loadgen.report import speedup
+    from loadgen.sweep import results
+    from loadgen.sweep.planning import PLAN_OPTIONS, describe, plan_from
     ctx = click.get_current_context()
     if o["resume"]:
         given = [k for k in PLAN_OPTIONS if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE]

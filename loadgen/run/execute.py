@@ -13,14 +13,10 @@ import resource
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-import aiohttp
-
-from loadgen.client import StreamClient, make_session
 from loadgen.client.bodies import build_body, stream_options
 from loadgen.client.record import RequestRecord
-from loadgen.client.stream import chunk_times
 from loadgen.executors import Feed, Item, Share, closed_loop, open_loop
 from loadgen.executors.conversation import Think, conversing
 from loadgen.outputs.journal import Journal, path_for
@@ -28,6 +24,9 @@ from loadgen.run.scrape import RunWindow, Window
 from loadgen.run.selfcheck import LoopLagMonitor
 from loadgen.shapes import LoadShape, Shape  # noqa: F401 - LoadShape: the steady shapes by their numbers
 from workloads import Request
+
+if TYPE_CHECKING:  # the session comes from loadgen.client (aiohttp, loaded when a run starts)
+    import aiohttp
 
 
 @contextlib.contextmanager
@@ -147,6 +146,7 @@ def session_for(load: LoadShape, share: Share = Share()) -> aiohttp.ClientSessio
     its connections."""
     limit = share.split(load.max_in_flight) if load.max_in_flight else None
     _prepare_fds(2 * (limit or 4096) + 64)
+    from loadgen.client import make_session
     return make_session(limit)
 
 
@@ -168,6 +168,7 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     opts = stream_options(spec.continuous_usage)
     headers = spec.headers if spec.keep_alive else {**spec.headers, "Connection": "close"}
     scale = spec.time_scale
+    from loadgen.client.stream import StreamClient, chunk_times  # aiohttp: loaded by a real run only
     client = StreamClient(session, spec.api_base, spec.endpoint, headers,
                           spec.request_timeout_s * scale, keep_text=spec.keep_text)
 

@@ -13,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.run.metric_names import COUNTERS, GAUGES, HISTOGRAMS
+
+if TYPE_CHECKING:  # aiohttp is loaded where a window is scraped: a summary's figures need none of it
+    import aiohttp
 
 Key = tuple[str, tuple[tuple[str, str], ...]]  # sample name, labels other than engine
 
@@ -43,6 +46,7 @@ def parse(text: str, t: float | None = None) -> Snapshot:
 async def fetch(session: aiohttp.ClientSession, url: str, timeout_s: float = 5.0) -> tuple[float, str] | None:
     """(time.monotonic(), text) of `url` (…/metrics), or None when the server has none or
     cannot answer."""
+    import aiohttp
     try:
         async with asyncio.timeout(timeout_s):
             async with session.get(url) as resp:
@@ -229,6 +233,7 @@ class Recorder:
     async def begin(self) -> bool:
         """Take the snapshot before; False when the server has no /metrics."""
         if self._session is None:
+            import aiohttp
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1))
         self._before = await fetch(self._session, self.url)
         if self._before is not None and self.interval_s > 0:

@@ -18,6 +18,8 @@ converts the result back, which is how the invariance of every figure under S is
 """
 from __future__ import annotations
 
+from loadgen.simulate import CLIENT_RTT_S
+
 import heapq
 import itertools
 from collections import deque
@@ -37,7 +39,6 @@ from workloads import Request
 
 _T0_NS = 1_000_000_000  # virtual time 0, in ns (records need positive times)
 _REFUSAL_S = 0.001  # a refused request still costs its user a round trip
-CLIENT_RTT_S = 0.0003  # a response's end to the next request at the engine, over loopback (docs/emulator.md)
 
 
 @dataclass
