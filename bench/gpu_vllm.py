@@ -182,19 +182,21 @@ def fit(rows: list[dict]) -> dict:
     return stepfit.fit(cells_)
 
 
-def predicted(rows: list[dict], specs: dict[str, str | None], workloads: dict[str, str],
-              out: Path) -> dict[tuple[str, str, int], float]:
-    """Each cell in virtual time on the profile: the same workload, users and requests, no warm-up
-    (the sweep warms up before its window)."""
+def predicted(rows: list[dict], specs: dict[str, str | None], workloads: dict[str, str]) -> dict[tuple[str, str, int], float]:
+    """Each cell in virtual time on the profile (`loadgen simulate`'s engine and summary, in this
+    process): the same workload, users and requests, no warm-up (the sweep warms up before its
+    window)."""
+    from loadgen import api
+    from loadgen.shapes import ClosedLoop
+    from loadgen.simulate.virtual import SimSpec
+    from servers.emulator.spec import parse
+    from workloads import open_workload
     pred = {}
     for c in rows:
-        key = (c["variant"], c["workload"], c["level"])
-        d = out / "simulate" / "-".join(map(str, key))
         spec = specs[c["variant"]]
-        loadgen("simulate", "--profile", PROFILE, "--workload", workloads[c["workload"]], "--concurrency",
-                str(c["level"]), "--num-requests", str(c["completed"]), "--warmup", "0",
-                *(["--speculative-config", spec] if spec else []), "--output", str(d), quiet=True)
-        pred[key] = json.loads((d / "summary.json").read_text())["output_throughput_tok_s"]
+        sim = SimSpec(PROFILE, parse(spec) if spec else None, ClosedLoop(c["level"]), num_requests=c["completed"])
+        done = api.simulate(api.SimJob(sim, open_workload(workloads[c["workload"]])))
+        pred[c["variant"], c["workload"], c["level"]] = done.summary()["output_throughput_tok_s"]
     return pred
 
 
@@ -274,7 +276,7 @@ def main() -> None:
             cfg["model"] = "meta-llama/Llama-3.2-1B-Instruct"
         specs[v] = json.dumps(cfg) if cfg else None
     plan = dep["plan"]
-    pred = predicted(rows, specs, dict(zip(plan["workload_labels"], plan["workloads"])), out)
+    pred = predicted(rows, specs, dict(zip(plan["workload_labels"], plan["workloads"])))
     print(f"\nOutput tok/s, measured ({dep['deployment'].get('engine')}) and predicted ({PROFILE} in loadgen simulate):")
     print(f"{'variant':<10}{'workload':<22}{'users':>6}{'measured':>11}{'predicted':>11}{'pred/meas':>10}")
     for c in rows:

@@ -23,6 +23,28 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 180) -> subpro
                           text=True, env=full_env, timeout=timeout, cwd=REPO)
 
 
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`loadgen ARGS` in this process (click's runner), for input a command must refuse before it
+    does anything: the same parsing, checks and one-line errors as `run_cli`, without starting a
+    Python (a second apiece). An exception that escapes is written to stderr as a traceback, as
+    the interpreter would."""
+    import traceback
+
+    from click.testing import CliRunner
+
+    from loadgen.cli import main
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        res = CliRunner().invoke(main, list(args), env=env, prog_name="loadgen")
+    finally:
+        os.chdir(cwd)
+    stderr = res.stderr
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        stderr += "Traceback (most recent call last):\n" + "".join(traceback.format_exception(res.exception))
+    return subprocess.CompletedProcess(["loadgen", *args], res.exit_code, res.stdout, stderr)
+
+
 def synthetic_prompts(n: int, *, input_len: int, output_len: int, seed: int) -> list[str]:
     """The prompts `loadgen run --workload synthetic` sends, in order (request index i)."""
     gen = random_lengths(None, input_len=input_len, output_len=output_len, seed=seed)

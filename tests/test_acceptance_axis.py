@@ -4,12 +4,16 @@ good the drafter must be for SD to pay at that load. Pinned against `loadgen sim
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 import pytest
 
+from loadgen import api
+from loadgen.shapes import ClosedLoop
+from loadgen.simulate.virtual import SimSpec
+from servers.emulator.spec import parse
 from tests.conftest import run_cli
+from workloads import open_workload
 
 LENGTHS = (1.2, 1.6, 2.2)
 LEVELS = (1, 16, 64)
@@ -43,20 +47,16 @@ def test_break_even_acceptance_rises_with_load_and_matches_the_simulator(tmp_pat
     for a in LENGTHS:
         got = acc.loc[acc["variant"] == f"eagle3-al{a:g}", "mean_acceptance_length"]
         assert got.to_numpy() == pytest.approx([a] * len(LEVELS), rel=0.08)
-    # the same settings in virtual time (two simulations at a time: virtual time needs no quiet machine)
+    # the same settings in virtual time (`loadgen simulate`'s library call: the sweep's requests per
+    # cell, max(8, 2 x users), no warm-up as the sweep's window leaves its warm-up out)
     def simulate(level: int, a: float | None) -> float:
         spec = None if a is None else {**EAGLE3, "rejection_sample_method": "synthetic",
                                        "synthetic_acceptance_length": a}
-        d = tmp_path / f"sim-{level}-{a}"
-        r = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--workload", "chat,output=fixed:64",
-                    "--concurrency", str(level), "--num-requests", str(max(8, 2 * level)), "--warmup", "0",
-                    *(["--speculative-config", json.dumps(spec)] if spec else []), "--output", str(d))
-        assert r.returncode == 0, r.stderr
-        return json.loads((d / "summary.json").read_text())["output_throughput_tok_s"]
+        sim = SimSpec("h100-llama-3.1-8b", parse(json.dumps(spec)) if spec else None, ClosedLoop(level),
+                      num_requests=max(8, 2 * level))
+        return api.simulate(api.SimJob(sim, open_workload("chat,output=fixed:64"))).summary()["output_throughput_tok_s"]
 
-    runs = [(level, a) for level in LEVELS for a in (None, *LENGTHS)]
-    with ThreadPoolExecutor(2) as pool:
-        tps = dict(zip(runs, pool.map(lambda run: simulate(*run), runs)))
+    tps = {(level, a): simulate(level, a) for level in LEVELS for a in (None, *LENGTHS)}
     sim = {level: _break_even({a: tps[level, a] / tps[level, None] for a in LENGTHS}) for level in LEVELS}
     assert all(sim[lv] is not None for lv in LEVELS), sim
     assert sim[1] < sim[16] < sim[64]  # more users: the drafter must be better for SD to pay

@@ -11,7 +11,7 @@ import pytest
 from loadgen.measures import slo
 from loadgen.sweep import results
 from loadgen.sweep import search as cap
-from tests.conftest import run_cli, server_pids
+from tests.conftest import cli, run_cli, server_pids
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = ["--concurrency", "4", "--num-requests", "12", "--quiet"]  # the embedded emulator (no --base-url)
@@ -45,7 +45,7 @@ def test_a_lenient_slo_passes_and_a_strict_one_fails_naming_it(tmp_path):
 
 @pytest.mark.parametrize("slo", ["tpot_p77<=2ms", "ttft_p99<=2", "latency<=1s", "error_rate<=5ms"])
 def test_a_bad_slo_is_one_line_listing_valid_names(slo, tmp_path):
-    res = run_cli("check", "--results", str(tmp_path), "--slo", slo)
+    res = cli("check", "--results", str(tmp_path), "--slo", slo)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     [line] = res.stderr.strip().splitlines()
     assert slo in line
@@ -86,7 +86,10 @@ def test_capacity_lands_within_one_step_of_the_boundary_a_fine_sweep_finds(tmp_p
     text = (REPO / "servers" / "deployments" / "llama-3.1-8b.toml").read_text()
     dep.write_text("\n".join("max_num_seqs = 8" if line.startswith("max_num_seqs") else line
                              for line in text.splitlines()))
-    common = ["--servers", str(dep), "--engine", "emulator", "--num-requests", "24", "--warmup", "2"]
+    # both at one fixed time scale: the same conditions, and no time-scale probe (which the sweep
+    # would otherwise run at each of its four levels, 60 s here)
+    common = ["--servers", str(dep), "--engine", "emulator", "--num-requests", "24", "--warmup", "2",
+              "--time-scale", "1.5"]
     wl = "synthetic:random,input_len=64,output_len=32"
     res = run_cli("capacity", *common, "--variants", "baseline", "--workload", wl, "--slo", "ttft_p95<=50ms",
                   "--start", "4", "--limit", "32", "--repeats", "2", "--output", str(tmp_path / "cap"), timeout=400)

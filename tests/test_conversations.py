@@ -19,7 +19,7 @@ import pytest
 from loadgen.executors.conversation import Think
 from loadgen.run.execute import LoadShape, RunSpec, execute
 from servers.embedded import emulator_server
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 from tests.test_emulator_server import LLAMA, scrape
 from workloads import open_workload
 
@@ -196,13 +196,13 @@ def test_sharegpt_sessions_take_the_human_turns_and_drop_the_recorded_replies(tm
 
 
 def test_a_bad_turns_value_is_one_line(tmp_path):
-    res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--concurrency", "1", "--num-requests", "2",
-                  "--workload",
-                  f"mt_bench:{SHARED / 'mt_bench' / 'question.jsonl'},turns=sessions", "--output", str(tmp_path))
+    res = cli("simulate", "--profile", "h100-llama-3.1-8b", "--concurrency", "1", "--num-requests", "2",
+              "--workload",
+              f"mt_bench:{SHARED / 'mt_bench' / 'question.jsonl'},turns=sessions", "--output", str(tmp_path))
     assert res.returncode == 2 and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert "turns='sessions'" in res.stderr and "session" in res.stderr.splitlines()[-1]
-    res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--concurrency", "1", "--num-requests", "2",
-                  "--workload", "synthetic:session", "--think-time", "soon", "--output", str(tmp_path))
+    res = cli("simulate", "--profile", "h100-llama-3.1-8b", "--concurrency", "1", "--num-requests", "2",
+              "--workload", "synthetic:session", "--think-time", "soon", "--output", str(tmp_path))
     assert res.returncode == 2 and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert "--think-time" in res.stderr
 
@@ -213,8 +213,8 @@ def test_think_time_with_single_requests_is_refused(tmp_path, command):
     would do nothing, so it is refused in one line rather than ignored."""
     where = ["--base-url", "http://127.0.0.1:9"] if command == "run" else ["--profile", "h100-llama-3.1-8b"]
     for workload in ("synthetic:random", f"mt_bench:{SHARED / 'mt_bench' / 'question.jsonl'}"):
-        res = run_cli(command, *where, "--concurrency", "1", "--num-requests", "2", "--workload", workload,
-                      "--think-time", "2", "--output", str(tmp_path / "x"))
+        res = cli(command, *where, "--concurrency", "1", "--num-requests", "2", "--workload", workload,
+                  "--think-time", "2", "--output", str(tmp_path / "x"))
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
         (line,) = res.stderr.strip().splitlines()
         assert "--think-time applies to conversations" in line and "sends single requests" in line

@@ -16,7 +16,7 @@ import pytest
 
 from loadgen.report.stats import t_quantile, t_two_sided
 from loadgen.sweep import results
-from tests.conftest import REPO, run_cli, server_pids
+from tests.conftest import REPO, cli, run_cli, server_pids
 
 sys.path.insert(0, str(REPO / "bench"))
 # the A/A design and its bound, shared with the bench script that measures the bound's rates
@@ -146,7 +146,7 @@ def test_the_report_gives_each_cells_mean_and_the_rounds_spread(sweeps):
 
 @pytest.mark.parametrize("bad", ["0", "-2"])
 def test_bad_repeats_is_one_line(bad, tmp_path):
-    res = run_cli(*ARGS[:-3], "--repeats", bad, "--output", str(tmp_path / "x"))
+    res = cli(*ARGS[:-3], "--repeats", bad, "--output", str(tmp_path / "x"))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "--repeats must be >= 1" in res.stderr and not (tmp_path / "x").exists()
 

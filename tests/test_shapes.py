@@ -11,7 +11,7 @@ import pytest
 
 from loadgen.shapes import REGISTRY, ClosedLoop, LoadShape, OpenLoop, Ramp, TraceReplay, label_of, parse_ramp
 from servers.embedded import emulator_server
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -109,7 +109,7 @@ def test_ramp_text(text, fields):
     (["--ramp", "rate:1:-2:10"], "ramp end rate must be > 0"),
 ])
 def test_bad_ramps_are_one_line(tmp_path, args, expect):
-    res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", *args, "--output", str(tmp_path))
+    res = cli("simulate", "--profile", "h100-llama-3.1-8b", *args, "--output", str(tmp_path))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert expect in res.stderr.strip().splitlines()[-1], res.stderr
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from servers.embedded import emulator_server
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 EAGLE = '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}'
@@ -87,6 +87,6 @@ def test_refused_requests_are_recorded_and_time_moves_on(tmp_path):
     (["--profile", "h100-llama-3.1-8b", "--rate", "0"], "--rate must be > 0"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, expect):
-    res = run_cli("simulate", *args, "--output", str(tmp_path))
+    res = cli("simulate", *args, "--output", str(tmp_path))
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and expect in res.stderr, res.stderr

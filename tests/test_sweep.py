@@ -16,7 +16,7 @@ import pytest
 
 from loadgen.sweep import results
 from loadgen.sweep.plan import PlanError, levels, split_workloads
-from tests.conftest import REPO, process_tree, run_cli, server_pids, still_running
+from tests.conftest import REPO, cli, process_tree, run_cli, server_pids, still_running
 
 DATA = REPO.parent / "shared" / "datasets"
 SMALL = ["--num-requests", "6", "--warmup", "1", "--quiet"]
@@ -224,7 +224,7 @@ def test_an_external_server_with_an_api_key(tmp_path):
 
 
 def test_the_embedded_default_plan():
-    res = run_cli("sweep", "--dry-run")
+    res = cli("sweep", "--dry-run")
     assert res.returncode == 0, res.stderr
     assert "4 variants x 2 workloads x 7 levels = 56 cells" in res.stdout
     assert "concurrency 1, 2, 4, 8, 16, 32, 64" in res.stdout and "on engine emulator" in res.stdout
@@ -274,17 +274,17 @@ def test_levels_and_workload_lists():
     (["--servers", "qwen3-8b", "--engine", "vllm", "--concurrency", "1"], "not installed here"),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, args, expect):
-    res = run_cli("sweep", *args, "--output", str(tmp_path / "out"))
+    res = cli("sweep", *args, "--output", str(tmp_path / "out"))
     assert res.returncode == 2 and expect in res.stderr and res.stderr.strip().count("\n") == 0, res.stderr
 
 
 def test_resume_rules(tmp_path):
-    res = run_cli("sweep", "--resume", "--output", str(tmp_path))
+    res = cli("sweep", "--resume", "--output", str(tmp_path))
     assert res.returncode == 2 and "nothing to resume" in res.stderr
     (tmp_path / results.MANIFEST).write_text(json.dumps({"plan": {}}))
-    res = run_cli("sweep", "--output", str(tmp_path))
+    res = cli("sweep", "--output", str(tmp_path))
     assert res.returncode == 2 and "already holds a sweep" in res.stderr
-    res = run_cli("sweep", "--resume", "--concurrency", "4", "--output", str(tmp_path))
+    res = cli("sweep", "--resume", "--concurrency", "4", "--output", str(tmp_path))
     assert res.returncode == 2 and "drop --concurrency" in res.stderr
     assert os.listdir(tmp_path) == [results.MANIFEST]
 

@@ -23,7 +23,7 @@ from loadgen.sweep.probe import LevelCost, choose, describe
 from servers.embedded import emulator_server
 from servers.emulator.spec import parse
 from servers.emulator.timeline import Timeline
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 from workloads import open_workload
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -183,7 +183,7 @@ def _http(url: str, body=None) -> tuple[int, dict]:
      "runs on vllm, whose hardware keeps its own time"),
 ])
 def test_bad_time_scales_are_one_line(tmp_path, args, expect):
-    res = run_cli(*args, "--output", str(tmp_path / "out"))
+    res = cli(*args, "--output", str(tmp_path / "out"))
     assert res.returncode == 2, res.stderr
     err = [line for line in res.stderr.strip().splitlines() if line.strip()]
     assert any(expect in line for line in err), res.stderr
@@ -191,9 +191,9 @@ def test_bad_time_scales_are_one_line(tmp_path, args, expect):
 
 
 def test_the_sweep_plan_says_its_time_scale(tmp_path):
-    res = run_cli("sweep", "--dry-run")
+    res = cli("sweep", "--dry-run")
     assert res.returncode == 0 and "time scale: auto" in res.stdout
-    res = run_cli("sweep", "--time-scale", "2.5", "--dry-run")
+    res = cli("sweep", "--time-scale", "2.5", "--dry-run")
     assert res.returncode == 0 and "time scale: 2.5x" in res.stdout
     assert math.isclose(2.5, float(res.stdout.split("time scale: ")[1].split("x")[0]))
 

@@ -12,7 +12,7 @@ import pytest
 
 from loadgen.shapes.trace import TraceReplay
 from servers.emulator.content import tokenize
-from tests.conftest import assert_light_load_unflagged, run_cli
+from tests.conftest import assert_light_load_unflagged, cli, run_cli
 from workloads import open_workload
 from workloads.fitting import BLOCK, trace_requests
 from workloads.traces import TraceError, read_trace
@@ -77,7 +77,7 @@ def test_bad_trace_lines_are_one_line_naming_file_line_and_fix(tmp_path, content
     with pytest.raises(TraceError) as e:
         read_trace(f"azure:{path}")
     assert str(e.value).startswith(str(path)) and expect in str(e.value) and "\n" not in str(e.value)
-    res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--trace", f"azure:{path}", "--output", str(tmp_path / "o"))
+    res = cli("simulate", "--profile", "h100-llama-3.1-8b", "--trace", f"azure:{path}", "--output", str(tmp_path / "o"))
     assert res.returncode == 2 and expect in res.stderr and "Traceback" not in res.stderr
 
 
@@ -88,8 +88,8 @@ def test_trace_options_without_a_trace_are_refused(tmp_path, command, flag, valu
     """--trace-speed, --trace-start and --trace-window shape a trace replay: without --trace they
     would do nothing (even with a value that is wrong for a trace), so each is one line, exit 2."""
     where = ["--base-url", "http://127.0.0.1:9"] if command == "run" else ["--profile", "h100-llama-3.1-8b"]
-    res = run_cli(command, *where, "--concurrency", "1", "--num-requests", "2", flag, value,
-                  "--output", str(tmp_path / "x"))
+    res = cli(command, *where, "--concurrency", "1", "--num-requests", "2", flag, value,
+              "--output", str(tmp_path / "x"))
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     (line,) = res.stderr.strip().splitlines()
     assert f"{flag} applies to a trace replay: give --trace FORMAT:PATH, or drop {flag}" in line

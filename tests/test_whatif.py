@@ -186,7 +186,7 @@ def test_a_step_mixing_drafters_pays_each_once_or_the_ngram_price_once():
 def test_replayed_fixed_k_reproduces_the_engine_at_that_k(tmp_path):
     """The simulator writes exact traces at k=3; replayed at k=1 and k=5 they give the
     throughput the simulator itself gives at k=1 and k=5 (one engine, one cost model)."""
-    from tests.conftest import run_cli
+    from tests.conftest import cli, run_cli
     common = ["--profile", PROFILE, "--concurrency", "8", "--num-requests", "48", "--workload", "synthetic:chat",
               "--seed", "4"]
     res = run_cli("simulate", *common, "--speculative-config", _eagle(3), "--acceptance-traces",
@@ -210,7 +210,7 @@ def test_whatif_predicts_an_unseen_k_of_the_real_time_emulator(tmp_path):
     """The acceptance line: traces written by the emulator serving EAGLE at k=3 over HTTP
     predict the throughput of k=1 and k=5 within 10% of the emulator actually serving them."""
     from servers.embedded import emulator_server
-    from tests.conftest import run_cli
+    from tests.conftest import cli, run_cli
     load = ["--concurrency", "8", "--num-requests", "32", "--workload", "synthetic:chat", "--output-len", "128",
             "--seed", "2", "--quiet"]
     traces = tmp_path / "traces.jsonl"
@@ -237,7 +237,7 @@ def test_whatif_predicts_an_unseen_k_of_the_real_time_emulator(tmp_path):
 
 
 def test_whatif_bad_input_is_one_line(tmp_path):
-    from tests.conftest import run_cli
+    from tests.conftest import cli, run_cli
     t = Trace("r0", [1, 2, 3], [4, 5, 6, 7], {"eagle": Acceptance(np.array([2, 2, 2, 1]))})
     write(tmp_path / "t.jsonl", [t])
     (tmp_path / "binary.parquet").write_bytes(b"PAR1\x80\x81\xfe")
@@ -254,7 +254,7 @@ def test_whatif_bad_input_is_one_line(tmp_path):
         (["whatif", str(tmp_path / "t.jsonl"), "--profile", "h100-glm-4.5-air-tp4"], "has no cost for drafter 'eagle'"),
     ]
     for args, message in cases:
-        res = run_cli(*args)
+        res = cli(*args)
         assert res.returncode == 2, (args, res.stderr)
         assert res.stderr.count("\n") == 1 and message in res.stderr, (args, res.stderr)
 
@@ -268,7 +268,7 @@ def test_traces_from_a_run_with_token_ids_match_the_emulators_exact_ones(tmp_pat
     import pandas as pd
 
     from servers.embedded import emulator_server
-    from tests.conftest import run_cli
+    from tests.conftest import cli, run_cli
     exact_path, out = tmp_path / "exact.jsonl", tmp_path / "run"
     with emulator_server(LLAMA, "--speculative-config", _eagle(3), "--acceptance-traces", str(exact_path)) as srv:
         res = run_cli("run", "--base-url", srv.url, "--endpoint", "chat", "--concurrency", "4", "--num-requests", "12",

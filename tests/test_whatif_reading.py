@@ -9,7 +9,7 @@ import pytest
 
 from loadgen.whatif.reading import read
 from loadgen.whatif.traces import TraceError
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 
 PROFILE = "h100-llama-3.1-8b"
 
@@ -144,7 +144,7 @@ def test_no_broken_file_makes_the_cli_print_a_traceback(tmp_path):
     for name, record in repaired.items():
         files[name] = _write(tmp_path / f"{name.replace(' ', '-')}.jsonl", GOOD, record)
     for name, path in files.items():
-        res = run_cli("whatif", path, "--profile", PROFILE, "--batch", "1", "--k", "1")
+        res = cli("whatif", path, "--profile", PROFILE, "--batch", "1", "--k", "1")
         assert "Traceback" not in res.stderr, (name, res.stderr)
         if name in SKIPPED:
             assert res.returncode == 0 and "skipped 1 line(s)" in res.stderr, (name, res.stderr)
@@ -167,6 +167,6 @@ def test_no_broken_results_directory_makes_traces_print_a_traceback(tmp_path):
     pd.DataFrame({"x": [1]}).to_parquet(cases["summary"] / "requests.parquet")
     (cases["summary"] / "summary.json").write_text("[1, 2]")
     for name, path in cases.items():
-        res = run_cli("traces", str(path))
+        res = cli("traces", str(path))
         assert res.returncode == 2 and "Traceback" not in res.stderr, (name, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1 and str(path) in res.stderr, (name, res.stderr)

@@ -10,7 +10,7 @@ import pytest
 
 from servers.emulator.content import tokenize
 from servers.emulator.ngram import acceptance_lengths
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, cli, run_cli
 from workloads import WorkloadError, open_workload
 
 DATA = REPO.parent / "shared" / "datasets"
@@ -240,23 +240,23 @@ def test_gpqa_text_never_reaches_results_logs_or_screens(tmp_path):
     for f in out.rglob("*"):
         assert SECRET.encode() not in f.read_bytes()
     assert SECRET not in res.stdout + res.stderr
-    shown = run_cli("workloads", "show", f"gpqa:{path}")
+    shown = cli("workloads", "show", f"gpqa:{path}")
     assert shown.returncode == 0 and SECRET not in shown.stdout and "withheld" in shown.stdout
     bad = tmp_path / "bad.csv"
     bad.write_text(path.read_text().replace("X-1", ""))
-    err = run_cli("workloads", "show", f"gpqa:{bad}")
+    err = cli("workloads", "show", f"gpqa:{bad}")
     assert err.returncode == 2 and SECRET not in err.stderr and "missing field 'Correct Answer'" in err.stderr
 
 
 def test_workloads_cli(tmp_path):
-    listed = run_cli("workloads", "list", "--data-dir", str(DATA))
+    listed = cli("workloads", "list", "--data-dir", str(DATA))
     assert listed.returncode == 0
     for name in ("chat", "summarization", "code-edit", "math", "reasoning-aime", "reasoning-gpqa"):
         assert name in listed.stdout
     assert "edit_eval.jsonl" in listed.stdout and "offline stand-in" in listed.stdout
-    shown = run_cli("workloads", "show", f"spec_bench:{DATA}/spec_bench/question.jsonl")
+    shown = cli("workloads", "show", f"spec_bench:{DATA}/spec_bench/question.jsonl")
     assert "records    480" in shown.stdout and "translation 80" in shown.stdout
-    bad = run_cli("workloads", "show", "poem:x.jsonl")
+    bad = cli("workloads", "show", "poem:x.jsonl")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown workload format" in bad.stderr
     run = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--workload",
                   f"mt_bench:{DATA}/mt_bench/question.jsonl,turns=all", "--endpoint", "chat",
