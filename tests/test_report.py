@@ -19,6 +19,7 @@ from loadgen.sweep import results
 from tests.conftest import run_cli, server_pids
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+TOP = 8  # the sweep's levels: 1 and TOP users
 FIGURES = {"throughput", "speedup", "latency", "frontier", "acceptance", "acceptance_length", "per_position",
            "steps", "waste", "per_request"}
 
@@ -29,7 +30,7 @@ def sweep(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("report") / "sweep"
     res = run_cli("sweep", "--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline,ngram,eagle",
                   "--workloads", "chat,output=fixed:128,code-edit,output=fixed:128", "--data-dir", str(DATA),
-                  "--concurrency", "1,16", "--duration", "3", "--warmup", "1", "--quiet", "--output", str(out),
+                  "--concurrency", f"1,{TOP}", "--duration", "3", "--warmup", "1", "--quiet", "--output", str(out),
                   timeout=400)
     assert res.returncode == 0, res.stderr
     assert server_pids() <= before
@@ -50,17 +51,17 @@ def csv(report: Path, name: str) -> pd.DataFrame:
 
 def test_the_tables_show_the_emulators_known_behaviour(report):
     sp = csv(report, "speedup").set_index(["workload", "variant", "level"])["speedup"]
-    for level in (1, 16):
+    for level in (1, TOP):
         assert sp["code-edit", "ngram", level] > sp["code-edit", "eagle", level]
         assert sp["chat", "ngram", level] < sp["chat", "eagle", level]
     for workload in ("chat", "code-edit"):
         for variant in ("ngram", "eagle"):
-            assert 1 < sp[workload, variant, 16] < sp[workload, variant, 1]
+            assert 1 < sp[workload, variant, TOP] < sp[workload, variant, 1]
     best = csv(report, "best_variant").set_index(["workload", "level"])["best_variant"]
     assert best["code-edit", 1] == "ngram" and best["chat", 1] == "eagle"
     be = csv(report, "break_even")
     assert len(be) == 4 and be["break_even_level"].isna().all()
-    assert be["verdict"].str.startswith("pays at every level measured (up to 16)").all()
+    assert be["verdict"].str.startswith(f"pays at every level measured (up to {TOP})").all()
 
 
 def test_acceptance_waste_and_per_request_tables(report):
@@ -125,7 +126,7 @@ def test_the_decision_summary_says_what_the_tables_say(report):
     for workload in ("chat", "code-edit"):
         (sentence,) = [s for s in lead if s.startswith(f"On {workload}:")]
         _check_sentence(sentence, best[best["workload"] == workload])
-        assert "Speculative decoding pays (or is even) at every load measured (up to 16 users)" in sentence
+        assert f"Speculative decoding pays (or is even) at every load measured (up to {TOP} users)" in sentence
     cells = csv(report, "throughput")  # every cell, the baseline's too
     flagged = sum(1 for f in cells["flags"] if isinstance(f, str) and f)
     assert lead[-1].startswith("How sure: ")
@@ -189,7 +190,8 @@ def test_the_decision_summary_of_a_sweep_where_sd_never_pays(tmp_path):
     out = tmp_path / "sweep"
     res = run_cli("sweep", "--servers", "llama-3.1-8b-current", "--engine", "emulator", "--variants",
                   "baseline,eagle3-synthetic", "--acceptance-lengths", "1.05", "--workloads", "chat,output=fixed:64",
-                  "--data-dir", str(DATA), "--concurrency", "1,8", "--duration", "2", "--quiet", "--output", str(out),
+                  "--data-dir", str(DATA), "--concurrency", "1,8", "--duration", "2", "--time-scale", "1", "--quiet",
+                  "--output", str(out),
                   timeout=400)
     assert res.returncode == 0, res.stderr
     res = run_cli("report", str(out))
@@ -208,14 +210,14 @@ def test_the_decision_summary_of_a_sweep_where_sd_never_pays(tmp_path):
 def test_a_partial_or_broken_sweep_gives_a_partial_report(sweep, tmp_path):
     copy = tmp_path / "partial"
     shutil.copytree(sweep, copy, ignore=shutil.ignore_patterns("report"))
-    shutil.rmtree(copy / results.CELLS / "eagle" / "chat" / "c16")                       # not run yet
+    shutil.rmtree(copy / results.CELLS / "eagle" / "chat" / f"c{TOP}")                       # not run yet
     (copy / results.CELLS / "ngram" / "code-edit" / "c1" / "summary.json").write_text("{ not json")  # broken
     res = run_cli("report", str(copy))
     assert res.returncode == 0, res.stderr
     md = (copy / "report" / "report.md").read_text()
-    assert "1 of 12 planned cells are missing" in md and "eagle/chat/c16" in md
+    assert "1 of 12 planned cells are missing" in md and f"eagle/chat/c{TOP}" in md
     assert "could not be read" in md and "ngram/code-edit/c1" in md
-    assert "eagle/chat/c16" in res.stderr and "Traceback" not in res.stderr
+    assert f"eagle/chat/c{TOP}" in res.stderr and "Traceback" not in res.stderr
     sp = csv(copy / "report", "speedup")
     assert len(sp) == 6  # 8 ratios less the two whose cell is gone
 
@@ -242,7 +244,7 @@ def test_compare_finds_a_real_change_and_no_change_against_itself(sweep, tmp_pat
     assert len(frame) == 12 * 4 and not frame["significant"].any() and (frame["change_pct"] == 0).all()
     slower = tmp_path / "slower"
     shutil.copytree(sweep, slower, ignore=shutil.ignore_patterns("report"))
-    key = "eagle/chat/c16"  # ~100 requests: a clear interval
+    key = f"eagle/chat/c{TOP}"  # ~30 requests: a clear interval
     path = slower / results.CELLS / key / "requests.parquet"
     reqs = pd.read_parquet(path)
     reqs["ttft_ms"] *= 1.5
@@ -286,7 +288,7 @@ def test_traces_in_the_results_add_a_what_if_section(sweep, tmp_path):
     doc = json.loads((copy / "whatif.json").read_text())
     assert doc["traces"] == 8 and doc["drafters"][0] == "ngram"
     wide = pd.read_csv(copy / "report" / "whatif.csv").set_index("policy")
-    assert list(wide.columns) == ["realisable", "B=1", "B=16"]  # the sweep's levels
+    assert list(wide.columns) == ["realisable", "B=1", f"B={TOP}"]  # the sweep's levels
     assert (wide.loc["none"].drop("realisable") == 1.0).all()
     # every drafter of the profile is in the emulator's traces; the combination takes the best of all
     assert doc["drafters"] == ["ngram", "draft_model", "eagle", "eagle3"]
@@ -295,16 +297,16 @@ def test_traces_in_the_results_add_a_what_if_section(sweep, tmp_path):
         assert (wide.loc[combined].drop("realisable") >= wide.loc[single].drop("realisable") * 0.97).all(), single
     md = (copy / "report" / "report.md").read_text()
     assert "## What-if: fixed k, oracles and combined drafters" in md and "whatif.png" in md
-    assert "Best realisable policy per batch size: B=1:" in md and "B=16:" in md
+    assert "Best realisable policy per batch size: B=1:" in md and f"B={TOP}:" in md
     gap = doc["gap"]  # the best realisable policy's share of the best oracle, per batch size
-    assert set(gap) == {"1", "16"} and all(0 < g["share"] <= 1 for g in gap.values())
+    assert set(gap) == {"1", str(TOP)} and all(0 < g["share"] <= 1 for g in gap.values())
     assert f"best oracle's throughput: B=1: {gap['1']['share']:.0%}" in md
     # the HTML: the section's own interactive chart, its points the table's, plotly embedded once
     page = (copy / "report" / "report.html").read_text()
     assert page.count('id="whatif-chart"') == 1 and page.count("plotly.js v") == 1
     fig = json.loads(re.search(r'Plotly\.newPlot\(\s*"whatif-chart",\s*(\[.*?\]),\s*\{', page, re.S).group(1))
     points = {(p[0], int(p[1])): p[2] for trace in fig for p in trace["customdata"]}
-    assert points == {(pol, int(c[2:])): wide.loc[pol, c] for pol in wide.index for c in ("B=1", "B=16")}
+    assert points == {(pol, int(c[2:])): wide.loc[pol, c] for pol in wide.index for c in ("B=1", f"B={TOP}")}
     assert "Recommended k schedule (vLLM's num_speculative_tokens_per_batch_size): ngram: [[1, " in md
     res = run_cli("report", str(copy))  # the kept whatif.json is used as is
     assert res.returncode == 0 and "what-if evaluated here" not in res.stderr
@@ -315,7 +317,7 @@ def test_each_cell_says_its_time_scale(sweep, report):
     converted by, as the probe chose it per level, and the report carries it."""
     manifest = json.loads((sweep / "manifest.json").read_text())
     chosen = manifest["plan"]["time_scales"]
-    assert set(chosen) == {"c1", "c16"} and all(s >= 1 for s in chosen.values())
+    assert set(chosen) == {"c1", f"c{TOP}"} and all(s >= 1 for s in chosen.values())
     assert manifest["time_scale_probe"]["chosen"] == chosen
     t = csv(report, "throughput")
     for row in t.itertuples():
