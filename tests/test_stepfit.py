@@ -9,11 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
+from loadgen import api
+from loadgen.shapes import ClosedLoop
+from loadgen.simulate.virtual import SimSpec
 from servers.emulator import profile
-from tests.conftest import run_cli
+from workloads import open_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -22,15 +24,13 @@ import stepfit  # noqa: E402
 PROFILE = profile.load("h100-llama-3.1-8b")
 
 
-def test_the_fit_recovers_the_emulators_profile_from_simulated_steps(tmp_path):
+def test_the_fit_recovers_the_emulators_profile_from_simulated_steps():
     cells = []
     for workload in ("chat,output=fixed:128", "synthetic:random,input_len=2048,output_len=128"):
-        for users in (1, 8, 32):
-            out = tmp_path / f"{workload[:4]}-{users}"
-            res = run_cli("simulate", "--profile", PROFILE.name, "--workload", workload, "--concurrency", str(users),
-                          "--num-requests", str(4 * users), "--warmup", "0", "--output", str(out))
-            assert res.returncode == 0, res.stderr
-            cells.append(("baseline", stepfit.samples(pd.read_parquet(out / "requests.parquet"))))
+        for users in (1, 8, 32):  # `loadgen simulate`'s library call
+            sim = SimSpec(PROFILE.name, None, ClosedLoop(users), num_requests=4 * users)
+            done = api.simulate(api.SimJob(sim, open_workload(workload)))
+            cells.append(("baseline", stepfit.samples(done.frame)))
     got = stepfit.fit(cells)["forward"]
     assert got["constant"] == pytest.approx(PROFILE.forward.constant + PROFILE.step_overhead, rel=0.01)
     assert got["per_kv_token"] == pytest.approx(PROFILE.forward.per_kv_token, rel=0.02)
@@ -39,7 +39,7 @@ def test_the_fit_recovers_the_emulators_profile_from_simulated_steps(tmp_path):
 
 def test_the_gpu_script_runs_end_to_end_on_the_emulator(tmp_path):
     res = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_vllm.py"), "--engine", "emulator",
-                          "--concurrency", "1,8", "--num-requests", "16", "--output-len", "64", "--out", str(tmp_path)],
+                          "--concurrency", "1,8", "--num-requests", "8", "--output-len", "64", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "all cells agree exactly" in res.stdout
