@@ -51,9 +51,19 @@ def synthetic_prompts(n: int, *, input_len: int, output_len: int, seed: int) -> 
     return [r.prompt for r in itertools.islice(gen, n)]
 
 
+def _environ(entry: Path) -> bytes:
+    try:
+        return (entry / "environ").read_bytes()
+    except OSError:
+        return b""
+
+
 def server_pids() -> set[int]:
-    """PIDs of every running server from servers/ or llama-server (to prove none is left
-    behind: compare with the set taken before)."""
+    """PIDs of every running server from servers/ or llama-server that this test process (an
+    xdist worker: its own servers, not the other worker's) or its children started, also one
+    left behind by a parent that died (to prove none is left: compare with the set taken
+    before). Processes are told apart by the environment they inherited from this one."""
+    mine = os.environ.get("PYTEST_XDIST_WORKER")
     pids = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -61,10 +71,25 @@ def server_pids() -> set[int]:
                 cmd = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if (b"servers.scripted" in cmd or b"servers.emulator" in cmd
+            if not (b"servers.scripted" in cmd or b"servers.emulator" in cmd
                     or cmd[0].endswith(b"llama-server")):
+                continue
+            if mine is None or f"PYTEST_XDIST_WORKER={mine}".encode() in _environ(entry).split(b"\0"):
                 pids.add(int(entry.name))
     return pids
+
+
+def describe_pids(pids) -> str:
+    """What each of these processes is (for a failure message): PID, parent, command line."""
+    out = []
+    for pid in sorted(pids):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+            parent = (_stat(pid) or (None,))[0]
+        except OSError:
+            cmd, parent = "(gone)", None
+        out.append(f"{pid} (parent {parent}): {cmd}")
+    return "; ".join(out)
 
 
 @pytest.fixture
@@ -161,3 +186,69 @@ def assert_light_load_unflagged(tmp_path: Path) -> None:
     summary, _, _ = light_run(tmp_path)
     assert summary["client_bound"] is False, ("a light load was flagged client_bound too: "
                                               f"{summary['self_check']['reasons']}")
+
+
+# -- Parallel runs and the tests that time the machine ------------------------------------------
+# The suite runs on two pytest-xdist workers (pyproject.toml: -n 2 --dist loadfile), a file to a
+# worker. A test marked `timing` measures this machine in real time (a figure against a server's
+# own record, a client's lateness, a real-time run against its model), so it must not share the
+# CPU with another test: it takes an exclusive lock that every other test takes shared, so it starts
+# once the other worker's test is over and holds that worker off until it is done. A turnstile in
+# front of the lock keeps a waiting timing test from being overtaken. Consecutive timing tests of
+# one module keep the lock between them (a module's servers, a Ray cluster, stay up between its
+# tests). Without xdist (`pytest -p no:xdist`, or `-n 0`) nothing is locked: one test at a time.
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "timing: measures this machine in real time; runs alone (tests/conftest.py)")
+
+
+class _Lock:
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.turnstile = open(directory / "turnstile", "a+")
+        self.lock = open(directory / "lock", "a+")
+        self.held: str | None = None  # "shared" or "exclusive"
+
+    def acquire(self, exclusive: bool) -> None:
+        import fcntl
+        fcntl.flock(self.turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            if not exclusive:
+                fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        self.held = "exclusive" if exclusive else "shared"
+
+    def release(self) -> None:
+        import fcntl
+        if self.held == "exclusive":
+            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        fcntl.flock(self.lock, fcntl.LOCK_UN)
+        self.held = None
+
+
+_lock: _Lock | None = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _lock
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:  # not an xdist worker: one test at a time anyway
+        yield
+        return
+    if _lock is None:
+        import tempfile
+        _lock = _Lock(Path(tempfile.gettempdir()) / f"loadgen-tests-{run}")
+    exclusive = item.get_closest_marker("timing") is not None
+    if _lock.held != ("exclusive" if exclusive else "shared"):
+        if _lock.held is not None:
+            _lock.release()
+        _lock.acquire(exclusive)
+    try:
+        yield
+    finally:
+        keep = (exclusive and nextitem is not None and nextitem.module is item.module
+                and nextitem.get_closest_marker("timing") is not None)
+        if not keep:
+            _lock.release()

@@ -32,6 +32,7 @@ def _break_even(speedups: dict[float, float]) -> float | None:
     return None
 
 
+@pytest.mark.timing
 def test_break_even_acceptance_rises_with_load_and_matches_the_simulator(tmp_path):
     out = tmp_path / "sweep"
     res = run_cli("sweep", "--variants", "baseline,eagle3", "--acceptance-lengths", ",".join(map(str, LENGTHS)),

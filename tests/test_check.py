@@ -79,6 +79,7 @@ def test_the_search_doubles_bisects_and_repeats():
     assert none.capacity is None and "lowest level" in none.statement
 
 
+@pytest.mark.timing
 def test_capacity_lands_within_one_step_of_the_boundary_a_fine_sweep_finds(tmp_path):
     """With 8 sequences at most (max_num_seqs), a 9th user's requests queue: TTFT p95 jumps
     from ~25 ms to hundreds of ms, so ttft_p95<=50ms holds up to concurrency 8."""

@@ -26,6 +26,7 @@ def fast_server():
         yield srv.url
 
 
+@pytest.mark.timing
 def test_outputs_have_the_fixed_interface(fast_server, tmp_path):
     res = run_cli("run", "--base-url", fast_server + "/v1", "--concurrency", "4",
                   "--num-requests", "20", "--output-len", "16", "--quiet", "--output", str(tmp_path),

@@ -11,6 +11,8 @@ import pytest
 
 from tests.conftest import run_cli, server_pids
 
+pytestmark = pytest.mark.timing  # its sweep's speedups compared: runs alone (tests/conftest.py)
+
 
 N = 24  # requests per cell: 4 users, at a fixed 1.5x (suffix drafting costs the emulator real CPU: at 1x
 # its cells fell behind here; the time-scale probe tries baseline and n-gram only, and is not needed)

@@ -35,6 +35,7 @@ def _served(trace: Path) -> list[dict]:
     return out
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_killed_run_keeps_every_request_finished_a_quarter_second_before(workers, tmp_path):
     trace = tmp_path / "served.jsonl"

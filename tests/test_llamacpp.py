@@ -20,7 +20,7 @@ from loadgen.report import speedup
 from loadgen.sweep import results
 from servers.deployments import llamacpp, load, render
 from servers.launcher import Server, free_port
-from tests.conftest import run_cli, server_pids
+from tests.conftest import describe_pids, run_cli, server_pids
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 REQUIRED = os.environ.get("LOADGEN_REQUIRE_LLAMACPP") == "1"
@@ -66,7 +66,8 @@ def deployment(tmp_path_factory):
     path = tmp_path_factory.mktemp("llamacpp") / "gemma.toml"
     path.write_text(DEPLOYMENT)
     yield load(str(path))
-    assert server_pids() <= before, "a llama-server was left running"
+    left = server_pids() - before
+    assert not left, f"a llama-server was left running: {describe_pids(left)}"
 
 
 def test_every_rendered_flag_is_one_llama_server_knows(deployment):
@@ -151,7 +152,8 @@ def test_a_sweep_over_a_llamacpp_deployment(deployment, tmp_path):
     speedups = speedup.speedup(table)
     assert len(speedups) == 8 and (speedups["speedup"] > 0).all()  # 2 SD variants x 2 workloads x 2 levels
     assert "Speedup over baseline" in res.stdout and "ngram-mod" in res.stdout
-    assert server_pids() <= before
+    left = server_pids() - before
+    assert not left, f"left running after the sweep: {describe_pids(left)}"
 
 
 @pytest.mark.parametrize("dry_run", [True, False])

@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import assert_light_load_unflagged, run_cli
 
+pytestmark = pytest.mark.timing  # send lateness and rates in real time: runs alone (tests/conftest.py)
+
 
 def _load(out) -> tuple[dict, pd.DataFrame]:
     return json.loads((out / "summary.json").read_text()), pd.read_parquet(out / "requests.parquet")

@@ -27,6 +27,8 @@ import pytest
 from servers.launcher import free_port
 from tests.conftest import REPO, run_cli
 
+pytestmark = pytest.mark.timing  # a Ray cluster up for the whole module: runs alone (tests/conftest.py)
+
 RESOURCE = "fake_gpu"
 PLAN = ["--workloads", "chat,output=fixed:48", "--concurrency", "1,2", "--num-requests", "6",
         "--warmup", "0", "--quiet"]

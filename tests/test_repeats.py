@@ -22,6 +22,8 @@ sys.path.insert(0, str(REPO / "bench"))
 # the A/A design and its bound, shared with the bench script that measures the bound's rates
 from aa_calibration import DESIGN as ARGS, LEVELS, REPEATS, false_mark_bound  # noqa: E402
 
+pytestmark = pytest.mark.timing  # two sweeps compared run to run: runs alone (tests/conftest.py)
+
 
 def _sweep(out: Path) -> Path:
     before = server_pids()

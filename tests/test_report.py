@@ -18,6 +18,8 @@ import pytest
 from loadgen.sweep import results
 from tests.conftest import run_cli, server_pids
 
+pytestmark = pytest.mark.timing  # its sweeps' figures compared across variants: runs alone (tests/conftest.py)
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 TOP = 8  # the sweep's levels: 1 and TOP users
 FIGURES = {"throughput", "speedup", "latency", "frontier", "acceptance", "acceptance_length", "per_position",

@@ -4,12 +4,16 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
 from loadgen.run.execute import LoadShape, RunSpec, execute
 from servers.scripted.script import prompt_key
 from tests.conftest import synthetic_prompts
 from workloads import random_lengths
+
+pytestmark = pytest.mark.timing  # the client judging its own delays: runs alone (tests/conftest.py)
 
 
 def _summary(result) -> dict:

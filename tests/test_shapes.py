@@ -125,6 +125,7 @@ def _tokens_per_window(out, window_s: float) -> tuple[np.ndarray, dict]:
     return np.bincount(bins, weights=n), summary
 
 
+@pytest.mark.timing
 def test_a_ramp_runs_on_the_emulator_as_the_simulator_says(tmp_path):
     """`loadgen run --ramp` against the emulator and `loadgen simulate` with the same ramp,
     requests and seed: the same throughput in every window of the ramp (within 10%), and users

@@ -56,6 +56,7 @@ def test_speculation_pays_at_low_load_and_less_at_high_load(tmp_path):
     assert low > 1.5 and high < low - 0.2
 
 
+@pytest.mark.timing
 def test_virtual_time_matches_the_real_time_emulator(tmp_path):
     """One engine, two clocks: at low load the real-time emulator behind HTTP and the simulator
     give the same per-token timings."""

@@ -37,6 +37,7 @@ def test_the_fit_recovers_the_emulators_profile_from_simulated_steps():
     assert got["per_batched_token"] == pytest.approx(PROFILE.forward.per_batched_token, rel=0.02)
 
 
+@pytest.mark.timing
 def test_the_gpu_script_runs_end_to_end_on_the_emulator(tmp_path):
     res = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_vllm.py"), "--engine", "emulator",
                           "--concurrency", "1,8", "--num-requests", "8", "--output-len", "64", "--out", str(tmp_path)],

@@ -26,6 +26,8 @@ from servers.emulator.timeline import Timeline
 from tests.conftest import cli, run_cli
 from workloads import open_workload
 
+pytestmark = pytest.mark.timing  # the probe measures this machine: runs alone (tests/conftest.py)
+
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 EAGLE = '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}'
 NGRAM = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 3, "prompt_lookup_max": 7}'

@@ -150,6 +150,7 @@ def test_simulate_replays_the_trace_window(tmp_path):
     assert cfg["load"]["mode"] == "trace" and cfg["load"]["speed"] == 4
 
 
+@pytest.mark.timing
 def test_real_time_replay_against_the_emulator_matches_the_trace_and_the_simulator(tmp_path):
     """Half a minute of the conversation trace at twice its speed: every request sent once, scheduled
     at the trace's gaps halved (its send lateness measured: under 5 ms at p99 here, and flagged
@@ -180,6 +181,7 @@ def test_real_time_replay_against_the_emulator_matches_the_trace_and_the_simulat
     assert summary["output_throughput_tok_s"] == pytest.approx(simulated["output_throughput_tok_s"], rel=0.05)
 
 
+@pytest.mark.timing
 def test_a_replay_under_time_dilation_keeps_the_trace_in_emulated_time(tmp_path):
     """The embedded emulator run 2x slower than its model (--time-scale, for machines that
     cannot keep its pace): the replay is stretched with it, so in the results' (emulated) time

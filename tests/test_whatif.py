@@ -206,6 +206,7 @@ def test_replayed_fixed_k_reproduces_the_engine_at_that_k(tmp_path):
     assert predicted["none"] == pytest.approx(actual, rel=0.02)
 
 
+@pytest.mark.timing
 def test_whatif_predicts_an_unseen_k_of_the_real_time_emulator(tmp_path):
     """The acceptance line: traces written by the emulator serving EAGLE at k=3 over HTTP
     predict the throughput of k=1 and k=5 within 10% of the emulator actually serving them."""

@@ -26,6 +26,7 @@ def _load(out: Path) -> tuple[dict, pd.DataFrame]:
     return json.loads((out / "summary.json").read_text()), pd.read_parquet(out / "requests.parquet")
 
 
+@pytest.mark.timing
 def test_an_open_loop_schedule_is_the_same_split_over_workers(server, tmp_path):
     url = server("--ttft-ms", "2", "--step-ms", "2")
     runs = {}
