@@ -236,16 +236,17 @@ def test_an_actors_times_are_moved_onto_the_drivers_clock():
 
 
 def assert_stopped_once(res, out: Path, planned: int) -> None:
-    """--max-error-rate against a server failing every request, with the load split over
-    workers: the run stops as a whole, once (exit 2, one reason, not an interruption), every
-    worker long before its share of `planned` is sent."""
+    """--max-error-rate against a server failing every request, with the load split over two
+    workers: the run stops as a whole, once (exit 2, one reason, not an interruption), each worker
+    well before its share of `planned` is sent (the parent hears of failures twice a second, and
+    they come fast: a few hundred may pass before the stop reaches a worker)."""
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     s, f = _load(out)
     reason = s["stopped_early"]
     assert reason.startswith("20 of the last 20 requests failed (last: http_500)") and "worker" not in reason, reason
     assert res.stderr.count("over --max-error-rate 0.5") == 1 and not s["interrupted"]
     assert (~f["ok"]).sum() >= 20 and f["index"].is_unique
-    assert set(f["worker"]) == {0, 1} and f.groupby("worker").size().max() < planned / 4
+    assert set(f["worker"]) == {0, 1} and f.groupby("worker").size().max() < 0.8 * planned / 2
 
 
 def test_max_error_rate_is_one_judgement_over_all_workers(server, tmp_path):
