@@ -4,6 +4,7 @@ good the drafter must be for SD to pay at that load. Pinned against `loadgen sim
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -13,6 +14,7 @@ from loadgen.shapes import ClosedLoop
 from loadgen.simulate.virtual import SimSpec
 from servers.emulator.spec import parse
 from tests.conftest import run_cli
+from tests.test_report import _how_sure_counts_the_flags
 from workloads import open_workload
 
 LENGTHS = (1.2, 1.6, 2.2)
@@ -43,6 +45,8 @@ def test_break_even_acceptance_rises_with_load_and_matches_the_simulator(tmp_pat
     assert manifest["plan"]["variants"] == ["baseline"] + [f"eagle3-al{a:g}" for a in LENGTHS]
     res = run_cli("report", str(out))
     assert res.returncode == 0, res.stderr
+    _each_cell_says_its_time_scale(out)
+    _how_sure_counts_the_flags(out / "report")
     table = pd.read_csv(out / "report" / "break_even_acceptance.csv").set_index("level")
     assert list(table.index) == list(LEVELS)
     sweep = table["break_even_acceptance"]
@@ -68,3 +72,19 @@ def test_break_even_acceptance_rises_with_load_and_matches_the_simulator(tmp_pat
     assert sweep[low] < sweep[high] and sweep.is_monotonic_increasing
     for level in LEVELS:
         assert sweep[level] == pytest.approx(sim[level], abs=0.1), (level, sweep.to_dict(), sim)
+
+
+def _each_cell_says_its_time_scale(sweep: Path) -> None:
+    """The sweep ran on the emulator at `--time-scale auto`: every cell records the scale it was
+    converted by, as the probe chose it per level, and the report carries it."""
+    manifest = json.loads((sweep / "manifest.json").read_text())
+    chosen = manifest["plan"]["time_scales"]
+    assert set(chosen) == {f"c{level}" for level in LEVELS} and all(s >= 1 for s in chosen.values())
+    assert manifest["time_scale_probe"]["chosen"] == chosen
+    t = pd.read_csv(sweep / "report" / "throughput.csv")
+    for row in t.itertuples():
+        assert row.time_scale == chosen[f"c{row.level}"]
+        cell = json.loads((sweep / "cells" / row.variant / row.workload / f"c{row.level}" / "summary.json").read_text())
+        assert cell["time_scale"] == cell["config"]["time_scale"] == row.time_scale
+    scaled = (sweep / "report" / "report.md").read_text().count("The emulated GPU ran slower than its model")
+    assert scaled == (1 if any(s != 1 for s in chosen.values()) else 0)

@@ -1,6 +1,10 @@
-"""`loadgen report` and `loadgen compare` on a real sweep of the emulated engine, whose
-behaviour is known: n-gram ahead of EAGLE on code editing and behind it on chat, and speedups
-that fall as load grows (the study's pattern, docs/emulator.md)."""
+"""`loadgen report` and `loadgen compare` on a sweep of the emulated engine, whose behaviour is
+known: n-gram ahead of EAGLE on code editing and behind it on chat, and speedups that fall as
+load grows (the study's pattern, docs/emulator.md). What the report does with a sweep is not
+about real time, so the sweep is simulated (`sweep --virtual`: the same cells, manifest and
+summaries, in seconds); the report of a sweep measured in real time, with its flags, time scales
+and repeats, is checked on the real sweeps of test_acceptance_axis, test_repeats and below (SD
+that never pays)."""
 from __future__ import annotations
 
 import html as html_lib
@@ -16,12 +20,10 @@ import pandas as pd
 import pytest
 
 from loadgen.sweep import results
-from tests.conftest import run_cli, server_pids
-
-pytestmark = pytest.mark.timing  # its sweeps' figures compared across variants: runs alone (tests/conftest.py)
+from tests.conftest import cli, run_cli, server_pids
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
-TOP = 8  # the sweep's levels: 1 and TOP users
+TOP = 16  # the sweep's levels: 1 and TOP users
 FIGURES = {"throughput", "speedup", "latency", "frontier", "acceptance", "acceptance_length", "per_position",
            "steps", "waste", "per_request"}
 
@@ -32,8 +34,7 @@ def sweep(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("report") / "sweep"
     res = run_cli("sweep", "--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline,ngram,eagle",
                   "--workloads", "chat,output=fixed:128,code-edit,output=fixed:128", "--data-dir", str(DATA),
-                  "--concurrency", f"1,{TOP}", "--duration", "3", "--warmup", "1", "--quiet", "--output", str(out),
-                  timeout=400)
+                  "--concurrency", f"1,{TOP}", "--duration", "3", "--virtual", "--quiet", "--output", str(out))
     assert res.returncode == 0, res.stderr
     assert server_pids() <= before
     return out
@@ -129,11 +130,18 @@ def test_the_decision_summary_says_what_the_tables_say(report):
         (sentence,) = [s for s in lead if s.startswith(f"On {workload}:")]
         _check_sentence(sentence, best[best["workload"] == workload])
         assert f"Speculative decoding pays (or is even) at every load measured (up to {TOP} users)" in sentence
+    assert lead[-1].startswith("How sure: every cell was simulated in virtual time (sweep --virtual)")
+    assert "in virtual time (every cell simulated: sweep --virtual)" in md
+
+
+def _how_sure_counts_the_flags(report: Path) -> None:
+    """A measured sweep's 'how sure' sentence counts the flagged cells of the tables."""
+    md = (report / "report.md").read_text()
+    (sure,) = [line.strip("*") for line in md.splitlines() if line.startswith("**How sure")]
     cells = csv(report, "throughput")  # every cell, the baseline's too
     flagged = sum(1 for f in cells["flags"] if isinstance(f, str) and f)
-    assert lead[-1].startswith("How sure: ")
     assert (f"How sure: {flagged} of {len(cells)} cells flagged" if flagged
-            else f"How sure: none of the {len(cells)} cells is flagged") in lead[-1]
+            else f"How sure: none of the {len(cells)} cells is flagged") in sure
 
 
 def _chromium() -> str | None:
@@ -186,6 +194,7 @@ def _check_sentence(sentence: str, best: pd.DataFrame) -> None:
     assert f"from {by_level.index.min()} " in sentence or f"at {by_level.index.min()} " in sentence
 
 
+@pytest.mark.timing  # a real sweep: runs alone (tests/conftest.py)
 def test_the_decision_summary_of_a_sweep_where_sd_never_pays(tmp_path):
     """Synthetic acceptance pinned near nothing (acceptance length 1.05): speculative decoding
     costs at every load; the summary says so, and that no variant pays."""
@@ -207,6 +216,7 @@ def test_the_decision_summary_of_a_sweep_where_sd_never_pays(tmp_path):
     _check_sentence(sentence, best)
     assert "from 1 to 8 users, no speculative decoding (baseline)" in sentence
     assert sentence.endswith("No speculative-decoding variant pays at any load measured.")
+    _how_sure_counts_the_flags(report)
 
 
 def test_a_partial_or_broken_sweep_gives_a_partial_report(sweep, tmp_path):
@@ -233,7 +243,7 @@ def test_bad_results_directories_are_one_line(sweep, tmp_path, case):
         (target / results.MANIFEST).write_text("{ broken")
     if case == "no_cells":
         shutil.copy(sweep / results.MANIFEST, target / results.MANIFEST)
-    res = run_cli("report", str(target))
+    res = cli("report", str(target))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     [line] = res.stderr.strip().splitlines()
     assert line.startswith("loadgen: error: ") and str(target) in line
@@ -263,7 +273,7 @@ def test_compare_finds_a_real_change_and_no_change_against_itself(sweep, tmp_pat
     assert row["ci_low_pct"] > 0
     assert diff.drop(index=(key, "ttft_p50_ms"))["change_pct"].eq(0).all()
     assert re.search(rf"{re.escape(key)}\s+ttft_p50_ms .*\+50\.0%.*\*", res.stdout)
-    bad = run_cli("compare", str(sweep), str(tmp_path))
+    bad = cli("compare", str(sweep), str(tmp_path))
     assert bad.returncode == 2 and "holds no sweep" in bad.stderr
 
 
@@ -312,19 +322,3 @@ def test_traces_in_the_results_add_a_what_if_section(sweep, tmp_path):
     assert "Recommended k schedule (vLLM's num_speculative_tokens_per_batch_size): ngram: [[1, " in md
     res = run_cli("report", str(copy))  # the kept whatif.json is used as is
     assert res.returncode == 0 and "what-if evaluated here" not in res.stderr
-
-
-def test_each_cell_says_its_time_scale(sweep, report):
-    """The sweep ran on the emulator at `--time-scale auto`: every cell records the scale it was
-    converted by, as the probe chose it per level, and the report carries it."""
-    manifest = json.loads((sweep / "manifest.json").read_text())
-    chosen = manifest["plan"]["time_scales"]
-    assert set(chosen) == {"c1", f"c{TOP}"} and all(s >= 1 for s in chosen.values())
-    assert manifest["time_scale_probe"]["chosen"] == chosen
-    t = csv(report, "throughput")
-    for row in t.itertuples():
-        assert row.time_scale == chosen[f"c{row.level}"]
-        cell = json.loads((sweep / "cells" / row.variant / row.workload / f"c{row.level}" / "summary.json").read_text())
-        assert cell["time_scale"] == cell["config"]["time_scale"] == row.time_scale
-    scaled = (report / "report.md").read_text().count("The emulated GPU ran slower than its model")
-    assert scaled == (1 if any(s != 1 for s in chosen.values()) else 0)

@@ -272,6 +272,12 @@ def test_levels_and_workload_lists():
     (["--gpus", "a"], "--gpus"),
     (["--retry-failed"], "--retry-failed goes with --resume"),
     (["--servers", "qwen3-8b", "--engine", "vllm", "--concurrency", "1"], "not installed here"),
+    (["--servers", "qwen3-8b", "--engine", "vllm", "--virtual"], "--virtual simulates the emulator's engine"),
+    (["--virtual", "--time-scale", "2"], "--time-scale does not apply to --virtual"),
+    (["--virtual", "--repeats", "2"], "--repeats does not apply to --virtual"),
+    (["--virtual", "--parallel", "--gpus", "0,1"], "--parallel does not apply to --virtual"),
+    (["--virtual", "--workers", "2"], "--workers does not apply to --virtual"),
+    (["--virtual", "--ray"], "--ray does not apply to --virtual"),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, args, expect):
     res = cli("sweep", *args, "--output", str(tmp_path / "out"))
@@ -311,3 +317,38 @@ def test_a_measurement_gives_the_signal_handlers_back():
         assert signal.getsignal(signal.SIGTERM) is mine  # after: the handler from before is back
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_virtual_sweep_simulates_every_cell_as_loadgen_simulate_does(tmp_path):
+    """`sweep --virtual`: no server starts, every cell is written as a real sweep writes it, and
+    each is what `loadgen simulate` gives for the same variant's flags, load and requests."""
+    before = server_pids()
+    out = tmp_path / "v"
+    res = run_cli("sweep", "--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline,eagle",
+                  "--workloads", "chat,output=fixed:48", "--data-dir", str(DATA), "--concurrency", "1,8",
+                  "--num-requests", "12", "--virtual", "--quiet", "--output", str(out))
+    assert res.returncode == 0, res.stderr
+    assert server_pids() <= before and not list((out / "servers").glob("*.log"))
+    assert "Virtual sweep (every cell simulated, no server)" in res.stderr
+    table = cells(out)
+    assert len(table) == 4 and (table["status"] == "ok").all() and not table["client_bound"].any()
+    assert json.loads((out / results.MANIFEST).read_text())["plan"]["virtual"] is True
+    eagle = '{"method":"eagle","model":"yuhuili/EAGLE-LLaMA3.1-Instruct-8B","num_speculative_tokens":3}'
+    for variant, spec in (("baseline", None), ("eagle", eagle)):
+        for level in (1, 8):
+            sim = tmp_path / f"sim-{variant}-{level}"
+            r = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--workload", "chat,output=fixed:48",
+                        "--data-dir", str(DATA), "--concurrency", str(level), "--num-requests", "12",
+                        "--no-enable-prefix-caching", *(["--speculative-config", spec] if spec else []),
+                        "--output", str(sim))
+            assert r.returncode == 0, r.stderr
+            want = json.loads((sim / "summary.json").read_text())
+            got = summary(out, f"{variant}/chat/c{level}")
+            assert got["output_throughput_tok_s"] == pytest.approx(want["output_throughput_tok_s"], rel=1e-9)
+            assert got["ttft_ms"]["p50"] == pytest.approx(want["ttft_ms"]["p50"], rel=1e-9)
+            assert (got["spec_decode"] or {}).get("accepted_tokens") == (want["spec_decode"] or {}).get("accepted_tokens")
+    res = run_cli("report", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "every cell was simulated in virtual time" in (out / "report" / "report.md").read_text()
+    dry = cli("sweep", "--virtual", "--dry-run")
+    assert dry.returncode == 0 and "virtual time: every cell simulated" in dry.stdout

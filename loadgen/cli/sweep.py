@@ -36,6 +36,9 @@ from servers.deployments import ENGINES, DeploymentError
 @click.option("--duration", type=float, help="Seconds per cell instead (sending stops, the rest drain).")
 @click.option("--warmup", type=int, help="Requests per cell sent and finished before the measurement "
               "[default: 4; embedded: 1].")
+@click.option("--virtual", is_flag=True, help="Simulate every cell in virtual time on the emulator's engine, each "
+              "variant as its command line configures it: no server, no waiting; the whole plan in seconds, "
+              "the cost model's figures (docs/sweep.md).")
 @click.option("--repeats", type=int, default=1, show_default=True, help="Measure every cell this many times, "
               "in rounds, each round on freshly started servers; the report and compare use the spread "
               "(run-to-run variation) (docs/report.md).")

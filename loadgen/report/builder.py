@@ -149,7 +149,8 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
     }
     notes = _notes(sw)
     sections = _sections(sw, t, fig, notes, profile_name)
-    sections[0].lead = decision.sentences(t["best_variant"], t["speedup"], t["break_even"], sw.ok, sw.baseline)
+    sections[0].lead = decision.sentences(t["best_variant"], t["speedup"], t["break_even"], sw.ok, sw.baseline,
+                                          virtual=bool((sw.manifest.get("plan") or {}).get("virtual")))
     sections[0].chart = interactive.speedup_chart(t["speedup"], col, sw.baseline)
     closed = sw.cells[sw.cells["mode"] == "closed"] if len(sw.cells) and "mode" in sw.cells else sw.cells.iloc[:0]
     doc, what_notes = whatif.load(sw.root, sw.model, sorted({int(v) for v in closed.get("level", [])}))
@@ -179,7 +180,8 @@ def _measured_count(sw: Sweep) -> str:
 def _sections(sw: Sweep, t: dict, fig: dict, notes: list[str], profile_name: str | None) -> list[Section]:
     dep, plan = sw.manifest.get("deployment") or {}, sw.manifest.get("plan") or {}
     f = lambda *names: [fig[n] for n in names if fig.get(n)]  # noqa: E731
-    intro = (f"Deployment {dep.get('name')} ({dep.get('model')}) on {dep.get('engine')}; variants "
+    where = " in virtual time (every cell simulated: sweep --virtual)" if plan.get("virtual") else ""
+    intro = (f"Deployment {dep.get('name')} ({dep.get('model')}) on {dep.get('engine')}{where}; variants "
              f"{', '.join(plan.get('variants') or [])}; baseline {sw.baseline}; {_measured_count(sw)}. Definitions: "
              "docs/report.md and docs/metrics.md.")
     waste_text = ("Rejected draft tokens are verified by the target model and thrown away. "

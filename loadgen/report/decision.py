@@ -28,8 +28,9 @@ def _x(s) -> str:
 
 
 def sentences(best: pd.DataFrame, sp: pd.DataFrame, break_even: pd.DataFrame, ok: pd.DataFrame,
-              baseline: str) -> list[str]:
-    """One sentence per workload (and load mode), then one on how sure."""
+              baseline: str, virtual: bool = False) -> list[str]:
+    """One sentence per workload (and load mode), then one on how sure (`virtual`: every cell was
+    simulated, `loadgen sweep --virtual`, so nothing was measured in real time)."""
     out = []
     flagged = flags(ok)
     for (workload, mode), g in best.groupby(["workload", "mode"], sort=False):
@@ -63,6 +64,10 @@ def sentences(best: pd.DataFrame, sp: pd.DataFrame, break_even: pd.DataFrame, ok
             "on the chart's points): their throughput understates the server." if n_flag else
             f"How sure: none of the {len(ok)} cells is flagged.")
     reps = ok["repeats"].max() if "repeats" in ok and ok["repeats"].notna().any() else 1
+    if virtual:
+        return out + ["How sure: every cell was simulated in virtual time (sweep --virtual): the emulator's cost "
+                      "model without a client, a machine or run-to-run variation in the way; it predicts, it "
+                      "measures nothing."]
     sure += (" Each cell was measured once: run-to-run variation is not covered (a second sweep on the same "
              "machine can differ by a few percent)." if reps <= 1 else _spread(sp, int(reps)))
     return out + [sure]

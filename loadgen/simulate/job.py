@@ -52,17 +52,23 @@ class Simulated:
                     "enable_prefix_caching": sim.engine.enable_prefix_caching}, **job.config)
         s = summarize(self.frame, ([], []), config=cfg, goodput=job.objectives, load_info=result.run.load_info,
                       steady=job.steady_state)
-        stats = engine.stats
-        s["spec_decode"] = stats.spec_summary() if sim.spec else None
-        span = result.makespan_s
-        s["server"] = {"window_s": span, "preemptions": stats.preemptions, "steps": stats.steps,
+        s.update(engine_figures(result, self.wall_s))
+        return s
+
+
+def engine_figures(result: SimResult, wall_s: float) -> dict:
+    """A simulation's server-side figures, as a summary holds them: the engine's own counts over
+    the whole run (spec_decode, server) and how long it took (simulation)."""
+    engine, span = result.engine, result.makespan_s
+    stats = engine.stats
+    return {"spec_decode": stats.spec_summary() if engine.spec else None,
+            "server": {"window_s": span, "preemptions": stats.preemptions, "steps": stats.steps,
                        "generation_tokens": stats.generation_tokens, "prompt_tokens": stats.prompt_tokens,
                        "prefix_cache_hit_rate": (stats.prefix_hits / stats.prefix_queries
                                                  if stats.prefix_queries else None),
                        "generation_tok_s": stats.generation_tokens / span if span > 0 else None,
-                       "restarted": False}
-        s["simulation"] = {"virtual_s": result.makespan_s, "wall_s": self.wall_s}
-        return s
+                       "restarted": False},
+            "simulation": {"virtual_s": span, "wall_s": wall_s}}
 
 
 def run_simulation(job: SimJob) -> Simulated:

@@ -89,6 +89,9 @@ def sweep(job: SweepJob) -> SweepResult:
         raise LoadgenError(f"nothing to resume in {out}: no {results.MANIFEST}; run the sweep without --resume")
     if stored is None:
         plan = job.plan
+        if plan.virtual and (job.ray_address is not None or job.metrics_port is not None):
+            raise LoadgenError("--virtual runs every cell in this process, in virtual time: drop --ray and "
+                               "--metrics-port")
         dep = _deployment(plan)
         check_engine(dep, plan)
         cluster = _join_ray(job, plan, dep)  # before anything is written: a bad address leaves nothing
@@ -109,7 +112,8 @@ def sweep(job: SweepJob) -> SweepResult:
     order = [c.key for c in plan.cells()]
     todo = pending(out, plan, job.retry_failed)
     done_before = len(order) - len(todo)
-    job.note(f"Sweep: {len(plan.variants)} variants x {len(plan.workloads)} workloads x "
+    job.note(("Virtual sweep (every cell simulated, no server): " if plan.virtual else "Sweep: ")
+             + f"{len(plan.variants)} variants x {len(plan.workloads)} workloads x "
              f"{len(plan.levels)} levels" + (f" x {plan.repeats} repeats" if plan.repeats > 1 else "")
              + f" = {len(order)} cells"
              + (f" ({done_before} already done)" if done_before else "")

@@ -129,6 +129,7 @@ class Plan:
     acceptance_templates: list[str] | None = None
     acceptance_lengths: list[float] | None = None
     repeats: int = 1                # each cell measured this many times (rounds, each on a fresh server)
+    virtual: bool = False           # every cell simulated in virtual time, no server (loadgen.sweep.virtual)
 
     def deployment_object(self):
         """The deployment the cells run on: loaded, on the plan's engine, with the acceptance

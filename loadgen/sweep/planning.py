@@ -23,7 +23,7 @@ DEFAULT = {"workloads": ("chat", "code-edit"), "concurrency": "1..256", "min_req
 PLAN_OPTIONS = ("servers", "engine", "variants", "workloads", "concurrency", "rates", "arrival",
                 "burstiness", "num_requests", "duration", "warmup", "seed", "endpoint",
                 "request_timeout", "data_dir", "gpus", "parallel", "port", "baseline", "llama_server", "workers",
-                "time_scale", "acceptance_lengths", "repeats")
+                "time_scale", "acceptance_lengths", "repeats", "virtual")
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -86,7 +86,9 @@ def plan_from(o: Mapping) -> tuple[Plan, object]:
         raise LoadgenError(f"--gpus {o['gpus']}: deployment {dep.name!r} needs "
                                f"{dep.tensor_parallel_size} GPUs per server")
     names = [_open(spec, o["data_dir"]).name for spec in specs]
-    time_scale = _time_scale(o["time_scale"], dep)
+    if o.get("virtual"):
+        _check_virtual(o, dep)
+    time_scale = None if o.get("virtual") else _time_scale(o["time_scale"], dep)
     arrival = o["arrival"] or ("gamma" if o["burstiness"] is not None else "poisson")
     where = o["servers"] or EMBEDDED["servers"]
     if Path(where).exists():  # a file: found again by --resume from any directory
@@ -102,7 +104,8 @@ def plan_from(o: Mapping) -> tuple[Plan, object]:
                 parallel=o["parallel"], port=o["port"], baseline=o["baseline"],
                 llama_server=_command(o["llama_server"]), min_requests=preset["min_requests"],
                 per_user=preset["per_user"], workers=o["workers"], time_scale=time_scale,
-                acceptance_templates=templates, acceptance_lengths=lengths, repeats=o.get("repeats") or 1)
+                acceptance_templates=templates, acceptance_lengths=lengths, repeats=o.get("repeats") or 1,
+                virtual=bool(o.get("virtual")))
     return plan, dep
 
 
@@ -115,6 +118,22 @@ def _lengths(text: str) -> list[float]:
         raise LoadgenError(f"--acceptance-lengths {text!r}: give mean acceptance lengths separated by commas, "
                            "like 1.5,2,2.5,3")
     return out
+
+
+def _check_virtual(o: Mapping, dep) -> None:
+    """--virtual simulates the emulator's engine in this process: what only applies to servers,
+    real time or load-generating processes is refused, each in one line."""
+    if dep.engine != "emulator":
+        raise LoadgenError(f"--virtual simulates the emulator's engine; deployment {dep.name!r} runs on {dep.engine}: "
+                           "add --engine emulator (its variants' flags on the emulator's cost model)")
+    for key, given, why in (("time-scale", o["time_scale"] is not None, "virtual time needs no dilation"),
+                            ("repeats", (o.get("repeats") or 1) > 1, "a simulation has no run-to-run variation"),
+                            ("parallel", o["parallel"], "no servers to run side by side"),
+                            ("workers", o["workers"] > 1, "no real-time load to split"),
+                            ("ray", o.get("ray_address") is not None, "it runs in this process"),
+                            ("metrics-port", o.get("metrics_port") is not None, "no live load to watch")):
+        if given:
+            raise LoadgenError(f"--{key} does not apply to --virtual ({why}): drop one of them")
 
 
 def _time_scale(given: str | None, dep) -> str | float | None:
@@ -163,6 +182,9 @@ def describe(plan: Plan, dep) -> str:
              f"= {len(cells)} cells ({'closed loop, concurrency' if plan.mode == 'closed' else 'open loop, req/s'} "
              f"{', '.join(f'{lv:g}' for lv in plan.levels)}), {plan.warmup} warm-up request(s) per cell",
              f"deployment {dep.name} ({dep.description}) on engine {dep.engine}"]
+    if plan.virtual:
+        lines.append("virtual time: every cell simulated on the emulator's engine as its command line "
+                     "configures it; no server starts (warm-up requests are not sent)")
     if plan.time_scale is not None:
         lines.append("time scale: " + ("auto (probed when the sweep starts: per level, the smallest that this "
                                        "machine holds in real time)" if plan.time_scale == "auto" else

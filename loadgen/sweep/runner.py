@@ -122,8 +122,13 @@ def variant_events(plan: Plan, server: Server, cells: list[Cell], workloads: dic
                    reporter: Reporter) -> Iterator[tuple]:
     """One variant's cells on its server (started here; stopping it is the caller's), as
     events: ("note", text), ("started", cell), ("done", cell, frame, summary). `reporter` sees
-    each request. Raises Interrupted after the "done" of an interrupted cell."""
+    each request. Raises Interrupted after the "done" of an interrupted cell. In a virtual sweep
+    (plan.virtual) the server is not started: each cell is simulated on the engine its command
+    line configures (loadgen.sweep.virtual)."""
     la = server.launch
+    if plan.virtual:
+        yield from _simulated(plan, la, cells, workloads)
+        return
     yield "note", f"starting {la.variant}: {la.shell()}"
     try:
         server.start()
@@ -171,6 +176,20 @@ def variant_events(plan: Plan, server: Server, cells: list[Cell], workloads: dic
         yield "done", cell, res.frame, res.summary
         if res.interrupted:
             raise Interrupted
+
+
+def _simulated(plan: Plan, la, cells: list[Cell], workloads: dict) -> Iterator[tuple]:
+    from loadgen.sweep.virtual import simulate_cell
+    yield "note", f"simulating {la.variant} in virtual time: {la.shell()}"
+    for cell in cells:
+        yield "started", cell
+        try:
+            res = simulate_cell(plan, cell, workloads[cell.workload], la.argv)
+        except ValueError as e:
+            yield failed_event(plan, cell, str(e), None)
+            continue
+        res.summary["cell"] = _cell_info(cell, plan, "ok", None, None)
+        yield "done", cell, res.frame, res.summary
 
 
 def pending(root: Path, plan: Plan, retry_failed: bool) -> list[Cell]:

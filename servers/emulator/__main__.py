@@ -65,9 +65,26 @@ def _fail(message: str) -> None:
 
 
 def build(args) -> tuple[Engine, list[str]]:
+    """The engine `serve` runs and the names it serves (exits with one line on a bad flag)."""
+    try:
+        return engine_for(args)
+    except ValueError as e:
+        _fail(str(e))
+
+
+def engine_from_command(argv) -> tuple[Engine, list[str]]:
+    """The engine a rendered `serve MODEL ...` command line would serve, built here without
+    serving it (a sweep in virtual time simulates each variant's exact configuration);
+    ValueError naming the flag when one is wrong."""
+    argv = list(argv)
+    args, _ = _parser().parse_known_args(argv[argv.index("serve"):])
+    return engine_for(args)
+
+
+def engine_for(args) -> tuple[Engine, list[str]]:
     name = args.profile or profiles.for_model(args.model)
     if name is None:
-        _fail(f"no profile for model {args.model!r}; pass --profile (one of {', '.join(profiles.available())})")
+        raise ValueError(f"no profile for model {args.model!r}; pass --profile (one of {', '.join(profiles.available())})")
     try:
         prof = profiles.load(name)
         spec = parse(args.speculative_config)
@@ -89,9 +106,9 @@ def build(args) -> tuple[Engine, list[str]]:
                                                  enable_prefix_caching=args.enable_prefix_caching),
                         trace_sink=_trace_writer(args.acceptance_traces) if args.acceptance_traces else None)
     except (profiles.ProfileError, SpecError, EngineError, ValueError) as e:
-        _fail(str(e))
+        raise ValueError(str(e)) from None
     except OSError as e:
-        _fail(f"cannot write --acceptance-traces {args.acceptance_traces!r}: {e.strerror or e}")
+        raise ValueError(f"cannot write --acceptance-traces {args.acceptance_traces!r}: {e.strerror or e}") from None
     if args.tensor_parallel_size != prof.tensor_parallel_size:
         log.warning("--tensor-parallel-size %d, but profile %s models tensor parallel %d; its "
                     "timings are for that", args.tensor_parallel_size, name, prof.tensor_parallel_size)
