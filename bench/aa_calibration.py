@@ -6,7 +6,7 @@ correction over the table (docs/report.md). For A/A pairs (no true change) that 
 family-wise error: at most ALPHA of pairs should show any mark, and about ALPHA of all
 comparisons should have an uncorrected p under 0.05, if the p-values are calibrated. This
 script measures both, with the distribution of marks per pair, on the design of
-tests/test_repeats.py (DESIGN: 2 variants x 2 levels, the same 16 requests per cell, 3 repeats
+tests/test_repeats.py (DESIGN: 2 variants x 2 levels (4 and 8 users), the same 16 requests per cell, 3 repeats
 in rounds on fresh servers). The test's A/A bound (`false_mark_bound`) is derived from the
 same two numbers: the most marks a calibrated compare shows in all but FLAKE of A/A runs.
 
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 ALPHA = 0.05   # compare's family-wise level (LEVEL = 0.95 in loadgen/report/compare.py)
 FLAKE = 1e-3   # the share of A/A runs in which the test may fail by chance
-LEVELS = (2, 8)
+LEVELS = (4, 8)
 REPEATS = 3
 DESIGN = ("sweep", "--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline,eagle",
           "--workloads", "chat,output=fixed:32", "--concurrency", ",".join(map(str, LEVELS)), "--num-requests", "16",

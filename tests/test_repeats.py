@@ -77,7 +77,7 @@ def test_a_and_a_marks_almost_nothing_and_an_injected_change_is_found(sweeps, tm
     # +20% TPOT in one cell of B (every repeat of it): found
     slower = tmp_path / "slower"
     shutil.copytree(b, slower, ignore=shutil.ignore_patterns("report"))
-    key = "eagle/chat/c2"
+    key = f"eagle/chat/c{LEVELS[0]}"
     for path in (slower / results.CELLS).glob(f"{key}*/requests.parquet"):
         reqs = pd.read_parquet(path)
         reqs["tpot_ms"] *= 1.2
