@@ -24,10 +24,11 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 180) -> subpro
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`loadgen ARGS` in this process (click's runner), for input a command must refuse before it
-    does anything: the same parsing, checks and one-line errors as `run_cli`, without starting a
-    Python (a second apiece). An exception that escapes is written to stderr as a traceback, as
-    the interpreter would."""
+    """`loadgen ARGS` in this process (click's runner), for a command that starts no load and no
+    server (input it must refuse, a report, a comparison, a summary of a results directory): the
+    same parsing, checks, output and one-line errors as `run_cli`, without starting a Python (a
+    second or two apiece). An exception that escapes is written to stderr as a traceback, as the
+    interpreter would."""
     import traceback
 
     from click.testing import CliRunner

@@ -13,7 +13,7 @@ from loadgen import api
 from loadgen.shapes import ClosedLoop
 from loadgen.simulate.virtual import SimSpec
 from servers.emulator.spec import parse
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 from tests.test_report import _how_sure_counts_the_flags
 from workloads import open_workload
 
@@ -43,7 +43,7 @@ def test_break_even_acceptance_rises_with_load_and_matches_the_simulator(tmp_pat
     assert res.returncode == 0, res.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["plan"]["variants"] == ["baseline"] + [f"eagle3-al{a:g}" for a in LENGTHS]
-    res = run_cli("report", str(out))
+    res = cli("report", str(out))
     assert res.returncode == 0, res.stderr
     _each_cell_says_its_time_scale(out)
     _how_sure_counts_the_flags(out / "report")

@@ -38,7 +38,7 @@ def test_a_lenient_slo_passes_and_a_strict_one_fails_naming_it(tmp_path):
     assert cases["tpot_p50<=0.5ms"].find("failure") is not None and cases["ttft_p99<=5s"].find("failure") is None
     assert ET.parse(tmp_path / "ok.xml").getroot().find("testsuite").get("tests") == "3"
     # the recorded results are judged again without running anything
-    again = run_cli("check", "--results", str(tmp_path / "bad"), "--slo", "tpot_p50<=0.5ms")
+    again = cli("check", "--results", str(tmp_path / "bad"), "--slo", "tpot_p50<=0.5ms")
     assert again.returncode == 1 and "FAILED: tpot_p50<=0.5ms" in again.stderr
     assert server_pids() <= before
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import run_cli, server_pids
+from tests.conftest import cli, run_cli, server_pids
 
 N = 16  # requests per cell measured over HTTP, 4 users
 PLAN = ("sweep", "--servers", "llama-3.1-8b-current", "--engine", "emulator", "--variants", "baseline,ngram,eagle3,suffix",
@@ -26,7 +26,7 @@ def _sweep(out: Path, n: int, *how: str) -> Path:
     res = run_cli(*PLAN, "--num-requests", str(n), *how, "--output", str(out), timeout=600)
     assert res.returncode == 0, res.stderr
     assert server_pids() <= before
-    res = run_cli("report", str(out))
+    res = cli("report", str(out))
     assert res.returncode == 0, res.stderr
     return out
 

@@ -21,7 +21,7 @@ import pytest
 from loadgen.outputs import journal
 from servers.embedded import canned_server
 from servers.scripted.script import prompt_key
-from tests.conftest import REPO, process_tree, run_cli, still_running, synthetic_prompts
+from tests.conftest import REPO, cli, process_tree, run_cli, still_running, synthetic_prompts
 
 
 def _served(trace: Path) -> list[dict]:
@@ -85,14 +85,14 @@ def test_a_killed_run_keeps_every_request_finished_a_quarter_second_before(worke
     journaled = {prompt_key(prompts[r.index]) for r in j.records if r.ok}
     assert before <= journaled, f"{len(before - journaled)} finished requests missing"
     # loadgen summarize reads it, and says the run was cut
-    res = run_cli("summarize", str(out))
+    res = cli("summarize", str(out))
     assert res.returncode == 0, res.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["journal"]["cut"] and summary["interrupted"]
     assert summary["completed"] == sum(r.ok and not r.warmup for r in j.records)
     frame = pd.read_parquet(out / "requests.parquet")
     assert len(frame) == len(j.records) and frame["index"].is_unique
-    res = run_cli("check", "--results", str(out), "--slo", "ttft_p99<=10s")
+    res = cli("check", "--results", str(out), "--slo", "ttft_p99<=10s")
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -105,7 +105,7 @@ def test_check_results_summarizes_a_cut_run_itself(tmp_path):
     _cut(tmp_path, keep=25)
     for name in ("summary.json", "requests.parquet"):
         (tmp_path / name).unlink()
-    res = run_cli("check", "--results", str(tmp_path), "--slo", "ttft_p99<=10s")
+    res = cli("check", "--results", str(tmp_path), "--slo", "ttft_p99<=10s")
     assert res.returncode == 0, res.stdout + res.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["journal"]["cut"] and summary["completed"] == 25
@@ -136,7 +136,7 @@ def test_a_cut_journal_gives_the_finished_runs_figures_for_its_requests(tmp_path
     assert res.returncode == 0, res.stderr
     whole = pd.read_parquet(tmp_path / "requests.parquet").set_index("request_id")
     _cut(tmp_path, keep=40)
-    res = run_cli("summarize", str(tmp_path))
+    res = cli("summarize", str(tmp_path))
     assert res.returncode == 0, res.stderr
     cut = pd.read_parquet(tmp_path / "requests.parquet").set_index("request_id")
     summary = json.loads((tmp_path / "summary.json").read_text())

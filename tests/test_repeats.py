@@ -62,7 +62,7 @@ def test_each_cell_is_measured_in_rounds_on_fresh_servers(sweeps):
 
 def test_a_and_a_marks_almost_nothing_and_an_injected_change_is_found(sweeps, tmp_path):
     a, b = sweeps
-    res = run_cli("compare", str(a), str(b), "--output", str(tmp_path / "aa.csv"), "--html", str(tmp_path / "aa.html"))
+    res = cli("compare", str(a), str(b), "--output", str(tmp_path / "aa.csv"), "--html", str(tmp_path / "aa.html"))
     assert res.returncode == 0, res.stderr
     aa = pd.read_csv(tmp_path / "aa.csv")
     assert len(aa) == 2 * len(LEVELS) * 4 and (aa["basis"] == "repeats").all()
@@ -82,7 +82,7 @@ def test_a_and_a_marks_almost_nothing_and_an_injected_change_is_found(sweeps, tm
         reqs = pd.read_parquet(path)
         reqs["tpot_ms"] *= 1.2
         reqs.to_parquet(path, index=False)
-    res = run_cli("compare", str(a), str(slower), "--output", str(tmp_path / "ab.csv"))
+    res = cli("compare", str(a), str(slower), "--output", str(tmp_path / "ab.csv"))
     assert res.returncode == 0, res.stderr
     ab = pd.read_csv(tmp_path / "ab.csv").set_index(["cell", "metric"])
     row = ab.loc[(key, "tpot_p50_ms")]
@@ -112,7 +112,7 @@ def test_without_repeats_on_one_side_compare_says_run_to_run_is_not_covered(swee
     a, b = sweeps
     single = tmp_path / "single"
     shutil.copytree(b, single, ignore=shutil.ignore_patterns("report", "*.r2", "*.r3"))
-    res = run_cli("compare", str(a), str(single), "--output", str(tmp_path / "x.csv"))
+    res = cli("compare", str(a), str(single), "--output", str(tmp_path / "x.csv"))
     assert res.returncode == 0, res.stderr
     frame = pd.read_csv(tmp_path / "x.csv")
     assert (frame["basis"] == "requests").all() and (frame["repeats_b"] == 1).all()
@@ -121,7 +121,7 @@ def test_without_repeats_on_one_side_compare_says_run_to_run_is_not_covered(swee
 
 def test_the_report_gives_each_cells_mean_and_the_rounds_spread(sweeps):
     a, _ = sweeps
-    res = run_cli("report", str(a))
+    res = cli("report", str(a))
     assert res.returncode == 0, res.stderr
     out = a / "report"
     cells = pd.read_parquet(a / results.TABLE)
@@ -176,7 +176,7 @@ def test_a_figure_the_repeats_cannot_give_falls_back_to_the_requests(sweeps, tmp
     reqs = pd.read_parquet(path)
     reqs["tpot_ms"] = float("nan")
     reqs.to_parquet(path, index=False)
-    res = run_cli("compare", str(a), str(odd), "--output", str(tmp_path / "odd.csv"))
+    res = cli("compare", str(a), str(odd), "--output", str(tmp_path / "odd.csv"))
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     frame = pd.read_csv(tmp_path / "odd.csv").set_index(["cell", "metric"])
     assert frame.loc[("baseline/chat/c8", "tpot_p50_ms"), "basis"] == "requests"

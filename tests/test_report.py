@@ -42,7 +42,7 @@ def sweep(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def report(sweep) -> Path:
-    res = run_cli("report", str(sweep))
+    res = cli("report", str(sweep))
     assert res.returncode == 0, res.stderr
     assert "report.html" in res.stdout
     return sweep / "report"
@@ -205,7 +205,7 @@ def test_the_decision_summary_of_a_sweep_where_sd_never_pays(tmp_path):
                   "--output", str(out),
                   timeout=400)
     assert res.returncode == 0, res.stderr
-    res = run_cli("report", str(out))
+    res = cli("report", str(out))
     assert res.returncode == 0, res.stderr
     report = out / "report"
     md = (report / "report.md").read_text()
@@ -224,7 +224,7 @@ def test_a_partial_or_broken_sweep_gives_a_partial_report(sweep, tmp_path):
     shutil.copytree(sweep, copy, ignore=shutil.ignore_patterns("report"))
     shutil.rmtree(copy / results.CELLS / "eagle" / "chat" / f"c{TOP}")                       # not run yet
     (copy / results.CELLS / "ngram" / "code-edit" / "c1" / "summary.json").write_text("{ not json")  # broken
-    res = run_cli("report", str(copy))
+    res = cli("report", str(copy))
     assert res.returncode == 0, res.stderr
     md = (copy / "report" / "report.md").read_text()
     assert "1 of 12 planned cells are missing" in md and f"eagle/chat/c{TOP}" in md
@@ -250,7 +250,7 @@ def test_bad_results_directories_are_one_line(sweep, tmp_path, case):
 
 
 def test_compare_finds_a_real_change_and_no_change_against_itself(sweep, tmp_path):
-    same = run_cli("compare", str(sweep), str(sweep), "--output", str(tmp_path / "same.csv"))
+    same = cli("compare", str(sweep), str(sweep), "--output", str(tmp_path / "same.csv"))
     assert same.returncode == 0, same.stderr
     frame = pd.read_csv(tmp_path / "same.csv")
     assert len(frame) == 12 * 4 and not frame["significant"].any() and (frame["change_pct"] == 0).all()
@@ -261,8 +261,8 @@ def test_compare_finds_a_real_change_and_no_change_against_itself(sweep, tmp_pat
     reqs = pd.read_parquet(path)
     reqs["ttft_ms"] *= 1.5
     reqs.to_parquet(path, index=False)
-    res = run_cli("compare", str(sweep), str(slower), "--output", str(tmp_path / "diff.csv"),
-                  "--html", str(tmp_path / "diff.html"))
+    res = cli("compare", str(sweep), str(slower), "--output", str(tmp_path / "diff.csv"),
+              "--html", str(tmp_path / "diff.html"))
     assert res.returncode == 0, res.stderr
     page = (tmp_path / "diff.html").read_text()
     assert 'id="compare-chart"' in page and "1 of 48 changes significant after Holm" in page
@@ -294,7 +294,7 @@ def test_traces_in_the_results_add_a_what_if_section(sweep, tmp_path):
                   "--workload", "synthetic:chat", "--output-len", "24", "--output", str(tmp_path / "sim"),
                   "--acceptance-traces", str(copy / "traces.jsonl"))
     assert res.returncode == 0, res.stderr
-    res = run_cli("report", str(copy))
+    res = cli("report", str(copy))
     assert res.returncode == 0, res.stderr
     assert "what-if evaluated here over traces.jsonl on profile h100-llama-3.1-8b" in res.stderr
     doc = json.loads((copy / "whatif.json").read_text())
@@ -320,5 +320,5 @@ def test_traces_in_the_results_add_a_what_if_section(sweep, tmp_path):
     points = {(p[0], int(p[1])): p[2] for trace in fig for p in trace["customdata"]}
     assert points == {(pol, int(c[2:])): wide.loc[pol, c] for pol in wide.index for c in ("B=1", f"B={TOP}")}
     assert "Recommended k schedule (vLLM's num_speculative_tokens_per_batch_size): ngram: [[1, " in md
-    res = run_cli("report", str(copy))  # the kept whatif.json is used as is
+    res = cli("report", str(copy))  # the kept whatif.json is used as is
     assert res.returncode == 0 and "what-if evaluated here" not in res.stderr

@@ -347,7 +347,7 @@ def test_a_virtual_sweep_simulates_every_cell_as_loadgen_simulate_does(tmp_path)
             assert got["output_throughput_tok_s"] == pytest.approx(want["output_throughput_tok_s"], rel=1e-9)
             assert got["ttft_ms"]["p50"] == pytest.approx(want["ttft_ms"]["p50"], rel=1e-9)
             assert (got["spec_decode"] or {}).get("accepted_tokens") == (want["spec_decode"] or {}).get("accepted_tokens")
-    res = run_cli("report", str(out))
+    res = cli("report", str(out))
     assert res.returncode == 0, res.stderr
     assert "every cell was simulated in virtual time" in (out / "report" / "report.md").read_text()
     dry = cli("sweep", "--virtual", "--dry-run")

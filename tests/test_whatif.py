@@ -275,7 +275,7 @@ def test_traces_from_a_run_with_token_ids_match_the_emulators_exact_ones(tmp_pat
         res = run_cli("run", "--base-url", srv.url, "--endpoint", "chat", "--concurrency", "4", "--num-requests", "12",
                       "--workload", "synthetic:chat", "--output-len", "96", "--token-ids", "--quiet", "--output", str(out))
         assert res.returncode == 0, res.stderr
-    res = run_cli("traces", str(out), "--drafter", "eagle:3")
+    res = cli("traces", str(out), "--drafter", "eagle:3")
     assert res.returncode == 0, res.stderr
     assert "Wrote 12 traces" in res.stdout and "estimated from this run at k=3" in res.stderr
     exact = {tuple(t.generated_token_ids): t for t in read(exact_path)[0]}
@@ -292,5 +292,5 @@ def test_traces_from_a_run_with_token_ids_match_the_emulators_exact_ones(tmp_pat
         assert est.censored_at == 3
         starts = np.cumsum([0] + steps[t.id][:-1])[1:]  # decoding steps start after the prefill's token
         assert np.minimum(est.acc_len[starts], 4).tolist() == np.minimum(truth[starts], 4).tolist()
-    res = run_cli("traces", str(out / "none"))
+    res = cli("traces", str(out / "none"))
     assert res.returncode == 2 and "holds no run results" in res.stderr
