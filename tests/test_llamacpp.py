@@ -99,9 +99,10 @@ def test_what_the_client_measured_agrees_with_the_servers_counters(deployment, v
     with Server(launch, tmp_path / "server.log") as srv:
         for c in (1, 2):
             num = 12 if variant == "synthetic" else 4
-            s, frame = run(srv.launch.url, tmp_path / f"c{c}", c, num, "code-edit,output=fixed:128")
+            tokens = 32 if variant == "baseline" else 128  # n-gram drafts need text that repeats: long answers
+            s, frame = run(srv.launch.url, tmp_path / f"c{c}", c, num, f"code-edit,output=fixed:{tokens}")
             assert s["completed"] == num and s["failed"] == 0 and frame["ok"].all()
-            assert s["server"]["generation_tokens"] == frame["completion_tokens"].sum() == num * 128
+            assert s["server"]["generation_tokens"] == frame["completion_tokens"].sum() == num * tokens
             sd, client = s["spec_decode"], s["acceptance_client"]
             if variant == "baseline":
                 assert sd["drafts"] == 0 and sd["accepted_tokens"] == 0

@@ -253,9 +253,9 @@ def test_one_runs_load_from_actors_on_two_nodes(cluster, server, tmp_path):
 def test_max_error_rate_is_one_judgement_over_all_actors(cluster, server, tmp_path):
     """--max-error-rate with `--workers 2 --ray` against a server failing every request: the
     driver judges the actors' finished requests together and halts both, once."""
-    from tests.test_workers import assert_stopped_once
+    from tests.test_workers import FAILING, assert_stopped_once
     address, env, _ = cluster
-    url = server("--ttft-ms", "2", "--step-ms", "2", "--faults", "http500_html")
+    url = server(*FAILING)
     res = run_cli("run", "--base-url", url, "--workers", "2", "--ray", address, "--concurrency", "4",
                   "--num-requests", "2000", "--output-len", "4", "--max-error-rate", "0.5", "--quiet",
                   "--output", str(tmp_path), env=env)

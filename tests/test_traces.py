@@ -152,18 +152,18 @@ def test_simulate_replays_the_trace_window(tmp_path):
 
 @pytest.mark.timing
 def test_real_time_replay_against_the_emulator_matches_the_trace_and_the_simulator(tmp_path):
-    """Half a minute of the conversation trace at twice its speed: every request sent once, scheduled
+    """20 seconds of the conversation trace at twice its speed: every request sent once, scheduled
     at the trace's gaps halved (its send lateness measured: under 5 ms at p99 here, and flagged
     client_bound on a machine that cannot keep it), with the trace's lengths exactly; the
     simulator on the same settings agrees on throughput."""
     from servers.embedded import emulator_server
-    args = ["--trace", f"azure:{CONV}", "--trace-window", "30", "--trace-speed", "2"]
+    args = ["--trace", f"azure:{CONV}", "--trace-window", "20", "--trace-speed", "2"]
     with emulator_server("meta-llama/Llama-3.1-8B-Instruct") as srv:
         res = run_cli("run", "--base-url", srv.url, *args, "--quiet", "--output", str(tmp_path / "real"), timeout=300)
     assert res.returncode == 0, res.stderr
     sim = run_cli("simulate", "--profile", "h100-llama-3.1-8b", *args, "--output", str(tmp_path / "sim"))
     assert sim.returncode == 0, sim.stderr
-    trace = read_trace(f"azure:{CONV}").window(0, 30)
+    trace = read_trace(f"azure:{CONV}").window(0, 20)
     frame = pd.read_parquet(tmp_path / "real" / "requests.parquet")
     assert len(frame) == len(trace) and frame["ok"].all() and frame["request_id"].is_unique
     frame = frame.sort_values("index")

@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--faults", default="ok",
                    help=f"comma list cycled over arriving requests; from: {', '.join(FAULTS)}")
     p.add_argument("--fault-after-chunks", type=int, default=2)
+    p.add_argument("--fault-delay-ms", type=float, default=0.0,
+                   help="answer a 400/500/429/disconnect fault this long after the request")
     p.add_argument("--stall-s", type=float, default=3600.0)
     p.add_argument("--no-usage", action="store_true", help="ignore stream_options.include_usage")
     p.add_argument("--no-continuous-usage", action="store_true",
@@ -50,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
             step_ms=args.step_ms, step_jitter=args.step_jitter, chunk_tokens=args.chunk_tokens,
             events_per_write=args.events_per_write, seed=args.seed,
             faults=tuple(f.strip() for f in args.faults.split(",") if f.strip()),
-            fault_after_chunks=args.fault_after_chunks, stall_s=args.stall_s,
+            fault_after_chunks=args.fault_after_chunks,
+            fault_delay_ms=args.fault_delay_ms, stall_s=args.stall_s,
             time_scale=1.0 if args.time_scale is None else args.time_scale)
     except ValueError as e:
         sys.exit(f"loadgen-scripted-server: error: {e}")

@@ -89,6 +89,8 @@ class ScriptedServer:
             return _error(conn, 400, "max_tokens must be a positive integer", "BadRequestError")
 
         fault = self.cfg.faults[next(self._arrivals) % len(self.cfg.faults)]
+        if fault in ("http400_json", "http500_html", "http429", "disconnect") and self.cfg.fault_delay_ms:
+            await asyncio.sleep(self.cfg.fault_delay_ms / 1e3 * self.cfg.time_scale)
         if fault == "http400_json":
             return _error(conn, 400, "scripted fault: bad request", "BadRequestError")
         if fault == "http500_html":

@@ -46,6 +46,9 @@ class ScriptConfig:
     seed: int = 0
     faults: tuple[str, ...] = ("ok",)
     fault_after_chunks: int = 2
+    # a fault answered before any stream (400, 500, 429, disconnect) comes this long after the
+    # request: a failing server's own pace, so a test's failure rate is not the machine's speed
+    fault_delay_ms: float = 0.0
     stall_s: float = 3600.0
     # every duration above taken this many times as long in real time (time dilation, as the
     # emulator's --time-scale: loadgen reads it from /metrics and converts back; docs/metrics.md)
@@ -54,6 +57,8 @@ class ScriptConfig:
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
             raise ValueError("time_scale must be > 0")
+        if self.fault_delay_ms < 0:
+            raise ValueError("fault_delay_ms must be >= 0")
         bad = [f for f in self.faults if f not in FAULTS]
         if bad:
             raise ValueError(f"unknown fault {bad[0]!r}; valid: {', '.join(FAULTS)}")
