@@ -133,7 +133,7 @@ def test_a_ramp_runs_on_the_emulator_as_the_simulator_says(tmp_path):
     dilation: every figure in its emulated time), so that neither it nor the client, sharing
     two cores, falls behind on a slow machine (a real-time run there would rightly be flagged
     client_bound, and prove nothing)."""
-    args = ["--ramp", "1:12:9", "--duration", "9", "--workload", "chat,output=fixed:64", "--seed", "3"]
+    args = ["--ramp", "1:12:9", "--duration", "10", "--workload", "chat,output=fixed:64", "--seed", "3"]
     sim = tmp_path / "sim"
     res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", *args, "--output", str(sim))
     assert res.returncode == 0, res.stderr
@@ -147,7 +147,7 @@ def test_a_ramp_runs_on_the_emulator_as_the_simulator_says(tmp_path):
     want, sim_summary = _tokens_per_window(sim, window)
     assert summary["config"]["load"] == sim_summary["config"]["load"] == Ramp("users", 1, 12, 9.0).describe()
     assert summary["time_scale"] == 2.0 and not summary["client_bound"], summary["self_check"]["reasons"]
-    full = int(9 // window)  # whole windows inside the sending
+    full = int(9 // window)  # whole windows inside the ramp
     assert len(got) >= full and len(want) >= full
     assert got[:full] == pytest.approx(want[:full], rel=0.10), (got[:full], want[:full])
     assert want[full - 1] > 3 * want[0]  # it did ramp (1 to 4 users in the first window, 9 to 12 in the last)
