@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import time
 import subprocess
@@ -196,11 +197,34 @@ def assert_light_load_unflagged(tmp_path: Path) -> None:
 # CPU with another test: it takes an exclusive lock that every other test takes shared, so it starts
 # once the other worker's test is over and holds that worker off until it is done. A turnstile in
 # front of the lock keeps a waiting timing test from being overtaken. Consecutive timing tests of
-# one module keep the lock between them (a module's servers, a Ray cluster, stay up between its
-# tests). Without xdist (`pytest -p no:xdist`, or `-n 0`) nothing is locked: one test at a time.
+# one module keep the lock between them (a module's servers stay up between its tests), and so do
+# the tests of a module marked `background` (a Ray cluster, whose processes are busy between its
+# tests, shares the CPU with the other worker's tests, never with a timing test). Without xdist
+# (`pytest -p no:xdist`, or `-n 0`) nothing is locked: one test at a time.
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "timing: measures this machine in real time; runs alone (tests/conftest.py)")
+    config.addinivalue_line("markers", "background: keeps processes busy between its tests (a Ray cluster): "
+                            "no timing test runs from its first test to its last (tests/conftest.py)")
+
+
+# Files with the most work that is not timed, first among the files without timing tests, so
+# that the two workers end together (a long file taken last would run on one worker alone).
+LONG = ("test_llamacpp.py", "test_current_sd_sweep.py", "test_sweep.py", "test_network_faults.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with a timing test first, the rest after (pyproject.toml keeps this order:
+    --no-loadscope-reorder). While the timing files run, each worker waits for the other's test
+    to end before a timing test starts: cheap while the other's tests are those files' own
+    short ones, costly beside a minute-long one. After them, both workers run the rest in
+    parallel with nothing to wait for."""
+    timed = {item.path for item in items if item.get_closest_marker("timing") is not None}
+    def order(item):
+        if item.path in timed:
+            return (0, 0)
+        return (1, LONG.index(item.path.name)) if item.path.name in LONG else (2, 0)
+    items.sort(key=order)  # stable: within a file, and among files, the collected order
 
 
 class _Lock:
@@ -210,8 +234,10 @@ class _Lock:
         self.lock = open(directory / "lock", "a+")
         self.held: str | None = None  # "shared" or "exclusive"
 
-    def acquire(self, exclusive: bool) -> None:
+    def acquire(self, exclusive: bool) -> float:
+        """Seconds waited."""
         import fcntl
+        asked = time.monotonic()
         fcntl.flock(self.turnstile, fcntl.LOCK_EX)
         try:
             fcntl.flock(self.lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
@@ -219,6 +245,7 @@ class _Lock:
             if not exclusive:
                 fcntl.flock(self.turnstile, fcntl.LOCK_UN)
         self.held = "exclusive" if exclusive else "shared"
+        return time.monotonic() - asked
 
     def release(self) -> None:
         import fcntl
@@ -242,14 +269,21 @@ def pytest_runtest_protocol(item, nextitem):
         import tempfile
         _lock = _Lock(Path(tempfile.gettempdir()) / f"loadgen-tests-{run}")
     exclusive = item.get_closest_marker("timing") is not None
+    waited, start = 0.0, time.monotonic()
     if _lock.held != ("exclusive" if exclusive else "shared"):
         if _lock.held is not None:
             _lock.release()
-        _lock.acquire(exclusive)
+        waited = _lock.acquire(exclusive)
     try:
         yield
     finally:
-        keep = (exclusive and nextitem is not None and nextitem.module is item.module
-                and nextitem.get_closest_marker("timing") is not None)
+        if log := os.environ.get("LOADGEN_TEST_LOCK_LOG"):  # where the suite's wall time goes
+            with open(log, "a") as f:
+                f.write(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER"), "test": item.nodeid,
+                                    "timing": exclusive, "waited_s": round(waited, 2),
+                                    "start": round(start, 2), "ran_s": round(time.monotonic() - start - waited, 2)}) + "\n")
+        keep = (nextitem is not None and nextitem.module is item.module
+                and (nextitem.get_closest_marker("timing") is not None) == exclusive
+                and (exclusive or item.get_closest_marker("background") is not None))
         if not keep:
             _lock.release()

@@ -21,7 +21,7 @@ LENGTHS = (1.2, 1.6, 2.2)
 # 2 rather than 1 user: the same claim, half the real time; the sweep's time scale probed per level
 # (auto), so that each level is measured at a pace this machine keeps (at a fixed 2x, 64 users were
 # flagged client_bound and server_behind here, their break-even 0.14 off the simulator's)
-LEVELS = (2, 8, 32)
+LEVELS = (2, 8, 16)  # break-even 1.33, 1.57, 1.78 in the simulator: 0.2 apart, twice the 0.1 held
 EAGLE3 = {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}
 
 

@@ -27,7 +27,9 @@ import pytest
 from servers.launcher import free_port
 from tests.conftest import REPO, run_cli
 
-pytestmark = pytest.mark.timing  # a Ray cluster up for the whole module: runs alone (tests/conftest.py)
+# a Ray cluster up for the whole module, beside the other worker's tests but no timing test
+# (tests/conftest.py); what is timed here is timed on a server running 2x slower than its script
+pytestmark = pytest.mark.background
 
 RESOURCE = "fake_gpu"
 PLAN = ["--workloads", "chat,output=fixed:48", "--concurrency", "1,2", "--num-requests", "6",
@@ -234,7 +236,8 @@ def test_one_runs_load_from_actors_on_two_nodes(cluster, server, tmp_path):
     """`loadgen run --workers 2 --ray`: one actor per node, the one schedule split, the records
     merged onto this process's clock and measured as a local run's."""
     address, env, _ = cluster
-    url = server("--ttft-ms", "40", "--prefill-us-per-token", "0", "--step-ms", "10", "--chunk-tokens", "1")
+    url = server("--ttft-ms", "40", "--prefill-us-per-token", "0", "--step-ms", "10", "--chunk-tokens", "1",
+                 "--time-scale", "2")
     res = run_cli("run", "--base-url", url, "--workers", "2", "--ray", address, "--concurrency", "4",
                   "--num-requests", "40", "--output-len", "8", "--quiet", "--output", str(tmp_path), env=env)
     assert res.returncode == 0, res.stderr
@@ -244,6 +247,7 @@ def test_one_runs_load_from_actors_on_two_nodes(cluster, server, tmp_path):
     assert (f["worker"] == f["index"] % 2).all() and (f["completion_tokens"] == 8).all()
     nodes = s["sending"]["worker_nodes"]
     assert len({n["node_id"] for n in nodes.values()}) == 2  # spread over both nodes
+    assert s["time_scale"] == 2.0  # the server's script in its own time: 40 ms to the first token, 10 between
     assert abs(s["ttft_ms"]["p50"] - 40) < 3 and abs(s["tpot_ms"]["p50"] - 10) < 2
     t0 = s["config"]["clock"]["t0_ns"]
     assert (f["t_send_ns"] >= t0 - 1_000_000).all() and (f["t_end_ns"] > f["t_send_ns"]).all()

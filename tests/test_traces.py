@@ -187,7 +187,7 @@ def test_a_replay_under_time_dilation_keeps_the_trace_in_emulated_time(tmp_path)
     cannot keep its pace): the replay is stretched with it, so in the results' (emulated) time
     the schedule is still the trace's gaps divided by --trace-speed, the lengths the trace's, and
     the throughput the simulator's."""
-    args = ["--trace", f"azure:{CONV}", "--trace-window", "30", "--trace-speed", "4"]
+    args = ["--trace", f"azure:{CONV}", "--trace-window", "20", "--trace-speed", "4"]
     res = run_cli("run", *args, "--time-scale", "2", "--quiet", "--output", str(tmp_path / "real"), timeout=300)
     assert res.returncode == 0, res.stderr
     summary = json.loads((tmp_path / "real" / "summary.json").read_text())
@@ -195,7 +195,7 @@ def test_a_replay_under_time_dilation_keeps_the_trace_in_emulated_time(tmp_path)
     sim = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--speculative-config",
                   summary["config"]["speculative_config"], *args, "--output", str(tmp_path / "sim"))
     assert sim.returncode == 0, sim.stderr
-    trace = read_trace(f"azure:{CONV}").window(0, 30)
+    trace = read_trace(f"azure:{CONV}").window(0, 20)
     frame = pd.read_parquet(tmp_path / "real" / "requests.parquet").sort_values("index")
     assert len(frame) == len(trace) and frame["ok"].all()
     sched = (frame["t_scheduled_ns"] - frame["t_scheduled_ns"].iloc[0]).to_numpy() / 1e9
