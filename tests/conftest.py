@@ -210,7 +210,7 @@ def pytest_configure(config):
 
 # Files with the most work that is not timed, first among the files without timing tests, so
 # that the two workers end together (a long file taken last would run on one worker alone).
-LONG = ("test_llamacpp.py", "test_current_sd_sweep.py", "test_sweep.py", "test_network_faults.py")
+LONG = ("test_llamacpp.py", "test_ray.py", "test_current_sd_sweep.py", "test_sweep.py", "test_network_faults.py")
 
 
 def pytest_collection_modifyitems(config, items):

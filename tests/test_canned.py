@@ -89,6 +89,7 @@ def test_chunk_times_are_taken_as_the_socket_read_arrives(monkeypatch, pacing_ms
     assert rec.t_send_ns < rec.chunk_t_ns[0]
 
 
+@pytest.mark.timing  # a few milliseconds between the server's write and the client's read: runs alone
 @pytest.mark.parametrize("busy", [False, True])
 def test_the_first_chunks_read_delay_bounds_what_a_busy_loop_added(tmp_path, busy):
     """The first chunk arrives while the client's loop runs a blocking callback (80 ms): its
