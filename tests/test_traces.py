@@ -17,7 +17,8 @@ from workloads import open_workload
 from workloads.fitting import BLOCK, trace_requests
 from workloads.traces import TraceError, read_trace
 
-AZURE = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "azure-llm-2023"
+DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+AZURE = DATA / "azure-llm-2023"
 CONV, CODE = AZURE / "AzureLLMInferenceTrace_conv.csv", AZURE / "AzureLLMInferenceTrace_code.csv"
 
 
@@ -135,9 +136,11 @@ def test_the_shape_keeps_the_traces_gaps_divided_by_speed():
 
 
 def test_simulate_replays_the_trace_window(tmp_path):
+    """With the text from a content workload (chat), as bench/trace_replay.py runs it."""
     out = tmp_path / "sim"
     res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--trace", f"azure:{CONV}", "--trace-start", "60",
-                  "--trace-window", "60", "--trace-speed", "4", "--output", str(out))
+                  "--trace-window", "60", "--trace-speed", "4", "--workload", "chat", "--data-dir", str(DATA),
+                  "--output", str(out))
     assert res.returncode == 0, res.stderr
     frame = pd.read_parquet(out / "requests.parquet")
     trace = read_trace(f"azure:{CONV}").window(60, 60)

@@ -131,7 +131,7 @@ def _trace_workload(o: dict, trace, part, tokenizer, note: Note) -> Workload:
         raise LoadgenError("--input-len, --output-len and --range-ratio do not apply to --trace: the trace gives the lengths")
     content = None
     if o["workload"] != "synthetic:random":  # the default: random common words (workloads.fitting)
-        content = workload({**o, "trace": None}, None, note)
+        content = workload({**o, **dict.fromkeys(("trace", *TRACE_ONLY))}, None, note)  # the text only
     if trace.skipped:
         note(f"note: skipped {trace.skipped} bad lines of {o['trace']} (first: {trace.bad[0]})")
     for what, n in trace.repairs.items():
