@@ -12,7 +12,7 @@ then prints output tok/s per level for each fixed k and the schedule, and the sc
 best fixed k.
 
     python3 bench/whatif_schedule.py                       # the recorded table (~15 minutes)
-    python3 bench/whatif_schedule.py --concurrency 1,16 --duration 5
+    python3 bench/whatif_schedule.py --concurrency 1,16,64       # the same schedule, three levels
 """
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=300, help="traces to simulate")
     ap.add_argument("--k", default="1,2,3,4,5", help="fixed k the what-if considers")
     ap.add_argument("--measure-k", default="1,3,5", help="fixed k the sweep measures beside the schedule")
-    ap.add_argument("--concurrency", default="1,2,4,8,16,32,64")
+    ap.add_argument("--batch", default="1,2,4,8,16,32,64", help="batch sizes the what-if judges k at")
+    ap.add_argument("--concurrency", default="1,2,4,8,16,32,64", help="levels the sweep measures")
     ap.add_argument("--duration", type=float, default=15.0)
     ap.add_argument("--time-scale", default="2")
     ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "datasets"))
@@ -54,7 +55,7 @@ def main() -> None:
                  "--concurrency", "8", "--num-requests", str(args.requests), "--acceptance-traces", str(traces),
                  "--output", str(root / "sim"))
     _loadgen("whatif", str(traces), "--profile", PROFILE, "--drafters", "draft_model", "--k", args.k,
-             "--batch", args.concurrency, "--schedule", "--output", str(root / "whatif"))
+             "--batch", args.batch, "--schedule", "--output", str(root / "whatif"))
     deployment = root / "whatif" / "schedule-draft_model.toml"
     schedule = json.loads((root / "whatif" / "whatif.json").read_text()).get("schedules", {}).get("draft_model")
     variants = [f"draft_model-k{k}" for k in args.measure_k.split(",")] + ["draft_model-schedule"]
