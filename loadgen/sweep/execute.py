@@ -75,6 +75,16 @@ def check_engine(dep, plan: Plan) -> None:
                            "--engine emulator")
 
 
+def _check_virtual(job: SweepJob, plan) -> None:
+    """A virtual plan runs every cell in this process (the plan's own options are checked in
+    planning._check_virtual); how the job would run it otherwise is refused, also on --resume."""
+    if plan.virtual:
+        for flag, given, why in (("ray", job.ray_address is not None, "it runs in this process"),
+                                 ("metrics-port", job.metrics_port is not None, "no live load to watch")):
+            if given:
+                raise LoadgenError(f"--{flag} does not apply to --virtual ({why}): drop one of them")
+
+
 def sweep(job: SweepJob) -> SweepResult:
     """Run every pending cell; the table of what finished (interrupted: what is there)."""
     try:
@@ -89,9 +99,7 @@ def sweep(job: SweepJob) -> SweepResult:
         raise LoadgenError(f"nothing to resume in {out}: no {results.MANIFEST}; run the sweep without --resume")
     if stored is None:
         plan = job.plan
-        if plan.virtual and (job.ray_address is not None or job.metrics_port is not None):
-            raise LoadgenError("--virtual runs every cell in this process, in virtual time: drop --ray and "
-                               "--metrics-port")
+        _check_virtual(job, plan)
         dep = _deployment(plan)
         check_engine(dep, plan)
         cluster = _join_ray(job, plan, dep)  # before anything is written: a bad address leaves nothing
@@ -102,6 +110,7 @@ def sweep(job: SweepJob) -> SweepResult:
             raise LoadgenError(str(e)) from None
     else:
         plan, dep = _stored(out, stored)
+        _check_virtual(job, plan)
         cluster = _join_ray(job, plan, dep)
         manifest.note_resume(out, stored, job.argv)
     results.clean_partial(out)

@@ -121,17 +121,16 @@ def _lengths(text: str) -> list[float]:
 
 
 def _check_virtual(o: Mapping, dep) -> None:
-    """--virtual simulates the emulator's engine in this process: what only applies to servers,
-    real time or load-generating processes is refused, each in one line."""
+    """--virtual simulates the emulator's engine in this process: what in the plan only applies
+    to servers, real time or load-generating processes is refused, each in one line (--ray and
+    --metrics-port, options of the job, in sweep/execute.py)."""
     if dep.engine != "emulator":
         raise LoadgenError(f"--virtual simulates the emulator's engine; deployment {dep.name!r} runs on {dep.engine}: "
                            "add --engine emulator (its variants' flags on the emulator's cost model)")
     for key, given, why in (("time-scale", o["time_scale"] is not None, "virtual time needs no dilation"),
                             ("repeats", (o.get("repeats") or 1) > 1, "a simulation has no run-to-run variation"),
                             ("parallel", o["parallel"], "no servers to run side by side"),
-                            ("workers", o["workers"] > 1, "no real-time load to split"),
-                            ("ray", o.get("ray_address") is not None, "it runs in this process"),
-                            ("metrics-port", o.get("metrics_port") is not None, "no live load to watch")):
+                            ("workers", o["workers"] > 1, "no real-time load to split")):
         if given:
             raise LoadgenError(f"--{key} does not apply to --virtual ({why}): drop one of them")
 

@@ -11,8 +11,13 @@ from __future__ import annotations
 import time
 
 from loadgen.config import clock, run_config
+from loadgen.measures.frame import request_frame
+from loadgen.measures.summary import summarize
+from loadgen.simulate.job import engine_figures
+from loadgen.simulate.virtual import SimSpec, simulate
 from loadgen.sweep.cell import CellResult, load_shape
 from loadgen.sweep.plan import Cell, Plan
+from servers.emulator.__main__ import engine_from_command
 
 
 def simulate_cell(plan: Plan, cell: Cell, workload, argv) -> CellResult:
@@ -20,11 +25,6 @@ def simulate_cell(plan: Plan, cell: Cell, workload, argv) -> CellResult:
     an engine built from the variant's emulator command line `argv` (ValueError naming a bad
     flag). The warm-up a real cell sends first is left out: a simulated engine has nothing to
     warm, and the figures are the measured requests' either way."""
-    from loadgen.measures.frame import request_frame
-    from loadgen.measures.summary import summarize
-    from loadgen.simulate.job import engine_figures
-    from loadgen.simulate.virtual import SimSpec, simulate
-    from servers.emulator.__main__ import engine_from_command
     engine, served = engine_from_command(argv)
     sim = SimSpec(engine.profile.name, engine.spec, load_shape(plan, cell), engine.cfg,
                   num_requests=plan.requests_for(cell), duration_s=plan.duration_s, seed=plan.seed,
