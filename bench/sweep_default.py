@@ -27,7 +27,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from loadgen.measures.frame import request_frame  # noqa: E402
 from loadgen.measures.summary import summarize  # noqa: E402
-from loadgen.run.execute import LoadShape  # noqa: E402
+from loadgen.load.execute import LoadShape  # noqa: E402
 from loadgen.simulate.virtual import SimSpec, simulate  # noqa: E402
 from servers.emulator.spec import parse  # noqa: E402
 from workloads import open_workload  # noqa: E402

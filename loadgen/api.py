@@ -2,7 +2,7 @@
 The CLI (loadgen/cli/) only turns options into these specs and their results into output.
 
     from loadgen import api
-    from loadgen.run.execute import RunSpec
+    from loadgen.load.execute import RunSpec
     from loadgen.shapes import ClosedLoop
     from workloads import open_workload
 
@@ -26,7 +26,7 @@ from loadgen.errors import LoadgenError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from loadgen.run.execute import RunResult
+    from loadgen.load.execute import RunResult
     from loadgen.run.measurement import RunJob
 
 # The library's members, each imported when first used (`api.run` loads the run's modules, not
@@ -36,8 +36,8 @@ _LAZY = {
     "config": ("loadgen", "config"),
     "WorkloadRef": ("loadgen.backends.workers", "WorkloadRef"),
     "live_metrics": ("loadgen.outputs.live", "serve"),
-    "RunSpec": ("loadgen.run.execute", "RunSpec"),
-    "RunResult": ("loadgen.run.execute", "RunResult"),
+    "RunSpec": ("loadgen.load.execute", "RunSpec"),
+    "RunResult": ("loadgen.load.execute", "RunResult"),
     "Measured": ("loadgen.run.measurement", "Measured"),
     "RunJob": ("loadgen.run.measurement", "RunJob"),
     "load_shape": ("loadgen.run.options", "load_shape"),
@@ -46,8 +46,8 @@ _LAZY = {
     "workload": ("loadgen.run.options", "workload"),
     "summarize_dir": ("loadgen.run.recover", "summarize_dir"),
     "Target": ("loadgen.run.target", "Target"),
-    "TimeScaleError": ("loadgen.run.timescale", "TimeScaleError"),
-    "parse_scale": ("loadgen.run.timescale", "parse_scale"),
+    "TimeScaleError": ("loadgen.load.timescale", "TimeScaleError"),
+    "parse_scale": ("loadgen.load.timescale", "parse_scale"),
     "SimJob": ("loadgen.simulate.job", "SimJob"),
     "Simulated": ("loadgen.simulate.job", "Simulated"),
     "sim_job": ("loadgen.simulate.job", "sim_job"),

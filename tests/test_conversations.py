@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from loadgen.executors.conversation import Think
-from loadgen.run.execute import LoadShape, RunSpec, execute
+from loadgen.load.execute import LoadShape, RunSpec, execute
 from servers.embedded import emulator_server
 from tests.conftest import cli, run_cli
 from tests.test_emulator_server import LLAMA, scrape

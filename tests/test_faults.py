@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from loadgen.measures.frame import request_frame
-from loadgen.run.execute import LoadShape, RunSpec, execute
+from loadgen.load.execute import LoadShape, RunSpec, execute
 from servers.embedded import scripted_server
 from tests.conftest import run_cli
 from workloads import random_lengths

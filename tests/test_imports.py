@@ -56,7 +56,7 @@ def test_the_rule_would_see_a_broken_import(tmp_path):
 
 
 # the CLI turns options into specs and results into output; the work is the library's (loadgen.api)
-CLI_MAY_NOT_IMPORT = ("loadgen.executors", "loadgen.client", "loadgen.run", "loadgen.backends", "loadgen.outputs.store",
+CLI_MAY_NOT_IMPORT = ("loadgen.executors", "loadgen.client", "loadgen.run", "loadgen.load", "loadgen.backends", "loadgen.outputs.store",
                       "loadgen.sweep.cell", "loadgen.sweep.runner", "loadgen.sweep.execute", "loadgen.sweep.parallel",
                       "loadgen.sweep.cluster")
 
@@ -95,3 +95,100 @@ def test_the_command_line_loads_only_what_a_command_needs():
     from loadgen.outputs import store
     assert (api.SUMMARY, api.REQUESTS) == (store.SUMMARY, store.REQUESTS)
     assert all(getattr(api, name) is not None for name in api.__all__)
+
+
+def package_graph(root: Path) -> dict[str, dict[str, str]]:
+    """loadgen's package graph, read from the source: for each package (a folder, or a module at
+    the top such as api.py), the other packages it imports, each with one file:line that does."""
+    nodes = {p.stem if p.is_file() else p.name for p in root.iterdir()
+             if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem != "__init__")}
+    graph: dict[str, dict[str, str]] = {node: {} for node in nodes}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).parts
+        node = parts[0] if len(parts) > 1 else path.stem
+        if node not in nodes:
+            continue
+        for name, line in imported_modules(path).items():
+            bits = name.split(".")
+            if bits[0] == root.name and len(bits) > 1 and bits[1] in nodes and bits[1] != node:
+                graph[node].setdefault(bits[1], f"{path.relative_to(root.parent)}:{line}")
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one package (Tarjan), each as a closed path
+    through it, so a failure names the imports to cut."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(_path(graph, set(group), min(group)))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _path(graph: dict[str, dict[str, str]], group: set[str], start: str) -> list[str]:
+    """A cycle through `start` inside `group` (breadth first: the shortest)."""
+    prev: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v]):
+                if w not in group or w in prev:
+                    continue
+                prev[w] = v
+                if w == start:
+                    path = [start]
+                    while path[-1] != start or len(path) == 1:
+                        path.append(prev[path[-1]])
+                    return path[::-1]
+                nxt.append(w)
+        frontier = nxt
+    return [start]
+
+
+def test_loadgens_packages_import_one_way():
+    """docs/architecture.md: data flows one way, so the packages' imports do too: any cycle
+    between two of loadgen's packages (lazy imports included) fails, with the imports that make it."""
+    graph = package_graph(REPO / "loadgen")
+    found = cycles(graph)
+    assert not found, "; ".join(" -> ".join(f"{a} ({graph[a][b]})" for a, b in zip(c, c[1:])) + f" -> {c[-1]}"
+                                for c in found)
+
+
+def test_the_cycle_rule_would_see_a_cycle(tmp_path):
+    root = tmp_path / "loadgen"
+    for pkg, body in {"run": "from loadgen.backends import base\n",
+                      "backends": "def f():\n    from loadgen.load.execute import x\n",
+                      "load": "import loadgen.run.target\n", "measures": "from loadgen.load import scrape\n"}.items():
+        (root / pkg).mkdir(parents=True)
+        (root / pkg / "__init__.py").write_text("")
+        (root / pkg / "m.py").write_text(body)
+    (root / "api.py").write_text("from loadgen.run import m\n")
+    graph = package_graph(root)
+    assert graph["backends"] == {"load": "loadgen/backends/m.py:2"} and graph["api"] == {"run": "loadgen/api.py:1"}
+    assert cycles(graph) == [["backends", "load", "run", "backends"]]
+    (root / "load" / "m.py").write_text("")
+    assert cycles(package_graph(root)) == []

@@ -162,7 +162,7 @@ def test_finished_requests_leave_memory_when_journaled(journaled, tmp_path):
     test can tell apart."""
     import asyncio
 
-    from loadgen.run.execute import LoadShape, RunSpec, execute
+    from loadgen.load.execute import LoadShape, RunSpec, execute
     from workloads import random_lengths
     users, total = 16, 1200
     live: list[tuple[int, int]] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.run.scrape import Window, parse, server, spec_decode
+from loadgen.load.scrape import Window, parse, server, spec_decode
 
 M = 'model_name="m"'
 

@@ -8,7 +8,7 @@ import pytest
 
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
-from loadgen.run.execute import LoadShape, RunSpec, execute
+from loadgen.load.execute import LoadShape, RunSpec, execute
 from servers.scripted.script import prompt_key
 from tests.conftest import synthetic_prompts
 from workloads import random_lengths

@@ -301,7 +301,7 @@ def test_a_measurement_gives_the_signal_handlers_back():
     killed the sweep outright when the signal fell between cells (seen in CI as exit -15)."""
     import asyncio
 
-    from loadgen.run.execute import stop_on_signals
+    from loadgen.load.execute import stop_on_signals
 
     def mine(signum, frame):
         pass

@@ -15,9 +15,9 @@ import pytest
 from loadgen.client.record import RequestRecord
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
-from loadgen.run import timescale
-from loadgen.run.execute import LoadShape, RunResult
-from loadgen.run.scrape import Snapshot, Window
+from loadgen.load import timescale
+from loadgen.load.execute import LoadShape, RunResult
+from loadgen.load.scrape import Snapshot, Window
 from loadgen.simulate.virtual import SimSpec, simulate
 from loadgen.sweep.probe import LevelCost, choose, describe
 from servers.embedded import emulator_server

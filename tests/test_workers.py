@@ -18,7 +18,7 @@ import pytest
 
 from loadgen.client.record import RequestRecord
 from loadgen.measures.frame import request_frame
-from loadgen.run.selfcheck import self_check
+from loadgen.measures.selfcheck import self_check
 from tests.conftest import REPO, assert_light_load_unflagged, run_cli, wait_served
 
 
@@ -225,7 +225,7 @@ def test_an_actors_times_are_moved_onto_the_drivers_clock():
     """loadgen.backends.fanout.shift: every timestamp of a run on another host moves by the clocks'
     difference; durations (what latencies are made of) do not change."""
     from loadgen.backends.fanout import shift
-    from loadgen.run.execute import RunResult
+    from loadgen.load.execute import RunResult
     rec = _rec(0, 1, [1_000, 1_500, 2_500])
     result = RunResult([rec], [900, 2_000], [0, 5], 0, 0.0, load_info={"first_sends_ns": [990, 990]})
     shift(result, 10_000)

@@ -2,7 +2,7 @@
 `RunSpec` and workload, opens its own window on the server's /metrics around the measurement,
 and returns one `RunResult` of the same form, whatever processes or nodes sent the requests.
 
-- `inprocess`: this process's event loop (loadgen.run.execute.execute);
+- `inprocess`: this process's event loop (loadgen.load.execute.execute);
 - `processes`: N worker processes on this host, the one schedule split (loadgen.backends.workers);
 - `rayactors`: N Ray actors over a cluster's nodes (loadgen.backends.fanout).
 

@@ -5,7 +5,7 @@ import asyncio
 from typing import Callable, ClassVar, Iterator
 
 from loadgen.client.record import RequestRecord
-from loadgen.run.execute import RunResult, RunSpec
+from loadgen.load.execute import RunResult, RunSpec
 from workloads import Request
 
 # (requests done, of which failed) since the last call: how every backend reports progress

@@ -24,8 +24,8 @@ import numpy as np
 
 from loadgen.backends.workers import WorkloadRef, check_workers, merge
 from loadgen.executors import Share
-from loadgen.run.execute import ErrorRate, RunResult, RunSpec, execute, session_for
-from loadgen.run.scrape import RunWindow
+from loadgen.load.execute import ErrorRate, RunResult, RunSpec, execute, session_for
+from loadgen.load.scrape import RunWindow
 
 START_MARGIN_S = 1.0  # from naming the start to it: the calls must reach every node first
 

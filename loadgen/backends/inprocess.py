@@ -4,7 +4,7 @@ from __future__ import annotations
 import aiohttp
 
 from loadgen.backends.base import Backend
-from loadgen.run.execute import execute
+from loadgen.load.execute import execute
 
 
 class InProcess(Backend):

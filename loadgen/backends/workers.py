@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from loadgen.executors import Share
-from loadgen.run.execute import ErrorRate, RunResult, RunSpec, execute, session_for
-from loadgen.run.scrape import RunWindow, Window
+from loadgen.load.execute import ErrorRate, RunResult, RunSpec, execute, session_for
+from loadgen.load.scrape import RunWindow, Window
 
 START_MARGIN_S = 0.05  # from the go message to t0: every worker is waiting on its timers by then
 

@@ -9,8 +9,7 @@ import pandas as pd
 from loadgen.measures import slo
 from loadgen.measures.frame import measured, token_gaps
 from loadgen.measures.stats import describe
-from loadgen.run import scrape
-from loadgen.run.selfcheck import self_check
+from loadgen.measures.selfcheck import self_check
 
 _NS = 1e9
 
@@ -137,7 +136,9 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
               interrupted: bool = False, goodput: dict[str, float] | None = None,
               lateness_threshold_ms: float = 5.0, timing_threshold_ms: float = 4.0,
               load_info: dict | None = None,
-              server_window: scrape.Window | None = None, steady: bool = False) -> dict:
+              server_figures: dict | None = None, steady: bool = False) -> dict:
+    """Every figure of docs/metrics.md from the request frame, the client's loop-lag ticks and
+    `server_figures` (the server's /metrics window as figures: loadgen.load.scrape.figures)."""
     steady_info, window = None, None
     if steady:
         found = steady_state(frame)
@@ -202,8 +203,8 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
         goodput=_goodput(frame, goodput, window_ns) if goodput else None,
         sending=sending(frame, load_info or {}),
         client_bound=check["client_bound"], self_check=check,
-        spec_decode=scrape.spec_decode(server_window) if server_window else None,
-        server=scrape.server(server_window) if server_window else None,
+        spec_decode=(server_figures or {}).get("spec_decode"),
+        server=(server_figures or {}).get("server"),
         steady_state=steady_info,
         conversations=conversations(frame),
         stopped_early=(load_info or {}).get("stopped_early"))

@@ -1,4 +1,4 @@
-"""A measured run: its spec and execution (`execute.py`: `RunSpec` -> `RunResult`), the server
-it runs against (`target.py`), the server's /metrics window (`scrape.py`, `metric_names.py`), the
-client's self-check (`selfcheck.py`), time dilation (`timescale.py`), and the whole of it end to
-end (`measurement.py`: what `loadgen.api.run` does)."""
+"""A measured run, above the execution backends: the server it runs against (`target.py`), the
+load on the backend the job asks for, the figures (`measurement.py`: what `loadgen.api.run`
+does), and a run's results from its journal (`recover.py`, `loadgen summarize`). The load itself
+is loadgen.load's."""

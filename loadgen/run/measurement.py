@@ -1,6 +1,6 @@
 """One measured run, end to end: the server (loadgen.run.target), the load from the execution
 backend the job asks for (loadgen.backends), the figures converted to the emulated hardware's
-time (loadgen.run.timescale), the request frame and the summary. `loadgen run` and `loadgen check`
+time (loadgen.load.timescale), the request frame and the summary. `loadgen run` and `loadgen check`
 are this plus their output; `loadgen.api.run` is its door for Python."""
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from loadgen.errors import LoadgenError
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
 from loadgen.outputs import journal, store
-from loadgen.run import timescale
-from loadgen.run.execute import RunResult, RunSpec, session_for, stop_on_signals
+from loadgen.load import scrape, timescale
+from loadgen.load.execute import RunResult, RunSpec, session_for, stop_on_signals
 from loadgen.run.target import Note, Target, serving
 
 
@@ -72,7 +72,7 @@ class Measured:
                          interrupted=result.interrupted, goodput=job.objectives,
                          lateness_threshold_ms=job.lateness_threshold_ms,
                          timing_threshold_ms=job.timing_threshold_ms,
-                         load_info=result.load_info, server_window=result.server_window,
+                         load_info=result.load_info, server_figures=scrape.figures(result.server_window),
                          steady=job.steady_state)
 
 

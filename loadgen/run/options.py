@@ -12,10 +12,10 @@ from loadgen.errors import LoadgenError, flagged
 from loadgen.executors.conversation import Think
 from loadgen.measures import slo
 from loadgen.measures.tokens import TokenizerError, load_tokenizer
-from loadgen.run.execute import RunSpec
+from loadgen.load.execute import RunSpec
 from loadgen.run.measurement import RunJob
 from loadgen.run.target import Note, Target
-from loadgen.run.timescale import TimeScaleError, parse_scale
+from loadgen.load.timescale import TimeScaleError, parse_scale
 from loadgen.shapes import Shape
 from loadgen.shapes.options import OPTIONS, from_options
 from loadgen.shapes.trace import TraceReplay

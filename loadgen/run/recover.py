@@ -17,8 +17,8 @@ from loadgen.errors import LoadgenError
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
 from loadgen.outputs import journal
-from loadgen.run import timescale
-from loadgen.run.execute import RunResult
+from loadgen.load import timescale
+from loadgen.load.execute import RunResult
 
 _NS = 1e9
 

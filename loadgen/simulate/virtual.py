@@ -13,7 +13,7 @@ reaches the engine `client_rtt_s` after that response ended, as in a real run, w
 misses the step that starts right then (the engine plans its next step at once).
 
 `time_scale` runs the simulated GPU S times slower on the records' clock (the same mapping as
-the real-time emulator's, servers/emulator/timeline.py); `loadgen.run.timescale.to_emulated`
+the real-time emulator's, servers/emulator/timeline.py); `loadgen.load.timescale.to_emulated`
 converts the result back, which is how the invariance of every figure under S is pinned.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 from loadgen.client.record import RequestRecord
 from loadgen.executors import closed_loop
 from loadgen.executors.conversation import Think, next_turn, turn_seed
-from loadgen.run.execute import LoadShape, RunResult
+from loadgen.load.execute import LoadShape, RunResult
 from servers.emulator import profile as profiles
 from servers.emulator.content import chat_prompt
 from servers.emulator.engine import Engine, EngineConfig, EngineError

@@ -40,7 +40,7 @@ def capacity_job(o: dict, note: Callable[[str], None] = lambda _: None) -> Capac
     """`loadgen capacity`'s options as a CapacityJob: every option checked, in one line each,
     before any server starts."""
     from loadgen.run.options import objectives
-    from loadgen.run.timescale import TimeScaleError, parse_scale
+    from loadgen.load.timescale import TimeScaleError, parse_scale
     from servers.deployments import DeploymentError, load
     from workloads import WorkloadError, open_workload
     targets = slo.parse_all(o["slo_texts"])

@@ -17,8 +17,8 @@ from loadgen.client.endpoint import EndpointError, probe
 from loadgen.config import clock, run_config
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
-from loadgen.run import timescale
-from loadgen.run.execute import LoadShape, RunSpec, execute, session_for, stop_on_signals
+from loadgen.load import scrape, timescale
+from loadgen.load.execute import LoadShape, RunSpec, execute, session_for, stop_on_signals
 from loadgen.sweep.plan import Cell, Plan
 
 
@@ -122,7 +122,7 @@ def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
         started_unix=t_start)
     summary = summarize(frame, result.loop_lag(), config=config,
                         interrupted=result.interrupted, load_info=result.load_info, goodput=goodput,
-                        server_window=result.server_window)
+                        server_figures=scrape.figures(result.server_window))
     if seen:  # converted by one scale, served (partly) at another: the figures are not the hardware's
         summary["time_scale_error"] = (f"the emulator ran at time scale {', '.join(f'{x:g}' for x in seen)} "
                                        f"during the cell, whose figures were converted at {spec.time_scale:g}")

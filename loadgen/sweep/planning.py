@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Mapping
 
 from loadgen.errors import LoadgenError
-from loadgen.run.timescale import TimeScaleError, parse_scale
+from loadgen.load.timescale import TimeScaleError, parse_scale
 from loadgen.sweep import manifest
 from loadgen.sweep.plan import Plan, PlanError, labels, levels, split_workloads
 from servers.deployments import DeploymentError, acceptance_variant, load, with_acceptance_lengths

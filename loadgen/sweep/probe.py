@@ -38,8 +38,8 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-from loadgen.run import timescale
-from loadgen.run.execute import LoadShape, RunSpec, execute, session_for
+from loadgen.load import timescale
+from loadgen.load.execute import LoadShape, RunSpec, execute, session_for
 from loadgen.sweep.plan import Cell, Plan
 from servers.deployments import Deployment, render
 from servers.launcher import LaunchError, Server, free_port

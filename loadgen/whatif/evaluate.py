@@ -19,7 +19,7 @@ import numpy as np
 
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
-from loadgen.run.execute import LoadShape
+from loadgen.load.execute import LoadShape
 from loadgen.simulate.virtual import SimSpec, simulate
 from loadgen.whatif import KS, policies
 from loadgen.whatif.policies import Step

@@ -6,7 +6,7 @@ starts and ends, its latency histograms); only the driver that sleeps through st
 client that times responses, see real time. Dividing real durations by S gives the emulated
 hardware's figures back; every ratio (speedup, acceptance) is the same at any S, while the
 machine's own delays (Python work between steps, the client reading chunks) shrink by S in
-emulated terms. `loadgen` converts its timestamps the same way (loadgen/run/timescale.py).
+emulated terms. `loadgen` converts its timestamps the same way (loadgen/load/timescale.py).
 
     modeled = m0 + (real - r0) / S        real = r0 + (modeled - m0) x S
 

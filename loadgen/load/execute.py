@@ -20,8 +20,8 @@ from loadgen.client.record import RequestRecord
 from loadgen.executors import Feed, Item, Share, closed_loop, open_loop
 from loadgen.executors.conversation import Think, conversing
 from loadgen.outputs.journal import Journal, path_for
-from loadgen.run.scrape import RunWindow, Window
-from loadgen.run.selfcheck import LoopLagMonitor
+from loadgen.load.scrape import RunWindow, Window
+from loadgen.load.looplag import LoopLagMonitor
 from loadgen.shapes import LoadShape, Shape  # noqa: F401 - LoadShape: the steady shapes by their numbers
 from workloads import Request
 
@@ -66,7 +66,7 @@ class RunSpec:
     keep_alive: bool = True  # reuse connections; False: `Connection: close`, one per request
     metrics_url: str | None = None  # the server's Prometheus /metrics, scraped around the run
     scrape_interval_s: float = 1.0
-    # real seconds per emulated second of a dilated emulator (loadgen.run.timescale): open-loop gaps,
+    # real seconds per emulated second of a dilated emulator (loadgen.load.timescale): open-loop gaps,
     # the duration and the timeout are emulated seconds, stretched by it in real time
     time_scale: float = 1.0
     think: Think = field(default_factory=Think)  # between a conversation's turns (emulated seconds)
@@ -105,7 +105,7 @@ class RunResult:
     load_info: dict = field(default_factory=dict)  # what the executor reports (e.g. ramp_s)
     server_window: Window | None = None  # the server's counters over the measurement
     loop_lag_worker: list[int] = field(default_factory=list)  # whose loop each tick was (empty: one)
-    time_scale: float = 1.0  # its timestamps are in emulated time at this scale (loadgen.run.timescale)
+    time_scale: float = 1.0  # its timestamps are in emulated time at this scale (loadgen.load.timescale)
     journaled: bool = False  # its records are in spec.journal's files, not in `records`
 
     def loop_lag(self) -> tuple[list[int], list[int], list[int] | None]:

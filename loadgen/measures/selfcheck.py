@@ -1,8 +1,7 @@
-"""The client watching itself: how late its event loop runs, what that did to its timestamps,
-and the judgement (`self_check`: is the client itself the bottleneck?).
+"""The client judging itself (`self_check`: is the client itself the bottleneck?), from its
+requests and the loop-lag ticks loadgen.load.looplag recorded during the run.
 
-A task sleeps `interval_s` over and over and records when it woke and how much later than
-asked. When the loop is busy (too many streams to parse, a burst of connections, a blocking
+When the loop is busy (too many streams to parse, a burst of connections, a blocking
 call), that lag also delays every chunk timestamp taken meanwhile, so the figures include the
 client's own delay. Per-sample statistics undercount long stalls (a 40 ms stall is one sample),
 so the lag is also judged per chunk: each chunk timestamp gets the lag of the tick that covered
@@ -10,42 +9,10 @@ it, and the p99 of that says how many timestamps the client may have delayed.
 """
 from __future__ import annotations
 
-import asyncio
-import time
-from array import array
-
 import numpy as np
 import pandas as pd
 
 from loadgen.measures.stats import describe
-
-
-class LoopLagMonitor:
-    def __init__(self, interval_s: float = 0.01) -> None:
-        self.interval_s = interval_s
-        self.at_ns = array("q")   # when each tick woke
-        self.lag_ns = array("q")  # how late it woke
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-
-    async def _run(self) -> None:
-        interval_ns = int(self.interval_s * 1e9)
-        while True:
-            t = time.monotonic_ns()
-            await asyncio.sleep(self.interval_s)
-            now = time.monotonic_ns()
-            self.at_ns.append(now)
-            self.lag_ns.append(max(0, now - t - interval_ns))
 
 
 def lag_at(times_ns: np.ndarray, at_ns, lag_ns) -> np.ndarray:

@@ -25,8 +25,8 @@ from array import array
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen.run.execute import RunResult
-from loadgen.run.scrape import Snapshot, Window
+from loadgen.load.execute import RunResult
+from loadgen.load.scrape import Snapshot, Window
 
 GAUGE = "emulator:time_scale"
 CONTROL = "/emulator/clock"

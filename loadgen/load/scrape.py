@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen.run.metric_names import COUNTERS, GAUGES, HISTOGRAMS
+from loadgen.load.metric_names import COUNTERS, GAUGES, HISTOGRAMS
 
 if TYPE_CHECKING:  # aiohttp is loaded where a window is scraped: a summary's figures need none of it
     import aiohttp
@@ -273,7 +273,7 @@ class Recorder:
 
 
 class RunWindow:
-    """A run's window on its server's /metrics (`spec`: a loadgen.run.execute.RunSpec), by the
+    """A run's window on its server's /metrics (`spec`: a loadgen.load.execute.RunSpec), by the
     one rule every backend follows: it opens when the first measured request goes (before the
     load when there is no warm-up, or with `from_start` for a backend that cannot tell when
     warm-up ends) and closes when the load ends. Without a metrics URL every call does nothing
@@ -298,3 +298,11 @@ class RunWindow:
 
     async def close(self) -> Window | None:
         return await self.recorder.end() if self.recorder is not None else None
+
+
+def figures(w: Window | None) -> dict | None:
+    """The window as the summary's figures (`spec_decode`, `server`): plain data, so the
+    measures need nothing of the scrape (None: no window)."""
+    if w is None:
+        return None
+    return {"spec_decode": spec_decode(w), "server": server(w)}
