@@ -40,6 +40,12 @@ _LAZY = {
     "RunResult": ("loadgen.load.execute", "RunResult"),
     "Measured": ("loadgen.run.measurement", "Measured"),
     "RunJob": ("loadgen.run.measurement", "RunJob"),
+    "RunOptions": ("loadgen.options", "RunOptions"),
+    "SimOptions": ("loadgen.options", "SimOptions"),
+    "SweepOptions": ("loadgen.options", "SweepOptions"),
+    "CapacityOptions": ("loadgen.options", "CapacityOptions"),
+    "shape_options": ("loadgen.shapes.options", "options"),
+    "plan_from": ("loadgen.sweep.planning", "plan_from"),
     "load_shape": ("loadgen.run.options", "load_shape"),
     "objectives": ("loadgen.run.options", "objectives"),
     "run_job": ("loadgen.run.options", "run_job"),
@@ -83,7 +89,8 @@ def __dir__() -> list[str]:
 
 SUMMARY, REQUESTS = "summary.json", "requests.parquet"  # loadgen.outputs.store's names
 
-__all__ = ["CapacityJob", "CapacityOutcome", "LoadgenError", "RunOutcome", "Plan", "RunJob", "RunSpec", "SimJob",
+__all__ = ["CapacityJob", "CapacityOptions", "CapacityOutcome", "RunOptions", "SimOptions", "SweepOptions",
+           "plan_from", "shape_options", "LoadgenError", "RunOutcome", "Plan", "RunJob", "RunSpec", "SimJob",
            "Simulated", "SweepJob", "SweepResult", "Target", "TimeScaleError", "WhatIf", "WhatIfJob", "WorkloadRef",
            "capacity", "capacity_job", "config", "live_metrics", "load_shape", "objectives", "parse_scale", "prepare", "run",
            "run_job", "sim_job", "simulate", "summaries", "summarize_dir", "sweep", "traces_from_run", "whatif", "workload", "write"]

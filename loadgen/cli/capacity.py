@@ -41,7 +41,7 @@ from loadgen.cli.app import Failure, main
 def capacity(**o) -> None:
     """Find, per variant, the highest concurrency (or rate) that meets the SLOs: doubling,
     bisection, repeats at the boundary; then recommend a variant and where SD should be off."""
-    job = api.capacity_job(o, note=options.note)
+    job = api.capacity_job(options.build(api.CapacityOptions, o), note=options.note)
     found, out = api.capacity(job), job.output
     lines = [f"{r.variant:<16} {r.statement}" for r in found.results]
     lines += [""] + found.recommendation

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import click
@@ -10,27 +11,31 @@ import click
 from loadgen import api
 from loadgen.cli.app import EXIT_INTERRUPTED, EXIT_NOTHING_SUCCEEDED, EXIT_USAGE
 from loadgen.outputs import console
+from loadgen.shapes.options import flags as shape_flags
+
+
+def shape_options(f):
+    """The load shapes' options, as their family declares them (loadgen.shapes: each member's
+    `OPTIONS`), so a new shape's module brings its flags to every command that takes a load."""
+    for flag in reversed(shape_flags()):
+        kind = click.Choice(flag.choices) if flag.choices else flag.type
+        f = click.option(flag.flag, flag.name, type=kind, default=None, metavar=flag.metavar, help=flag.help)(f)
+    return f
+
+
+def build(model: type, params: dict):
+    """The library's options model (loadgen.options) from click's parameters: each of its fields
+    from the parameter of the same name, the shape's from the shape family's; the parameters
+    that only the command line reads (--quiet, --output, ...) stay the CLI's."""
+    values = {f.name: params[f.name] for f in fields(model) if f.name in params}
+    if any(f.name == "shape" for f in fields(model)):
+        values["shape"] = api.shape_options(**{flag.name: params[flag.name] for flag in shape_flags()
+                                               if flag.name in params})
+    return model(**values)
 
 
 def load_options(f):
     for opt in reversed([
-        click.option("--concurrency", type=int, help="Closed loop: N users, each sends when its last request ends."),
-        click.option("--rate", type=float, help="Open loop: R requests per second."),
-        click.option("--ramp", metavar="[users:|rate:]A:B:S",
-                     help="Load rising linearly from A to B over S seconds, then held at B: users (closed "
-                     "loop, the default) or requests per second (open loop), e.g. 1:32:60 or rate:1:20:60."),
-        click.option("--arrival", type=click.Choice(["poisson", "gamma", "constant"]), default=None,
-                     help="Open-loop gaps [default: poisson; gamma when --burstiness is given]."),
-        click.option("--burstiness", type=float, default=None,
-                     help="Gamma shape B: CV of gaps = 1/sqrt(B); 1 = Poisson, < 1 burstier."),
-        click.option("--max-concurrency", type=int, help="Open loop: cap on requests in flight."),
-        click.option("--trace", metavar="FORMAT:PATH", help="Replay a production trace's arrivals and lengths "
-                     "(azure, mooncake, burstgpt, csv, jsonl; docs/workloads.md); its text from --workload."),
-        click.option("--trace-speed", type=float, default=None,
-                     help="Replay the trace X times faster (0.5: half speed); not the emulator's --time-scale [1]."),
-        click.option("--trace-start", type=float, default=None,
-                     help="Start the replay S seconds into the trace [0]."),
-        click.option("--trace-window", type=float, help="Replay S seconds of the trace [default: to its end]."),
         click.option("--think-time", metavar="S|exp:S", help="Conversations (workloads with turns=session, "
                      "synthetic:session): seconds between a reply and the next turn, constant or exp:MEAN [0]."),
         click.option("--num-requests", "--max-requests", "num_requests", type=int, help="Requests to measure (after "
@@ -42,7 +47,7 @@ def load_options(f):
         click.option("--seed", type=int, default=0, show_default=True, help="Seeds arrivals and workload."),
     ]):
         f = opt(f)
-    return f
+    return shape_options(f)
 
 
 def workload_options(f):

@@ -73,7 +73,7 @@ def run(**o) -> None:
 def run_and_print(o: dict, nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool = False) -> dict:
     """`loadgen run` with options `o`: the run measured, its results written; its summary.
     Exits with `nothing_code` when no request succeeded."""
-    job = api.run_job(o, note=options.note, config={"host": api.config.host(),
+    job = api.run_job(options.build(api.RunOptions, o), note=options.note, config={"host": api.config.host(),
                                                      "argv": api.config.argv_without_secrets()})
     job.live = api.live_metrics(o["metrics_port"])
     out = options.prepare_output(o, "run")

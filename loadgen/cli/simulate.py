@@ -33,7 +33,7 @@ from loadgen.simulate import CLIENT_RTT_S
 @options.result_options
 def simulate(**o) -> None:
     """Run a load against the emulated engine in virtual time (no server, no waiting)."""
-    job = api.sim_job(o, note=options.note, config={"host": api.config.host(),
+    job = api.sim_job(options.build(api.SimOptions, o), note=options.note, config={"host": api.config.host(),
                                                     "argv": api.config.argv_without_secrets()})
     out = options.prepare_output(o, "simulate")
     done = api.simulate(job)

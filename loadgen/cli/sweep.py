@@ -96,13 +96,13 @@ def sweep(**o) -> None:
     if o["dry_run"]:
         if o["resume"]:
             raise click.UsageError("--dry-run shows a new sweep's plan; drop --resume")
-        plan, dep = plan_from(o)
+        plan, dep = plan_from(options.build(api.SweepOptions, o))
         try:
             click.echo(describe(plan, dep))
         except DeploymentError as e:
             raise Failure(str(e)) from None
         return
-    plan = None if o["resume"] else plan_from(o)[0]  # a bad option leaves no directory behind
+    plan = None if o["resume"] else plan_from(options.build(api.SweepOptions, o))[0]  # a bad option leaves no directory behind
     out = options.prepare_output(o, "sweep")
     result = api.sweep(api.SweepJob(
         out, plan, retry_failed=o["retry_failed"], api_key=o["api_key"], ray_address=o["ray_address"],

@@ -1,17 +1,23 @@
 """Load shapes, a family: one module per shape, each a `Shape` (base.py) registered by its
-mode. A shape decides when requests are sent and nothing else; the executors
-(loadgen.executors) run it in real time and the simulator (loadgen.simulate.virtual) in virtual time,
-from the same schedule. Members: closed loop (closed.py), open loop (open.py: Poisson, gamma,
-constant gaps), ramp (ramp.py: users or rate rising linearly), trace replay (trace.py: a
-production trace's times). docs/architecture.md says how to
-add one."""
+mode and declaring its options. A shape decides when requests are sent and nothing else; the
+executors (loadgen.executors) run it in real time and the simulator (loadgen.simulate.virtual) in
+virtual time, from the same schedule. Members: closed loop (closed.py), open loop (open.py:
+Poisson, gamma, constant gaps), ramp (ramp.py: users or rate rising linearly), trace replay
+(trace.py: a production trace's times). Every module of this package is imported here, so a new
+member is its file and nothing else (docs/architecture.md)."""
 from __future__ import annotations
 
-from loadgen.shapes.base import REGISTRY, Shape, label_of, register
+import importlib
+import pkgutil
+
+from loadgen.shapes.base import REGISTRY, Flag, Shape, label_of, register
 from loadgen.shapes.closed import ClosedLoop
 from loadgen.shapes.open import OpenLoop
 from loadgen.shapes.ramp import Ramp, parse_ramp
 from loadgen.shapes.trace import TraceReplay
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def LoadShape(concurrency: int | None = None, rate: float | None = None, arrival: str = "poisson",  # noqa: N802
@@ -27,5 +33,5 @@ def LoadShape(concurrency: int | None = None, rate: float | None = None, arrival
     return OpenLoop(rate, arrival, burstiness, max_concurrency)
 
 
-__all__ = ["REGISTRY", "ClosedLoop", "LoadShape", "OpenLoop", "Ramp", "Shape", "TraceReplay", "label_of",
+__all__ = ["REGISTRY", "ClosedLoop", "Flag", "LoadShape", "OpenLoop", "Ramp", "Shape", "TraceReplay", "label_of",
            "parse_ramp", "register"]

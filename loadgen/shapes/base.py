@@ -5,11 +5,14 @@ ends; the shape says when each user joins) or by arrivals (open: requests go at 
 times whatever the server does; the shape says when each is due). The same two schedules serve
 the real-time executors (loadgen.executors) and the simulator in virtual time
 (loadgen.simulate.virtual), so a shape is defined once. A new shape is one module: a frozen dataclass
-subclassing `Shape`, registered with `@register`, plus its option in the CLI.
+subclassing `Shape`, registered with `@register`, declaring its command-line options (`OPTIONS`:
+the CLI makes them flags of every command that takes a load) and how it is built from them
+(`from_options`). Nothing else is edited to add one: the package finds its modules.
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -22,6 +25,26 @@ def register(cls: type["Shape"]) -> type["Shape"]:
     return cls
 
 
+@dataclass(frozen=True)
+class Flag:
+    """One command-line option a shape declares. `name` is its field in the options (the flag is
+    --name with dashes); `what` says in a few words what giving it asks for (for the one-line
+    error that lists the loads); `applies` what it belongs to, for the refusal when another
+    load is given with it."""
+
+    name: str
+    type: type = str
+    help: str = ""
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    what: str = ""
+    applies: str = ""
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
 class Shape:
     """The interface. Attributes other parts read (None or the default where a shape has none):
     `concurrency` (users at most, closed), `rate` (requests/s at most, open), `arrival` and
@@ -29,11 +52,27 @@ class Shape:
 
     mode: ClassVar[str]
     closed: ClassVar[bool]
+    OPTIONS: ClassVar[tuple[Flag, ...]] = ()  # the first asks for this shape; the rest tune it
+    USES: ClassVar[tuple[str, ...]] = ()      # other shapes' options this one reads too
+    STEADY: ClassVar[bool] = False            # one of the two steady loads (closed, open)
     concurrency = None
     rate = None
     arrival = "poisson"
     burstiness = 1.0
     max_concurrency = None
+
+    @classmethod
+    def from_options(cls, given: Any, context: Any = None) -> Shape:
+        """The shape from the options (`given`: loadgen.shapes.options.model()'s fields; `context`:
+        the command's other options, for a shape that needs one, such as the trace's
+        --skip-bad); called when this shape's first option is given. ValueError naming the
+        option, or a LoadgenError."""
+        raise NotImplementedError
+
+    def requests(self) -> int | None:
+        """The requests this load itself defines (a trace window's), None for a schedule that
+        runs as long as it is fed."""
+        return None
 
     @property
     def max_in_flight(self) -> int | None:

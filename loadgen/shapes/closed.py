@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadgen.shapes.base import Shape, register
+from typing import Any
+
+from loadgen.shapes.base import Flag, Shape, register
 
 
 @register
@@ -13,6 +15,13 @@ class ClosedLoop(Shape):
     concurrency: int
     mode = "closed"
     closed = True
+    STEADY = True
+    OPTIONS = (Flag("concurrency", int, "Closed loop: N users, each sends when its last request ends.",
+                    metavar="N", what="closed loop"),)
+
+    @classmethod
+    def from_options(cls, given: Any, context: Any = None) -> ClosedLoop:
+        return cls(given.concurrency)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

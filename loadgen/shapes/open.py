@@ -8,7 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from loadgen.shapes import arrivals
-from loadgen.shapes.base import Shape, register
+from typing import Any
+
+from loadgen.shapes.base import Flag, Shape, register
 
 
 def check_open(rate_name: str, rate: float, arrival: str, burstiness: float,
@@ -22,6 +24,18 @@ def check_open(rate_name: str, rate: float, arrival: str, burstiness: float,
         raise ValueError(f"burstiness must be > 0 and finite, got {burstiness}")
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+
+
+OPEN_ONLY = "an open loop: give --rate R or --ramp rate:A:B:S"
+
+
+def gaps(given: Any) -> dict:
+    """An open loop's gap options (--arrival, --burstiness, --max-concurrency) as its fields."""
+    process = given.arrival or ("gamma" if given.burstiness is not None else "poisson")
+    if given.burstiness is not None and process != "gamma":
+        raise ValueError(f"--burstiness applies to gamma arrivals, not --arrival {process}")
+    return {"arrival": process, "burstiness": 1.0 if given.burstiness is None else given.burstiness,
+            "max_concurrency": given.max_concurrency}
 
 
 def open_label(head: str, described: dict) -> str:
@@ -42,6 +56,19 @@ class OpenLoop(Shape):
     max_concurrency: int | None = None
     mode = "open"
     closed = False
+    STEADY = True
+    OPTIONS = (
+        Flag("rate", float, "Open loop: R requests per second.", metavar="R", what="open loop"),
+        Flag("arrival", str, "Open-loop gaps [default: poisson; gamma when --burstiness is given].",
+             choices=("poisson", "gamma", "constant"), applies=OPEN_ONLY),
+        Flag("burstiness", float, "Gamma shape B: CV of gaps = 1/sqrt(B); 1 = Poisson, < 1 burstier.",
+             applies=OPEN_ONLY),
+        Flag("max_concurrency", int, "Open loop: cap on requests in flight.", applies=OPEN_ONLY),
+    )
+
+    @classmethod
+    def from_options(cls, given: Any, context: Any = None) -> OpenLoop:
+        return cls(given.rate, **gaps(given))
 
     def __post_init__(self) -> None:
         check_open("rate", self.rate, self.arrival, self.burstiness, self.max_concurrency)

@@ -1,44 +1,65 @@
-"""A load shape from the load options of `loadgen run` / `check` / `simulate`, by their names;
-a wrong combination or value is a LoadgenError naming the option."""
+"""A load shape from the options, asked of the family: every member declares its options
+(`Shape.OPTIONS`) and builds itself from them (`Shape.from_options`), so the options of
+`loadgen run` / `check` / `simulate` are the registry's and a new shape adds its own. What the
+options of several members give together is judged here, once, in one line each."""
 from __future__ import annotations
 
+from dataclasses import field, make_dataclass
+from functools import lru_cache
+from typing import Any
+
 from loadgen.errors import LoadgenError, flagged
-from loadgen.shapes.base import Shape
-from loadgen.shapes.closed import ClosedLoop
-from loadgen.shapes.open import OpenLoop
-from loadgen.shapes.ramp import Ramp, parse_ramp
-
-OPTIONS = ("max_concurrency", "concurrency", "rate", "burstiness")  # the shapes' fields, by flag
+from loadgen.shapes.base import REGISTRY, Flag, Shape
 
 
-def from_options(concurrency: int | None = None, rate: float | None = None, ramp: str | None = None,
-                 arrival: str | None = None, burstiness: float | None = None,
-                 max_concurrency: int | None = None) -> Shape:
-    """--concurrency N (closed loop), --rate R (open loop, with --arrival, --burstiness,
-    --max-concurrency) or --ramp [users:|rate:]A:B:S."""
-    fields = None
-    if ramp is not None:
-        if concurrency is not None or rate is not None:
-            raise LoadgenError("--ramp is a load of its own: drop --concurrency / --rate")
-        try:
-            fields = parse_ramp(ramp)
-        except ValueError as e:
-            raise LoadgenError("--" + str(e)) from None
-        if fields["of"] == "users" and (arrival or burstiness is not None or max_concurrency):
-            raise LoadgenError("--arrival, --burstiness and --max-concurrency apply to a rate ramp "
-                               "(--ramp rate:A:B:S) only")
-    elif (concurrency is None) == (rate is None):
-        raise LoadgenError("give exactly one of --concurrency N (closed loop) and --rate R (open loop)")
-    if concurrency is not None and (arrival or burstiness is not None or max_concurrency):
-        raise LoadgenError("--arrival, --burstiness and --max-concurrency apply to --rate only")
-    process = arrival or ("gamma" if burstiness is not None else "poisson")
-    if burstiness is not None and process != "gamma":
-        raise LoadgenError(f"--burstiness applies to gamma arrivals, not --arrival {process}")
-    gaps = {"arrival": process, "burstiness": 1.0 if burstiness is None else burstiness,
-            "max_concurrency": max_concurrency}
+def flags() -> list[Flag]:
+    """Every member's options, in the registry's order, each once."""
+    out: dict[str, Flag] = {}
+    for cls in REGISTRY.values():
+        for f in cls.OPTIONS:
+            out.setdefault(f.name, f)
+    return list(out.values())
+
+
+@lru_cache(maxsize=None)
+def _model(names: tuple[str, ...]) -> type:
+    types = {f.name: f.type for f in flags()}
+    return make_dataclass("ShapeOptions", [(n, types[n] | None, field(default=None)) for n in names], frozen=True)
+
+
+def model() -> type:
+    """The shape options as a frozen dataclass, one field per member option (None: not given)."""
+    return _model(tuple(f.name for f in flags()))
+
+
+def options(**given: Any) -> Any:
+    """The shape options for Python callers, e.g. `options(concurrency=8)`."""
+    return model()(**given)
+
+
+def _asks(cls: type[Shape], given: Any) -> bool:
+    return bool(cls.OPTIONS) and getattr(given, cls.OPTIONS[0].name, None) is not None
+
+
+def from_options(given: Any, context: Any = None) -> Shape:
+    """The one shape the options ask for (its first option given), the other members' options
+    refused where it does not read them. LoadgenError naming the option and the fix."""
+    asked = [cls for cls in REGISTRY.values() if _asks(cls, given)]
+    if not asked or (len(asked) > 1 and all(cls.STEADY for cls in asked)):
+        loads = [f"{cls.OPTIONS[0].flag} {cls.OPTIONS[0].metavar} ({cls.OPTIONS[0].what})"
+                 for cls in REGISTRY.values() if cls.OPTIONS]
+        raise LoadgenError(f"give exactly one of {', '.join(loads[:-1])} and {loads[-1]}")
+    if len(asked) > 1:
+        own = next(cls for cls in asked if not cls.STEADY)
+        others = " / ".join(cls.OPTIONS[0].flag for cls in asked if cls is not own)
+        raise LoadgenError(f"{own.OPTIONS[0].flag} is a load of its own: drop {others}")
+    shape = asked[0]
+    reads = {f.name for f in shape.OPTIONS} | set(shape.USES)
+    for f in flags():
+        if f.name not in reads and getattr(given, f.name, None) is not None:
+            raise LoadgenError(f"{f.flag} applies to {f.applies}, or drop {f.flag}")
+    names = tuple(sorted((f.name for f in flags()), key=len, reverse=True))
     try:
-        if fields is not None:
-            return Ramp(**fields) if fields["of"] == "users" else Ramp(**fields, **gaps)
-        return ClosedLoop(concurrency) if concurrency is not None else OpenLoop(rate, **gaps)
+        return shape.from_options(given, context)
     except ValueError as e:
-        raise LoadgenError(flagged(str(e), OPTIONS)) from None
+        raise LoadgenError(flagged(str(e), names)) from None

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from loadgen.shapes import arrivals
-from loadgen.shapes.base import Shape, register
-from loadgen.shapes.open import check_open, open_label
+from typing import Any
+
+from loadgen.shapes.base import Flag, Shape, register
+from loadgen.shapes.open import check_open, gaps, open_label
 
 OF = ("users", "rate")
 
@@ -55,6 +57,20 @@ class Ramp(Shape):
     burstiness: float = 1.0
     max_concurrency: int | None = None
     mode = "ramp"
+    OPTIONS = (Flag("ramp", str, "Load rising linearly from A to B over S seconds, then held at B: users (closed "
+                    "loop, the default) or requests per second (open loop), e.g. 1:32:60 or rate:1:20:60.",
+                    metavar="[users:|rate:]A:B:S", what="a ramp"),)
+    USES = ("arrival", "burstiness", "max_concurrency")
+
+    @classmethod
+    def from_options(cls, given: Any, context: Any = None) -> Ramp:
+        fields = parse_ramp(given.ramp)
+        if fields["of"] == "users":
+            if given.arrival or given.burstiness is not None or given.max_concurrency:
+                raise ValueError("--arrival, --burstiness and --max-concurrency apply to a rate ramp "
+                                 "(--ramp rate:A:B:S) only")
+            return cls(**fields)
+        return cls(**fields, **gaps(given))
 
     def __post_init__(self) -> None:
         if self.of not in OF:

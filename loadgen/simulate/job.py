@@ -13,6 +13,8 @@ import pandas as pd
 
 from loadgen import config as configs
 from loadgen.errors import LoadgenError
+from loadgen.options import SimOptions
+from loadgen.simulate import CLIENT_RTT_S
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
 from loadgen.simulate.virtual import SimResult, SimSpec, simulate
@@ -95,7 +97,7 @@ def run_simulation(job: SimJob) -> Simulated:
     return Simulated(request_frame(result.run.records), result, job, wall)
 
 
-def sim_job(o: dict, note=lambda _: None, config: dict | None = None) -> SimJob:
+def sim_job(o: SimOptions, note=lambda _: None, config: dict | None = None) -> SimJob:
     """`loadgen simulate`'s options as a SimJob (every option checked, in one line each; the
     --acceptance-traces file opened first, so a bad path costs nothing)."""
     from loadgen.run.options import load_shape, objectives, think, workload
@@ -104,31 +106,33 @@ def sim_job(o: dict, note=lambda _: None, config: dict | None = None) -> SimJob:
     from servers.emulator.spec import SpecError, parse
 
     load, num = load_shape(o)
-    wl = workload(o, note=note)
-    goals = objectives(o["goodput_specs"])
-    name = o["profile"] or (profiles.for_model(o["model"]) if o["model"] else None)
+    wl = workload(o, note=note, load=load)
+    goals = objectives(o.goodput_specs)
+    name = o.profile or (profiles.for_model(o.model) if o.model else None)
     if name is None:
         raise LoadgenError("give --profile (one of " + ", ".join(profiles.available()) + ") or a --model it serves")
-    for key in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"):
-        if o[key] is not None and o[key] < 1:
-            raise LoadgenError(f"--{key.replace('_', '-')} must be >= 1, got {o[key]}")
+    for key, given in (("max_num_seqs", o.max_num_seqs), ("max_num_batched_tokens", o.max_num_batched_tokens),
+                       ("kv_cache_tokens", o.kv_cache_tokens)):
+        if given is not None and given < 1:
+            raise LoadgenError(f"--{key.replace('_', '-')} must be >= 1, got {given}")
     try:
         profiles.load(name)
-        spec = parse(o["spec_json"])
+        spec = parse(o.spec_json)
     except (profiles.ProfileError, SpecError) as e:
         raise LoadgenError(str(e)) from None
-    sim = SimSpec(name, spec, load, num_requests=num, duration_s=o["duration"], warmup=o["warmup"],
-                  seed=o["seed"], endpoint=o["endpoint"], client_rtt_s=o["client_rtt_ms"] / 1e3, think=think(o, wl),
-                  engine=EngineConfig(max_num_seqs=o["max_num_seqs"],
-                                      max_num_batched_tokens=o["max_num_batched_tokens"],
-                                      kv_capacity_tokens=o["kv_cache_tokens"], seed=o["seed"],
-                                      enable_prefix_caching=o.get("prefix_caching", True)))
+    sim = SimSpec(name, spec, load, num_requests=num, duration_s=o.duration, warmup=o.warmup,
+                  seed=o.seed, endpoint=o.endpoint, client_rtt_s=CLIENT_RTT_S if o.client_rtt_ms is None else o.client_rtt_ms / 1e3,
+                   think=think(o, wl),
+                  engine=EngineConfig(max_num_seqs=o.max_num_seqs,
+                                      max_num_batched_tokens=o.max_num_batched_tokens,
+                                      kv_capacity_tokens=o.kv_cache_tokens, seed=o.seed,
+                                      enable_prefix_caching=o.prefix_caching))
     traces = None
-    if o["traces_path"]:
+    if o.traces_path:
         try:
-            Path(o["traces_path"]).parent.mkdir(parents=True, exist_ok=True)
-            traces = open(o["traces_path"], "w")
+            Path(o.traces_path).parent.mkdir(parents=True, exist_ok=True)
+            traces = open(o.traces_path, "w")
         except OSError as e:
-            raise LoadgenError(f"cannot write --acceptance-traces {o['traces_path']!r}: {e.strerror or e}") from None
-    return SimJob(sim, wl, model=o["model"], spec_json=o["spec_json"], traces=traces, objectives=goals,
-                  config=dict(config or {}), steady_state=bool(o.get("steady_state")))
+            raise LoadgenError(f"cannot write --acceptance-traces {o.traces_path!r}: {e.strerror or e}") from None
+    return SimJob(sim, wl, model=o.model, spec_json=o.spec_json, traces=traces, objectives=goals,
+                  config=dict(config or {}), steady_state=o.steady_state)

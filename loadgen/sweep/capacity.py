@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from loadgen.errors import LoadgenError
+from loadgen.options import CapacityOptions
 from loadgen.measures import slo
 from loadgen.outputs import store
 from loadgen.run.target import with_time_scale
@@ -36,23 +37,23 @@ class CapacityOutcome:
     recommendation: list[str] = field(default_factory=list)
 
 
-def capacity_job(o: dict, note: Callable[[str], None] = lambda _: None) -> CapacityJob:
+def capacity_job(o: CapacityOptions, note: Callable[[str], None] = lambda _: None) -> CapacityJob:
     """`loadgen capacity`'s options as a CapacityJob: every option checked, in one line each,
     before any server starts."""
     from loadgen.run.options import objectives
     from loadgen.load.timescale import TimeScaleError, parse_scale
     from servers.deployments import DeploymentError, load
     from workloads import WorkloadError, open_workload
-    targets = slo.parse_all(o["slo_texts"])
+    targets = slo.parse_all(o.slo_texts)
     try:
-        goodput = objectives([o["goodput"]] if o["goodput"] else [])
-        dep = load(o["servers"]).with_engine(o["engine"])
-        variants = o["variants"].split(",") if o["variants"] else list(dep.variants)
+        goodput = objectives([o.goodput] if o.goodput else [])
+        dep = load(o.servers).with_engine(o.engine)
+        variants = o.variants.split(",") if o.variants else list(dep.variants)
         for v in variants:
             if v not in dep.variants:
                 raise DeploymentError(f"deployment {dep.name!r} has no variant {v!r}; it has {', '.join(dep.variants)}")
-        open_workload(o["workload"], data_dir=o["data_dir"])  # a bad one is said before any server starts
-        time_scale = parse_scale(o["time_scale"])
+        open_workload(o.workload, data_dir=o.data_dir)  # a bad one is said before any server starts
+        time_scale = parse_scale(o.time_scale)
     except (DeploymentError, WorkloadError, TimeScaleError) as e:
         raise LoadgenError(str(e)) from None
     if time_scale is not None and dep.engine != "emulator":
@@ -61,17 +62,17 @@ def capacity_job(o: dict, note: Callable[[str], None] = lambda _: None) -> Capac
                            "--engine emulator)")
     if any(s.metric == "goodput" for s in targets) and not goodput:
         raise LoadgenError("--slo goodput needs per-request objectives: add --goodput 'ttft<=2s,tpot<=50ms'")
-    closed = o["by"] == "concurrency"
-    if not 0 < o["start"] <= o["limit"]:
-        raise LoadgenError(f"--start {o['start']:g} must be > 0 and at most --limit {o['limit']:g}")
-    plan = Plan(deployment=o["servers"], engine=o["engine"], variants=variants, workloads=[o["workload"]],
-                workload_labels=[o["workload"].split(",")[0]], mode="closed" if closed else "open", levels=[],
-                num_requests=o["num_requests"], duration_s=o["duration"], warmup=o["warmup"], seed=o["seed"],
-                data_dir=o["data_dir"], baseline=o["baseline"], min_requests=20 if closed else 40,
+    closed = o.by == "concurrency"
+    if not 0 < o.start <= o.limit:
+        raise LoadgenError(f"--start {o.start:g} must be > 0 and at most --limit {o.limit:g}")
+    plan = Plan(deployment=o.servers, engine=o.engine, variants=variants, workloads=[o.workload],
+                workload_labels=[o.workload.split(",")[0]], mode="closed" if closed else "open", levels=[],
+                num_requests=o.num_requests, duration_s=o.duration, warmup=o.warmup, seed=o.seed,
+                data_dir=o.data_dir, baseline=o.baseline, min_requests=20 if closed else 40,
                 time_scale=time_scale)
-    out = o["output"] or Path("results") / time.strftime("capacity-%Y%m%d-%H%M%S")
-    return CapacityJob(plan, targets, Path(out), start=o["start"], limit=o["limit"], resolution=o["resolution"],
-                       repeats=o["repeats"], goodput=goodput, note=note)
+    out = o.output or Path("results") / time.strftime("capacity-%Y%m%d-%H%M%S")
+    return CapacityJob(plan, targets, Path(out), start=o.start, limit=o.limit, resolution=o.resolution,
+                       repeats=o.repeats, goodput=goodput, note=note)
 
 
 def find_capacity(job: CapacityJob) -> CapacityOutcome:

@@ -2,11 +2,12 @@
 option checked, the deployment loaded, and the plan described in words (--dry-run)."""
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
-from typing import Mapping
 
 from loadgen.errors import LoadgenError
 from loadgen.load.timescale import TimeScaleError, parse_scale
+from loadgen.options import SweepOptions
 from loadgen.sweep import manifest
 from loadgen.sweep.plan import Plan, PlanError, labels, levels, split_workloads
 from servers.deployments import DeploymentError, acceptance_variant, load, with_acceptance_lengths
@@ -20,10 +21,7 @@ EMBEDDED = {"servers": "llama-3.1-8b", "engine": "emulator", "variants": "baseli
             "min_requests": 8, "per_user": 2, "warmup": 1}
 DEFAULT = {"workloads": ("chat", "code-edit"), "concurrency": "1..256", "min_requests": 50,
            "per_user": 4, "warmup": 4}
-PLAN_OPTIONS = ("servers", "engine", "variants", "workloads", "concurrency", "rates", "arrival",
-                "burstiness", "num_requests", "duration", "warmup", "seed", "endpoint",
-                "request_timeout", "data_dir", "gpus", "parallel", "port", "baseline", "llama_server", "workers",
-                "time_scale", "acceptance_lengths", "repeats", "virtual")
+PLAN_OPTIONS = tuple(f.name for f in fields(SweepOptions))  # what --resume takes from the manifest
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -36,16 +34,16 @@ def _ints(text: str, flag: str) -> list[int]:
     return out
 
 
-def plan_from(o: Mapping) -> tuple[Plan, object]:
+def plan_from(o: SweepOptions) -> tuple[Plan, object]:
     """The sweep's plan (and its deployment) from the options of `loadgen sweep`, by their
     names: every option checked, LoadgenError (one line, naming the option) otherwise."""
-    embedded = o["servers"] is None
+    embedded = o.servers is None
     preset = EMBEDDED if embedded else DEFAULT
     try:
-        dep = load(o["servers"] or EMBEDDED["servers"]).with_engine(o["engine"] or (EMBEDDED["engine"] if embedded else None))
+        dep = load(o.servers or EMBEDDED["servers"]).with_engine(o.engine or (EMBEDDED["engine"] if embedded else None))
     except DeploymentError as e:
         raise LoadgenError(str(e)) from None
-    variants = [v.strip() for v in (o["variants"] or (EMBEDDED["variants"] if embedded else ",".join(dep.variants))).split(",") if v.strip()]
+    variants = [v.strip() for v in (o.variants or (EMBEDDED["variants"] if embedded else ",".join(dep.variants))).split(",") if v.strip()]
     unknown = [v for v in variants if v not in dep.variants]
     if unknown:
         raise LoadgenError(f"--variants: {', '.join(unknown)} not in deployment {dep.name!r} "
@@ -53,9 +51,9 @@ def plan_from(o: Mapping) -> tuple[Plan, object]:
     if len(set(variants)) != len(variants):
         raise LoadgenError("--variants lists a variant twice")
     templates, lengths = None, None
-    if o.get("acceptance_lengths"):
-        lengths = _lengths(o["acceptance_lengths"])
-        templates = [v for v in variants if v != (o["baseline"] or "baseline")]
+    if o.acceptance_lengths:
+        lengths = _lengths(o.acceptance_lengths)
+        templates = [v for v in variants if v != (o.baseline or "baseline")]
         if len(templates) == len(variants):
             raise LoadgenError("--acceptance-lengths compares against the baseline: include it in --variants")
         try:
@@ -64,48 +62,48 @@ def plan_from(o: Mapping) -> tuple[Plan, object]:
             raise LoadgenError(str(e)) from None
         variants = [v for v in variants if v not in templates] + [
             acceptance_variant(t, length) for t in templates for length in lengths]
-    if o["concurrency"] and o["rates"]:
+    if o.concurrency and o.rates:
         raise LoadgenError("give one of --concurrency (closed loop) and --rates (open loop)")
-    if o["concurrency"] and (o["arrival"] or o["burstiness"] is not None):
+    if o.concurrency and (o.arrival or o.burstiness is not None):
         raise LoadgenError("--arrival and --burstiness apply to --rates only")
     try:
-        if o["rates"]:
-            mode, lv = "open", levels(o["rates"], integer=False, flag="--rates")
+        if o.rates:
+            mode, lv = "open", levels(o.rates, integer=False, flag="--rates")
         else:
-            mode, lv = "closed", levels(o["concurrency"] or preset["concurrency"], integer=True, flag="--concurrency")
-        specs = split_workloads(list(o["workloads"]) or list(preset["workloads"]))
+            mode, lv = "closed", levels(o.concurrency or preset["concurrency"], integer=True, flag="--concurrency")
+        specs = split_workloads(list(o.workloads) or list(preset["workloads"]))
     except PlanError as e:
         raise LoadgenError(str(e)) from None
-    for key, lo in (("num_requests", 1), ("warmup", 0), ("repeats", 1)):
-        if o.get(key) is not None and o[key] < lo:
-            raise LoadgenError(f"--{key.replace('_', '-')} must be >= {lo}, got {o[key]}")
-    if o["duration"] is not None and not o["duration"] > 0:
-        raise LoadgenError(f"--duration must be > 0, got {o['duration']}")
-    gpus = _ints(o["gpus"], "--gpus") if o["gpus"] else list(range(dep.tensor_parallel_size))
+    for key, given, lo in (("num_requests", o.num_requests, 1), ("warmup", o.warmup, 0), ("repeats", o.repeats, 1)):
+        if given is not None and given < lo:
+            raise LoadgenError(f"--{key.replace('_', '-')} must be >= {lo}, got {given}")
+    if o.duration is not None and not o.duration > 0:
+        raise LoadgenError(f"--duration must be > 0, got {o.duration}")
+    gpus = _ints(o.gpus, "--gpus") if o.gpus else list(range(dep.tensor_parallel_size))
     if len(gpus) < dep.tensor_parallel_size:
-        raise LoadgenError(f"--gpus {o['gpus']}: deployment {dep.name!r} needs "
+        raise LoadgenError(f"--gpus {o.gpus}: deployment {dep.name!r} needs "
                                f"{dep.tensor_parallel_size} GPUs per server")
-    names = [_open(spec, o["data_dir"]).name for spec in specs]
-    if o.get("virtual"):
+    names = [_open(spec, o.data_dir).name for spec in specs]
+    if o.virtual:
         _check_virtual(o, dep)
-    time_scale = None if o.get("virtual") else _time_scale(o["time_scale"], dep)
-    arrival = o["arrival"] or ("gamma" if o["burstiness"] is not None else "poisson")
-    where = o["servers"] or EMBEDDED["servers"]
+    time_scale = None if o.virtual else _time_scale(o.time_scale, dep)
+    arrival = o.arrival or ("gamma" if o.burstiness is not None else "poisson")
+    where = o.servers or EMBEDDED["servers"]
     if Path(where).exists():  # a file: found again by --resume from any directory
         where = str(Path(where).resolve())
     plan = Plan(deployment=where, engine=dep.engine, variants=variants,
                 workloads=specs, workload_labels=labels(specs, names), mode=mode, levels=lv,
-                num_requests=o["num_requests"], duration_s=o["duration"],
-                warmup=preset["warmup"] if o["warmup"] is None else o["warmup"], seed=o["seed"],
-                endpoint=o["endpoint"], arrival=arrival,
-                burstiness=1.0 if o["burstiness"] is None else o["burstiness"],
-                request_timeout_s=o["request_timeout"],
-                data_dir=str(Path(o["data_dir"]).resolve()) if o["data_dir"] else None, gpus=gpus,
-                parallel=o["parallel"], port=o["port"], baseline=o["baseline"],
-                llama_server=_command(o["llama_server"]), min_requests=preset["min_requests"],
-                per_user=preset["per_user"], workers=o["workers"], time_scale=time_scale,
-                acceptance_templates=templates, acceptance_lengths=lengths, repeats=o.get("repeats") or 1,
-                virtual=bool(o.get("virtual")))
+                num_requests=o.num_requests, duration_s=o.duration,
+                warmup=preset["warmup"] if o.warmup is None else o.warmup, seed=o.seed,
+                endpoint=o.endpoint, arrival=arrival,
+                burstiness=1.0 if o.burstiness is None else o.burstiness,
+                request_timeout_s=o.request_timeout,
+                data_dir=str(Path(o.data_dir).resolve()) if o.data_dir else None, gpus=gpus,
+                parallel=o.parallel, port=o.port, baseline=o.baseline,
+                llama_server=_command(o.llama_server), min_requests=preset["min_requests"],
+                per_user=preset["per_user"], workers=o.workers, time_scale=time_scale,
+                acceptance_templates=templates, acceptance_lengths=lengths, repeats=o.repeats or 1,
+                virtual=bool(o.virtual))
     return plan, dep
 
 
@@ -120,17 +118,17 @@ def _lengths(text: str) -> list[float]:
     return out
 
 
-def _check_virtual(o: Mapping, dep) -> None:
+def _check_virtual(o: SweepOptions, dep) -> None:
     """--virtual simulates the emulator's engine in this process: what in the plan only applies
     to servers, real time or load-generating processes is refused, each in one line (--ray and
     --metrics-port, options of the job, in sweep/execute.py)."""
     if dep.engine != "emulator":
         raise LoadgenError(f"--virtual simulates the emulator's engine; deployment {dep.name!r} runs on {dep.engine}: "
                            "add --engine emulator (its variants' flags on the emulator's cost model)")
-    for key, given, why in (("time-scale", o["time_scale"] is not None, "virtual time needs no dilation"),
-                            ("repeats", (o.get("repeats") or 1) > 1, "a simulation has no run-to-run variation"),
-                            ("parallel", o["parallel"], "no servers to run side by side"),
-                            ("workers", o["workers"] > 1, "no real-time load to split")):
+    for key, given, why in (("time-scale", o.time_scale is not None, "virtual time needs no dilation"),
+                            ("repeats", (o.repeats or 1) > 1, "a simulation has no run-to-run variation"),
+                            ("parallel", o.parallel, "no servers to run side by side"),
+                            ("workers", o.workers > 1, "no real-time load to split")):
         if given:
             raise LoadgenError(f"--{key} does not apply to --virtual ({why}): drop one of them")
 

@@ -1,0 +1,142 @@
+"""The commands' options as typed models: what the library takes (loadgen.api's job builders)
+and the command line builds from its flags (loadgen/cli/options.py, one field per flag of the
+same name). A job made in Python and one made by the CLI are checked by the same code. The
+load shape's options are the shape family's (`shape`: loadgen.shapes.options), so a new shape
+brings its own. Light on purpose: the CLI imports it to build the models."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadgen.shapes import options as shape_options
+
+
+@dataclass
+class LoadOptions:
+    """When requests go: the shape (its family's options: loadgen.shapes.options) and the run's
+    bounds."""
+
+    shape: Any = field(default_factory=shape_options.options)
+    think_time: str | None = None
+    num_requests: int | None = None     # None: 200 unless --duration; a trace: its window's
+    duration: float | None = None
+    warmup: int = 0
+    seed: int = 0
+
+
+@dataclass
+class WorkloadOptions:
+    workload: str = "synthetic:random"
+    category: str | None = None
+    skip_bad: bool = False
+    data_dir: str | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    range_ratio: float | None = None
+
+
+@dataclass
+class ResultOptions:
+    goodput_specs: tuple[str, ...] = ()
+    output_dir: str | None = None
+    steady_state: bool = False
+
+
+@dataclass
+class RunOptions(ResultOptions, WorkloadOptions, LoadOptions):
+    """`loadgen run`'s (and `check`'s) options, by field; the defaults are the command line's."""
+
+    base_url: str | None = None
+    model: str | None = None
+    endpoint: str = "completions"
+    api_key: str | None = None
+    request_timeout: float = 600.0
+    max_error_rate: float | None = None
+    no_continuous_usage: bool = False
+    tokenizer: str | None = None
+    extra_body: str | None = None
+    token_ids: bool = False
+    keep_alive: bool | None = None
+    metrics_url: str | None = None
+    metrics_port: int | None = None
+    time_scale: str | None = None
+    workers: int = 1
+    ray_address: str | None = None
+    lateness_threshold_ms: float = 5.0
+    timing_threshold_ms: float = 4.0
+    quiet: bool = False
+    servers: str | None = None          # check: a catalog deployment's --variant instead of --base-url
+    variant: str | None = None
+    engine: str | None = None
+
+
+@dataclass
+class SimOptions(ResultOptions, WorkloadOptions, LoadOptions):
+    """`loadgen simulate`'s options."""
+
+    profile: str | None = None
+    model: str | None = None
+    spec_json: str | None = None        # --speculative-config
+    endpoint: str = "completions"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    prefix_caching: bool = True
+    kv_cache_tokens: int | None = None
+    client_rtt_ms: float | None = None     # None: the simulator's (loadgen.simulate.CLIENT_RTT_S)
+    traces_path: str | None = None      # --acceptance-traces
+
+
+@dataclass
+class SweepOptions:
+    """`loadgen sweep`'s options that make its plan (loadgen.sweep.planning.plan_from)."""
+
+    servers: str | None = None          # None: the embedded emulator
+    engine: str | None = None
+    variants: str | None = None
+    acceptance_lengths: str | None = None
+    workloads: tuple[str, ...] = ()
+    concurrency: str | None = None      # levels, e.g. 1..256
+    rates: str | None = None
+    arrival: str | None = None
+    burstiness: float | None = None
+    num_requests: int | None = None
+    duration: float | None = None
+    warmup: int | None = None
+    virtual: bool = False
+    repeats: int = 1
+    seed: int = 0
+    endpoint: str = "completions"
+    request_timeout: float = 600.0
+    data_dir: str | None = None
+    gpus: str | None = None
+    parallel: bool = False
+    port: int | None = None
+    llama_server: str | None = None
+    workers: int = 1
+    time_scale: str | None = None
+    baseline: str = "baseline"
+
+
+@dataclass
+class CapacityOptions:
+    """`loadgen capacity`'s options."""
+
+    servers: str = ""
+    engine: str | None = None
+    variants: str | None = None
+    workload: str = "chat"
+    data_dir: str | None = None
+    slo_texts: tuple[str, ...] = ()
+    goodput: str | None = None
+    by: str = "concurrency"
+    start: float = 1.0
+    limit: float = 256.0
+    resolution: float = 0.1
+    repeats: int = 3
+    num_requests: int | None = None
+    duration: float | None = None
+    warmup: int = 1
+    baseline: str = "baseline"
+    seed: int = 0
+    time_scale: str | None = None
+    output: str | None = None
