@@ -97,6 +97,7 @@ class SweepOptions:
     workloads: tuple[str, ...] = ()
     concurrency: str | None = None      # levels, e.g. 1..256
     rates: str | None = None
+    shape: Any = field(default_factory=shape_options.options)  # a shape of its own (--ramp, ...): one level
     arrival: str | None = None
     burstiness: float | None = None
     num_requests: int | None = None

@@ -14,10 +14,11 @@ from loadgen.outputs import console
 from loadgen.shapes.options import flags as shape_flags
 
 
-def shape_options(f):
+def shape_options(f, sweep: bool = False):
     """The load shapes' options, as their family declares them (loadgen.shapes: each member's
-    `OPTIONS`), so a new shape's module brings its flags to every command that takes a load."""
-    for flag in reversed(shape_flags()):
+    `OPTIONS`), so a new shape's module brings its flags to every command that takes a load
+    (`sweep`: those a sweep takes beside its levels)."""
+    for flag in reversed(shape_flags(sweep=sweep)):
         kind = click.Choice(flag.choices) if flag.choices else flag.type
         f = click.option(flag.flag, flag.name, type=kind, default=None, metavar=flag.metavar, help=flag.help)(f)
     return f
@@ -30,7 +31,7 @@ def build(model: type, params: dict):
     values = {f.name: params[f.name] for f in fields(model) if f.name in params}
     if any(f.name == "shape" for f in fields(model)):
         values["shape"] = api.shape_options(**{flag.name: params[flag.name] for flag in shape_flags()
-                                               if flag.name in params})
+                                               if flag.name in params and (params[flag.name] is not None)})
     return model(**values)
 
 

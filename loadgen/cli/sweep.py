@@ -10,6 +10,7 @@ from click.core import ParameterSource
 from loadgen import api
 from loadgen.cli import options
 from loadgen.cli.app import EXIT_INTERRUPTED, Failure, main
+from loadgen.shapes.options import flags as shape_flags
 from servers.deployments import ENGINES, DeploymentError
 
 
@@ -29,6 +30,7 @@ from servers.deployments import ENGINES, DeploymentError
 @click.option("--concurrency", help="Closed-loop levels: 1..256 (powers of two), lists 1,4,16, or both "
               "[default: 1..256; embedded: 1..64].")
 @click.option("--rates", help="Open-loop levels in requests/s instead, e.g. 0.5,1,2 or 1..16.")
+@lambda f: options.shape_options(f, sweep=True)
 @click.option("--arrival", type=click.Choice(["poisson", "gamma", "constant"]), help="Open-loop gaps [poisson].")
 @click.option("--burstiness", type=float, help="Gamma shape for --rates (1 = Poisson).")
 @click.option("--num-requests", type=int, help="Measured requests per cell [default: max(50, 4 x "
@@ -85,7 +87,8 @@ def sweep(**o) -> None:
     from loadgen.sweep.planning import PLAN_OPTIONS, describe, plan_from
     ctx = click.get_current_context()
     if o["resume"]:
-        given = [k for k in PLAN_OPTIONS if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE]
+        given = [k for k in (*PLAN_OPTIONS, *(f.name for f in shape_flags(sweep=True)))
+                 if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE]
         if given:
             raise click.UsageError(f"--resume continues the sweep as it was planned (DIR/manifest.json); "
                                    f"drop --{given[0].replace('_', '-')}, or start a new --output")

@@ -55,6 +55,7 @@ class Shape:
     OPTIONS: ClassVar[tuple[Flag, ...]] = ()  # the first asks for this shape; the rest tune it
     USES: ClassVar[tuple[str, ...]] = ()      # other shapes' options this one reads too
     STEADY: ClassVar[bool] = False            # one of the two steady loads (closed, open)
+    SWEEPS: ClassVar[bool] = True             # a sweep's cells can run it (loadgen sweep --its-option)
     concurrency = None
     rate = None
     arrival = "poisson"

@@ -12,10 +12,14 @@ from loadgen.errors import LoadgenError, flagged
 from loadgen.shapes.base import REGISTRY, Flag, Shape
 
 
-def flags() -> list[Flag]:
-    """Every member's options, in the registry's order, each once."""
+def flags(*, sweep: bool = False) -> list[Flag]:
+    """Every member's options, in the registry's order, each once. `sweep`: only those a sweep
+    takes beside its own levels (--concurrency, --rates): of the members that are a load of
+    their own (not the steady loops) and run as a sweep's cells (`Shape.SWEEPS`)."""
     out: dict[str, Flag] = {}
     for cls in REGISTRY.values():
+        if sweep and (cls.STEADY or not cls.SWEEPS):
+            continue
         for f in cls.OPTIONS:
             out.setdefault(f.name, f)
     return list(out.values())

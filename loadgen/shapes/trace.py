@@ -44,6 +44,7 @@ class TraceReplay(Shape):
     window: Any = field(default=None, compare=False, repr=False)  # the replayed part (its lengths)
     mode = "trace"
     closed = False
+    SWEEPS = False  # a sweep's cells do not fit their workloads to a trace (yet): loadgen run --trace
     OPTIONS = (
         Flag("trace", str, "Replay a production trace's arrivals and lengths (azure, mooncake, burstgpt, csv, "
              "jsonl; docs/workloads.md); its text from --workload.", metavar="FORMAT:PATH", what="a trace replay"),

@@ -18,7 +18,9 @@ from loadgen.config import clock, run_config
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
 from loadgen.load import scrape, timescale
-from loadgen.load.execute import LoadShape, RunSpec, execute, session_for, stop_on_signals
+from loadgen.load.execute import RunSpec, execute, session_for, stop_on_signals
+from loadgen.shapes import Shape
+from loadgen.shapes import options as shape_options
 from loadgen.sweep.plan import Cell, Plan
 
 
@@ -41,10 +43,17 @@ def _short(requests):
     return (dataclasses.replace(r, max_tokens=min(r.max_tokens, WARMUP_TOKENS)) for r in requests)
 
 
-def load_shape(plan: Plan, cell: Cell) -> LoadShape:
-    if cell.mode == "closed":
-        return LoadShape(concurrency=int(cell.level))
-    return LoadShape(rate=cell.level, arrival=plan.arrival, burstiness=plan.burstiness)
+def load_shape(plan: Plan, cell: Cell) -> Shape:
+    """The cell's load, built by the shape family from options as `loadgen run` builds it: the
+    plan's own shape, or the closed or open loop at the cell's level."""
+    if plan.shape is not None:
+        given = plan.shape
+    elif cell.mode == "closed":
+        given = {"concurrency": int(cell.level)}
+    else:
+        given = {"rate": cell.level, "arrival": plan.arrival,
+                 "burstiness": plan.burstiness if plan.arrival == "gamma" else None}
+    return shape_options.from_options(shape_options.options(**given))
 
 
 async def _measure(plan: Plan, cell: Cell, workload, url: str, model: str,

@@ -130,6 +130,9 @@ class Plan:
     acceptance_lengths: list[float] | None = None
     repeats: int = 1                # each cell measured this many times (rounds, each on a fresh server)
     virtual: bool = False           # every cell simulated in virtual time, no server (loadgen.sweep.virtual)
+    # a load shape of its own instead of steady levels (--ramp, or any member of loadgen.shapes
+    # that is not the closed or open loop): its options as given, one level (its peak)
+    shape: dict | None = None
 
     def deployment_object(self):
         """The deployment the cells run on: loaded, on the plan's engine, with the acceptance

@@ -8,6 +8,8 @@ from pathlib import Path
 from loadgen.errors import LoadgenError
 from loadgen.load.timescale import TimeScaleError, parse_scale
 from loadgen.options import SweepOptions
+from loadgen.shapes import Shape
+from loadgen.shapes import options as shape_options
 from loadgen.sweep import manifest
 from loadgen.sweep.plan import Plan, PlanError, labels, levels, split_workloads
 from servers.deployments import DeploymentError, acceptance_variant, load, with_acceptance_lengths
@@ -62,12 +64,15 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
             raise LoadgenError(str(e)) from None
         variants = [v for v in variants if v not in templates] + [
             acceptance_variant(t, length) for t in templates for length in lengths]
+    own = _own_shape(o)
     if o.concurrency and o.rates:
         raise LoadgenError("give one of --concurrency (closed loop) and --rates (open loop)")
     if o.concurrency and (o.arrival or o.burstiness is not None):
         raise LoadgenError("--arrival and --burstiness apply to --rates only")
     try:
-        if o.rates:
+        if own is not None:
+            mode, lv = ("closed", [own[1].concurrency]) if own[1].closed else ("open", [own[1].rate])
+        elif o.rates:
             mode, lv = "open", levels(o.rates, integer=False, flag="--rates")
         else:
             mode, lv = "closed", levels(o.concurrency or preset["concurrency"], integer=True, flag="--concurrency")
@@ -103,8 +108,26 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
                 llama_server=_command(o.llama_server), min_requests=preset["min_requests"],
                 per_user=preset["per_user"], workers=o.workers, time_scale=time_scale,
                 acceptance_templates=templates, acceptance_lengths=lengths, repeats=o.repeats or 1,
-                virtual=bool(o.virtual))
+                virtual=bool(o.virtual), shape=None if own is None else own[0])
     return plan, dep
+
+
+def _own_shape(o: SweepOptions) -> tuple[dict, Shape] | None:
+    """A load shape given by its own options (not the steady levels): its options as plain data
+    for the plan, and the shape (checked now, as loadgen run checks it); None without one."""
+    own = shape_options.flags(sweep=True)
+    given = {f.name: getattr(o.shape, f.name, None) for f in own if getattr(o.shape, f.name, None) is not None}
+    if not given:
+        return None
+    steady = [flag for flag, value in (("--concurrency", o.concurrency), ("--rates", o.rates)) if value]
+    named = next(f.flag for f in own if f.name in given)
+    if steady:
+        raise LoadgenError(f"{named} is a load of its own: drop {' / '.join(steady)}")
+    for name, value in (("arrival", o.arrival), ("burstiness", o.burstiness)):
+        if value is not None:
+            given[name] = value
+    shape = shape_options.from_options(shape_options.options(**given), o)
+    return given, shape
 
 
 def _lengths(text: str) -> list[float]:
