@@ -1,10 +1,13 @@
 """One measured run, end to end: the server (loadgen.run.target), the load from the execution
 backend the job asks for (loadgen.backends), the figures converted to the emulated hardware's
-time (loadgen.load.timescale), the request frame and the summary. `loadgen run` and `loadgen check`
-are this plus their output; `loadgen.api.run` is its door for Python."""
+time (loadgen.load.timescale), the request frame and the summary. The one pipeline every
+measurement goes through: `loadgen run` and `loadgen check` are this plus their output, a sweep's
+cell and a capacity probe are this with a cell's place (loadgen.sweep.cell: warm-up apart, the
+emulator's time scale set first); `loadgen.api.run` is its door for Python."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +24,7 @@ from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
 from loadgen.outputs import journal, store
 from loadgen.load import scrape, timescale
-from loadgen.load.execute import RunResult, RunSpec, session_for, stop_on_signals
+from loadgen.load.execute import RunResult, RunSpec, execute, session_for, stop_on_signals
 from loadgen.run.target import Note, Target, serving
 
 
@@ -52,6 +55,24 @@ class RunJob:
     handle_signals: bool = True            # SIGINT/SIGTERM stop the run early, keeping what finished
     steady_state: bool = False             # figures over the steady state only (loadgen.measures.summary)
     journal: str | None = None             # a results directory: requests journaled there as they end
+    kind: str = "run"                      # the config record's command: run, or sweep (a cell)
+    warmup_apart: bool = False             # the spec's warm-up sent first, short, before the window opens
+    set_time_scale: float | None = None    # ask the emulator to run at this scale before the load
+    probe_required: bool = True            # False: a server that fails the model check is measured anyway
+    on_start: Callable | None = None       # each request as it goes (without `live`)
+    on_record: Callable | None = None      # each request's record as it ends (without `live`)
+
+
+class NotMeasured(LoadgenError):
+    """The server would not run at the time scale the job set (a cell's failure, not the sweep's)."""
+
+
+class StoppedEarly(Exception):
+    """SIGINT/SIGTERM during a separate warm-up: nothing was measured."""
+
+
+WARMUP_TOKENS = 16  # a separate warm-up request's answer, at most: it warms the server and the connection,
+                    # its length measures nothing (and at a time scale S costs S times as long)
 
 
 @dataclass
@@ -67,18 +88,27 @@ class Measured:
 
     def summary(self) -> dict:
         job, result = self.job, self.result
-        return summarize(self.frame, result.loop_lag(),
-                         config={**run_config(job, result), "token_ids_from_tokenizer": self.tokenized},
-                         interrupted=result.interrupted, goodput=job.objectives,
-                         lateness_threshold_ms=job.lateness_threshold_ms,
-                         timing_threshold_ms=job.timing_threshold_ms,
-                         load_info=result.load_info, server_figures=scrape.figures(result.server_window),
-                         steady=job.steady_state)
+        config = run_config(job, result)
+        if job.kind == "run":
+            config["token_ids_from_tokenizer"] = self.tokenized
+        out = summarize(self.frame, result.loop_lag(), config=config,
+                        interrupted=result.interrupted, goodput=job.objectives,
+                        lateness_threshold_ms=job.lateness_threshold_ms,
+                        timing_threshold_ms=job.timing_threshold_ms,
+                        load_info=result.load_info, server_figures=scrape.figures(result.server_window),
+                        steady=job.steady_state)
+        seen = sorted(set(timescale.window_scales(result.server_window)) - {job.spec.time_scale})
+        if seen:  # converted by one scale, served (partly) at another: the figures are not the hardware's
+            out["time_scale_error"] = (f"the emulator ran at time scale {', '.join(f'{x:g}' for x in seen)} "
+                                       f"during the run, whose figures were converted at {job.spec.time_scale:g}")
+        return out
 
 
 def measure(job: RunJob) -> Measured:
     """Run the job: the target served, the load sent, every timestamp in the emulated
-    hardware's time. Raises LoadgenError (one line) for what stops it before any load."""
+    hardware's time. Raises LoadgenError (one line) for what stops it before any load,
+    NotMeasured when the server refuses the job's time scale, StoppedEarly when a signal ends a
+    separate warm-up."""
     spec = job.spec
     spec.journal = None if job.journal is None else str(job.journal)
     if (job.workers > 1 or job.ray_address is not None) and job.live is not None:
@@ -132,24 +162,22 @@ async def _run(job: RunJob, cluster) -> RunResult:
 
 
 async def _load(job: RunJob, cluster, stop: asyncio.Event) -> RunResult:
-    """Check the server and model (setting the spec's model, and keep-alive unless given), then
+    """Check the server and model (setting the spec's model, and keep-alive unless given), the
+    time scale it runs at (set first where the job asks), the warm-up where it goes apart, then
     run the load on the job's backend."""
     spec = job.spec
     session = session_for(spec.load)
     try:
-        try:
+        try:  # llama.cpp wants a connection per request (loadgen.client.endpoint.CLOSE_AFTER_STREAM)
             served = await probe(session, spec.api_base, spec.headers, job.model)
             spec.model = served.model
             spec.keep_alive = served.keep_alive if job.keep_alive is None else job.keep_alive
         except EndpointError as e:
-            raise LoadgenError(str(e)) from None
-        given = job.target.time_scale
-        reported = await timescale.server_scale(session, spec.metrics_url)
-        spec.time_scale = reported or given or 1.0
-        if reported and reported != 1 and given is None:
-            job.note(f"note: the server is an emulator running {reported:g}x slower than its model "
-                     "(its --time-scale); every figure is converted to its emulated time")
-        on_start = on_record = None
+            if job.probe_required:
+                raise LoadgenError(str(e)) from None
+            spec.model = job.model or ""  # the requests will say what is wrong
+        await _time_scale(job, session)
+        on_start, on_record = job.on_start, job.on_record
         if job.live is not None:
             job.live.context(spec.model, "", job.workload.spec.split(",")[0], spec.load.level())
             on_start, on_record = job.live.started, job.live.finished
@@ -162,14 +190,42 @@ async def _load(job: RunJob, cluster, stop: asyncio.Event) -> RunResult:
             write_config(job)
         if job.on_started is not None:
             job.on_started()
+        if job.warmup_apart and spec.warmup:  # before the window opens: not in the server's counters
+            warm = dataclasses.replace(spec, num_requests=spec.warmup, warmup=0, seed=spec.seed + 1, duration_s=None,
+                                       metrics_url=None, journal=None)
+            short = (dataclasses.replace(r, max_tokens=min(r.max_tokens, WARMUP_TOKENS))
+                     for r in job.workload.requests(None, warm.seed))
+            await execute(warm, short, session=session, stop=stop, on_start=on_start, on_record=on_record)
+            if stop.is_set():
+                raise StoppedEarly
+        measured = dataclasses.replace(spec, warmup=0) if job.warmup_apart else spec
         try:
             requests = job.workload.requests(None, spec.seed)
-            return await backend.execute(spec, requests, stop=stop, on_progress=job.progress,
+            return await backend.execute(measured, requests, stop=stop, on_progress=job.progress,
                                          on_start=on_start, on_record=on_record)
         except WorkerError as e:
             raise LoadgenError(str(e)) from None
     finally:
         await session.close()
+
+
+async def _time_scale(job: RunJob, session) -> None:
+    """The scale the server runs at, which converts every figure (1: a real server): set first
+    where the job asks (an emulator, per sweep level), else read from its /metrics."""
+    spec, given = job.spec, job.target.time_scale
+    if job.set_time_scale is not None:
+        try:
+            await timescale.set_server_scale(session, spec.api_base, job.set_time_scale, spec.headers)
+        except timescale.TimeScaleError as e:
+            raise NotMeasured(str(e)) from None
+    reported = await timescale.server_scale(session, spec.metrics_url)
+    if job.set_time_scale is not None and (reported or 1.0) != job.set_time_scale:
+        raise NotMeasured(f"the emulator reports time scale {reported or 1.0:g}, not the {job.set_time_scale:g} "
+                          "it was asked for (requests still in flight from before the cell?)")
+    spec.time_scale = reported or given or 1.0
+    if reported and reported != 1 and given is None and job.set_time_scale is None:
+        job.note(f"note: the server is an emulator running {reported:g}x slower than its model "
+                 "(its --time-scale); every figure is converted to its emulated time")
 
 
 def _tokenize_ids(job: RunJob, records) -> int:
@@ -202,7 +258,7 @@ def run_config(job: RunJob, result: RunResult | None) -> dict:
     """The run's config record (`result` None: before the run, without its clock)."""
     spec = job.spec
     return configs.run_config(
-        "run", base_url=configs.public_url(spec.api_base), model=spec.model, endpoint=spec.endpoint,
+        job.kind, base_url=configs.public_url(spec.api_base), model=spec.model, endpoint=spec.endpoint,
         load=configs.described_load(spec.load, spec.think), num_requests=spec.num_requests, duration_s=spec.duration_s,
         warmup=spec.warmup, seed=spec.seed, workload=job.workload.describe(),
         clock=configs.clock(result.t0_ns, result.t0_unix) if result is not None else None,
@@ -214,5 +270,5 @@ def run_config(job: RunJob, result: RunResult | None) -> dict:
         api_key_provided=bool(spec.headers), keep_alive=spec.keep_alive,
         lateness_threshold_ms=job.lateness_threshold_ms, timing_threshold_ms=job.timing_threshold_ms,
         workers=job.workers, time_scale=spec.time_scale,
-        time_scale_requested=job.target.time_scale,
+        time_scale_requested=job.target.time_scale if job.set_time_scale is None else job.set_time_scale,
         workers_on_ray=job.ray_address is not None, **job.config)
