@@ -16,6 +16,7 @@ same two numbers: the most marks a calibrated compare shows in all but FLAKE of 
 Each sweep takes about a minute on 2 cores. N sweeps give N(N-1)/2 pairs (not independent:
 each sweep is in N-1 of them).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,18 +30,35 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-ALPHA = 0.05   # compare's family-wise level (LEVEL = 0.95 in loadgen/report/compare.py)
-FLAKE = 1e-3   # the share of A/A runs in which the test may fail by chance
+ALPHA = 0.05  # compare's family-wise level (LEVEL = 0.95 in loadgen/report/compare.py)
+FLAKE = 1e-3  # the share of A/A runs in which the test may fail by chance
 LEVELS = (4, 8)
 REPEATS = 3
-DESIGN = ("sweep", "--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline,eagle",
-          "--workloads", "chat,output=fixed:32", "--concurrency", ",".join(map(str, LEVELS)), "--num-requests", "16",
-          "--warmup", "1", "--repeats", str(REPEATS), "--quiet")
+DESIGN = (
+    "sweep",
+    "--servers",
+    "llama-3.1-8b",
+    "--engine",
+    "emulator",
+    "--variants",
+    "baseline,eagle",
+    "--workloads",
+    "chat,output=fixed:32",
+    "--concurrency",
+    ",".join(map(str, LEVELS)),
+    "--num-requests",
+    "16",
+    "--warmup",
+    "1",
+    "--repeats",
+    str(REPEATS),
+    "--quiet",
+)
 
 
 def _binomial_tail(n: int, p: float, k: int) -> float:
     """P(X >= k) for X ~ Binomial(n, p)."""
-    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1))
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
 
 
 def false_mark_bound(nulls: int, alpha: float = ALPHA, flake: float = FLAKE) -> int:
@@ -57,8 +75,9 @@ def false_mark_bound(nulls: int, alpha: float = ALPHA, flake: float = FLAKE) -> 
 
 
 def _run(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    res = subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True, text=True,
-                         cwd=REPO, timeout=timeout)
+    res = subprocess.run(
+        [sys.executable, "-m", "loadgen", *args], capture_output=True, text=True, cwd=REPO, timeout=timeout
+    )
     if res.returncode != 0:
         sys.exit(f"aa_calibration: loadgen {args[0]} failed: {res.stderr.strip().splitlines()[-1:]}")
     return res
@@ -73,6 +92,7 @@ def main() -> None:
     if args.sweeps < 2:
         sys.exit("aa_calibration: --sweeps must be >= 2 (a pair)")
     import pandas as pd
+
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="aa-"))
     sweeps = []
     for i in range(args.sweeps):
@@ -86,14 +106,23 @@ def main() -> None:
         csv = root / f"compare-{i}-{j}.csv"
         _run("compare", str(a), str(b), "--output", str(csv))
         t = pd.read_csv(csv)
-        rows.append({"pair": f"{i}-{j}", "comparisons": len(t), "basis": ",".join(sorted(set(t["basis"]))),
-                     "p_below_0.05": int((t["p"] < 0.05).sum()), "marked": int(t["significant"].sum()),
-                     "marked_cells": int(t.loc[t["significant"], "cell"].nunique())})
+        rows.append(
+            {
+                "pair": f"{i}-{j}",
+                "comparisons": len(t),
+                "basis": ",".join(sorted(set(t["basis"]))),
+                "p_below_0.05": int((t["p"] < 0.05).sum()),
+                "marked": int(t["significant"].sum()),
+                "marked_cells": int(t.loc[t["significant"], "cell"].nunique()),
+            }
+        )
     table = pd.DataFrame(rows)
     n = int(table["comparisons"].iloc[0])
     comparisons = int(table["comparisons"].sum())
     figures = {
-        "sweeps": args.sweeps, "pairs": len(table), "comparisons_per_pair": n,
+        "sweeps": args.sweeps,
+        "pairs": len(table),
+        "comparisons_per_pair": n,
         "uncorrected_rate": float(table["p_below_0.05"].sum() / comparisons),
         "pairs_with_a_mark": int((table["marked"] > 0).sum()),
         "familywise_rate": float((table["marked"] > 0).mean()),
@@ -107,11 +136,12 @@ def main() -> None:
     print(f"{'':2}{'figure':<42}{'measured':>10}{'stated':>10}")
     print(f"{'':2}{'uncorrected p < 0.05, share of comparisons':<42}{figures['uncorrected_rate']:>10.3f}{ALPHA:>10.3f}")
     print(f"{'':2}{'pairs with any change marked (Holm)':<42}{figures['familywise_rate']:>10.3f}{ALPHA:>10.3f}")
-    print(f"{'':2}{'most changes marked in one pair':<42}{figures['max_marked']:>10d}"
-          f"{figures['test_bound']:>10d}")
-    print(f"\nThe test's A/A bound: at most {figures['test_bound']} of {n} marked (a calibrated compare "
-          f"exceeds it in under {FLAKE:g} of runs); with one true change, at most "
-          f"{figures['test_bound_with_one_change']} of the other {n - 1}.")
+    print(f"{'':2}{'most changes marked in one pair':<42}{figures['max_marked']:>10d}{figures['test_bound']:>10d}")
+    print(
+        f"\nThe test's A/A bound: at most {figures['test_bound']} of {n} marked (a calibrated compare "
+        f"exceeds it in under {FLAKE:g} of runs); with one true change, at most "
+        f"{figures['test_bound_with_one_change']} of the other {n - 1}."
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({**figures, "table": rows}, indent=1))
 

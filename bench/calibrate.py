@@ -3,7 +3,8 @@
 For each kind of request (chat ~ ShareGPT, summarization ~ CNN/DailyMail, math ~ GSM8K,
 code_edit ~ InstructCoder) and batch size B = 1, 16, 64, 128, B copies of one prompt start
 together, as `LLM.generate` on B copies does; the run ends when all are done. Speedup =
-throughput with speculative decoding / throughput without, per prompt, averaged over the prompts (each prompt's speedup counts once, as a per-prompt
+throughput with speculative decoding / throughput without, per prompt, averaged over the prompts (each
+prompt's speedup counts once, as a per-prompt
 batch of the study does). Nothing here is fitted to the speedups: the cost model is the study's fit (8B) or the
 roofline (70B), acceptance comes from acceptance statistics (bench/fit_acceptance.py), and the
 fall with B comes out of the cost model.
@@ -12,6 +13,7 @@ fall with B comes out of the cost model.
     python bench/calibrate.py --csv calib.csv      # model, method, workload, batch, paper, simulated, rel_error
     python bench/calibrate.py --profile h100-llama-3-70b-tp4
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,28 +33,64 @@ DATASET = {"math": "GSM8K", "summarization": "CNN", "chat": "ShareGPT", "code_ed
 # paper.md, Fig. 1 (read off the figure, +-0.03): B = 1 / 16 / 64 / 128
 PAPER = {
     "h100-llama-3.1-8b": {
-        "eagle3": {"math": (1.75, 1.70, 1.48, 1.21), "summarization": (1.68, 1.58, 1.39, 1.23),
-                   "chat": (1.70, 1.67, 1.55, 1.28), "code_edit": (2.02, 1.90, 1.56, 1.29)},
-        "eagle": {"math": (1.73, 1.68, 1.47, 1.22), "summarization": (1.45, 1.40, 1.27, 1.14),
-                  "chat": (1.67, 1.66, 1.53, 1.29), "code_edit": (1.97, 1.87, 1.52, 1.30)},
-        "ngram": {"math": (1.17, 1.15, 1.10, 1.05), "summarization": (1.34, 1.28, 1.18, 1.12),
-                  "chat": (1.27, 1.25, 1.19, 1.11), "code_edit": (1.89, 1.73, 1.47, 1.30)},
+        "eagle3": {
+            "math": (1.75, 1.70, 1.48, 1.21),
+            "summarization": (1.68, 1.58, 1.39, 1.23),
+            "chat": (1.70, 1.67, 1.55, 1.28),
+            "code_edit": (2.02, 1.90, 1.56, 1.29),
+        },
+        "eagle": {
+            "math": (1.73, 1.68, 1.47, 1.22),
+            "summarization": (1.45, 1.40, 1.27, 1.14),
+            "chat": (1.67, 1.66, 1.53, 1.29),
+            "code_edit": (1.97, 1.87, 1.52, 1.30),
+        },
+        "ngram": {
+            "math": (1.17, 1.15, 1.10, 1.05),
+            "summarization": (1.34, 1.28, 1.18, 1.12),
+            "chat": (1.27, 1.25, 1.19, 1.11),
+            "code_edit": (1.89, 1.73, 1.47, 1.30),
+        },
     },
     "h100-llama-3-70b-tp4": {
-        "eagle": {"math": (1.91, 1.75, 1.42, 1.01), "summarization": (1.84, 1.57, 1.27, 1.02),
-                  "chat": (1.96, 1.77, 1.50, 1.06), "code_edit": (2.48, 2.15, 1.65, 1.22)},
-        "draft_model": {"math": (2.35, 2.12, 1.70, 1.27), "summarization": (2.10, 1.70, 1.34, 1.12),
-                        "chat": (2.16, 1.98, 1.66, 1.25), "code_edit": (2.55, 2.20, 1.70, 1.28)},
-        "ngram": {"math": (1.16, 1.13, 1.08, 1.00), "summarization": (1.28, 1.21, 1.12, 1.06),
-                  "chat": (1.19, 1.15, 1.10, 1.05), "code_edit": (1.89, 1.71, 1.45, 1.19)},
+        "eagle": {
+            "math": (1.91, 1.75, 1.42, 1.01),
+            "summarization": (1.84, 1.57, 1.27, 1.02),
+            "chat": (1.96, 1.77, 1.50, 1.06),
+            "code_edit": (2.48, 2.15, 1.65, 1.22),
+        },
+        "draft_model": {
+            "math": (2.35, 2.12, 1.70, 1.27),
+            "summarization": (2.10, 1.70, 1.34, 1.12),
+            "chat": (2.16, 1.98, 1.66, 1.25),
+            "code_edit": (2.55, 2.20, 1.70, 1.28),
+        },
+        "ngram": {
+            "math": (1.16, 1.13, 1.08, 1.00),
+            "summarization": (1.28, 1.21, 1.12, 1.06),
+            "chat": (1.19, 1.15, 1.10, 1.05),
+            "code_edit": (1.89, 1.71, 1.45, 1.19),
+        },
     },
     "h100-qwen3-8b": {
-        "eagle3": {"math": (1.82, 1.75, 1.50, 1.15), "summarization": (1.82, 1.70, 1.46, 1.23),
-                   "chat": (1.62, 1.56, 1.44, 1.14), "code_edit": (1.98, 1.82, 1.47, 1.17)},
-        "draft_model": {"math": (1.70, 1.68, 1.47, 1.16), "summarization": (1.46, 1.37, 1.15, 0.97),
-                        "chat": (1.35, 1.31, 1.13, 0.92), "code_edit": (1.79, 1.69, 1.40, 1.12)},
-        "ngram": {"math": (1.11, 1.10, 1.05, 0.99), "summarization": (1.53, 1.47, 1.36, 1.25),
-                  "chat": (1.14, 1.10, 1.08, 1.02), "code_edit": (2.17, 2.01, 1.62, 1.37)},
+        "eagle3": {
+            "math": (1.82, 1.75, 1.50, 1.15),
+            "summarization": (1.82, 1.70, 1.46, 1.23),
+            "chat": (1.62, 1.56, 1.44, 1.14),
+            "code_edit": (1.98, 1.82, 1.47, 1.17),
+        },
+        "draft_model": {
+            "math": (1.70, 1.68, 1.47, 1.16),
+            "summarization": (1.46, 1.37, 1.15, 0.97),
+            "chat": (1.35, 1.31, 1.13, 0.92),
+            "code_edit": (1.79, 1.69, 1.40, 1.12),
+        },
+        "ngram": {
+            "math": (1.11, 1.10, 1.05, 0.99),
+            "summarization": (1.53, 1.47, 1.36, 1.25),
+            "chat": (1.14, 1.10, 1.08, 1.02),
+            "code_edit": (2.17, 2.01, 1.62, 1.37),
+        },
     },
 }
 SPECS = {  # k = 3 for every method; n-gram with the study's prompt_lookup_min 3, max 7
@@ -81,12 +119,21 @@ def _makespan(profile: str, method: str | None, prompt_req, batch: int) -> float
     spec = parse(SPECS[method]) if method else None
     # prefix caching off, as in the study (paper.md): with it, B copies of one prompt share its
     # prefill, and long prompts' speedups rise at large B (EAGLE on CNN at B = 128: 1.27, not 1.18)
-    engine = Engine(profiles.load(profile), spec, EngineConfig(max_num_seqs=1024, max_num_batched_tokens=16384,
-                                                                enable_prefix_caching=False))
+    engine = Engine(
+        profiles.load(profile),
+        spec,
+        EngineConfig(max_num_seqs=1024, max_num_batched_tokens=16384, enable_prefix_caching=False),
+    )
     try:
         for i in range(batch):
-            engine.submit(str(i), prompt_req.prompt, prompt_req.max_tokens, arrival=0.0,
-                          ignore_eos=prompt_req.ignore_eos, min_tokens=prompt_req.min_tokens)
+            engine.submit(
+                str(i),
+                prompt_req.prompt,
+                prompt_req.max_tokens,
+                arrival=0.0,
+                ignore_eos=prompt_req.ignore_eos,
+                min_tokens=prompt_req.min_tokens,
+            )
     except EngineError as e:
         raise SystemExit(f"calibration request refused by the engine: {e}") from None
     return engine.run_to_end()
@@ -97,8 +144,9 @@ def speedups(profile: str, method: str, kind: str, prompts: int) -> list[float]:
     # the study capped output at 8k tokens; a model with a shorter context caps it sooner
     cap = min(8192, profiles.load(profile).max_model_len - 2048)
     reqs = list(kind_like(kind, prompts, seed=7, output_len=cap))
-    return [sum(makespan(profile, None, r, b) / makespan(profile, method, r, b) for r in reqs) / len(reqs)
-            for b in BATCHES]
+    return [
+        sum(makespan(profile, None, r, b) / makespan(profile, method, r, b) for r in reqs) / len(reqs) for b in BATCHES
+    ]
 
 
 def main() -> None:
@@ -111,18 +159,32 @@ def main() -> None:
     for method, by_kind in PAPER[args.profile].items():
         for kind, paper in by_kind.items():
             for b, p, s in zip(BATCHES, paper, speedups(args.profile, method, kind, args.prompts)):
-                rows.append({"model": args.profile, "method": method, "workload": DATASET[kind],
-                             "batch": b, "paper": p, "simulated": round(s, 3),
-                             "rel_error": round((s - p) / p, 3)})
+                rows.append(
+                    {
+                        "model": args.profile,
+                        "method": method,
+                        "workload": DATASET[kind],
+                        "batch": b,
+                        "paper": p,
+                        "simulated": round(s, 3),
+                        "rel_error": round((s - p) / p, 3),
+                    }
+                )
     print(f"{'method':<12}{'workload':<15}" + "".join(f"{'B=' + str(b):>16}" for b in BATCHES))
     for (method, workload), cells in itertools.groupby(rows, key=lambda r: (r["method"], r["workload"])):
         cells = list(cells)
-        print(f"{method:<12}{workload:<15}" + "".join(
-            f"{c['simulated']:>7.2f} ({c['paper']:.2f}){'*' if abs(c['rel_error']) > 0.10 else ' '}" for c in cells))
+        print(
+            f"{method:<12}{workload:<15}"
+            + "".join(
+                f"{c['simulated']:>7.2f} ({c['paper']:.2f}){'*' if abs(c['rel_error']) > 0.10 else ' '}" for c in cells
+            )
+        )
     within = sum(abs(r["rel_error"]) <= 0.10 for r in rows)
     worst = max(rows, key=lambda r: abs(r["rel_error"]))
-    print(f"\n{within} of {len(rows)} cells within 10% of the paper (* beyond); worst: {worst['method']} "
-          f"{worst['workload']} B={worst['batch']} {worst['rel_error']:+.0%}")
+    print(
+        f"\n{within} of {len(rows)} cells within 10% of the paper (* beyond); worst: {worst['method']} "
+        f"{worst['workload']} B={worst['batch']} {worst['rel_error']:+.0%}"
+    )
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))

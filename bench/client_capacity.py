@@ -32,6 +32,7 @@ The vLLM clients need a tokenizer; the harness builds a small word-level one in 
 directory with the venv's own `transformers` (nothing is downloaded). Figures recorded for
 this machine: docs/performance.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,19 +78,30 @@ class Harness:
         self.server_cpu, self.pin = _cpus()
         self.vllm = Path(vllm_venv) if vllm_venv else None
         if self.vllm:
-            subprocess.run([str(self.vllm / "bin" / "python"), "-c", _TOKENIZER, str(tmp / "tok")],
-                           check=True, capture_output=True)
+            subprocess.run(
+                [str(self.vllm / "bin" / "python"), "-c", _TOKENIZER, str(tmp / "tok")], check=True, capture_output=True
+            )
 
     def clients(self) -> list[str]:
         return ["loadgen"] + (["vllm-python", "vllm-rust"] if self.vllm else [])
 
-    def run(self, client: str, *, conc: int, n: int, out_len: int, pacing_ms: float,
-            per_write: int, ttft_ms: float) -> dict:
+    def run(
+        self, client: str, *, conc: int, n: int, out_len: int, pacing_ms: float, per_write: int, ttft_ms: float
+    ) -> dict:
         """One run of `client` against a fresh server; its figures against the server's trace."""
         i = next(self.runs)
         trace, out = self.tmp / f"trace-{i}.jsonl", self.tmp / f"run-{i}"
-        with canned_server("--pacing-ms", f"{pacing_ms:g}", "--events-per-write", str(per_write),
-                           "--ttft-ms", f"{ttft_ms:g}", "--trace", str(trace), cpu=self.server_cpu) as srv:
+        with canned_server(
+            "--pacing-ms",
+            f"{pacing_ms:g}",
+            "--events-per-write",
+            str(per_write),
+            "--ttft-ms",
+            f"{ttft_ms:g}",
+            "--trace",
+            str(trace),
+            cpu=self.server_cpu,
+        ) as srv:
             if client == "loadgen":
                 got = self._loadgen(srv.url, out, conc, n, out_len)
             else:
@@ -98,9 +110,30 @@ class Harness:
         return {**_truth(resp, got), **got.get("extra", {})}
 
     def _loadgen(self, url: str, out: Path, conc: int, n: int, out_len: int) -> dict:
-        cmd = [*self.pin, sys.executable, "-m", "loadgen", "run", "--base-url", url, "--quiet",
-               "--input-len", str(INPUT_LEN), "--output-len", str(out_len), "--seed", str(SEED),
-               "--warmup", "0", "--concurrency", str(conc), "--num-requests", str(n), "--output", str(out)]
+        cmd = [
+            *self.pin,
+            sys.executable,
+            "-m",
+            "loadgen",
+            "run",
+            "--base-url",
+            url,
+            "--quiet",
+            "--input-len",
+            str(INPUT_LEN),
+            "--output-len",
+            str(out_len),
+            "--seed",
+            str(SEED),
+            "--warmup",
+            "0",
+            "--concurrency",
+            str(conc),
+            "--num-requests",
+            str(n),
+            "--output",
+            str(out),
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode not in (0, 1):
             raise SystemExit(f"loadgen failed: {res.stderr.strip()}")
@@ -108,19 +141,27 @@ class Harness:
         f = pd.read_parquet(out / "requests.parquet")
         ok = f[f["ok"]]
         itls = [np.diff(np.asarray(t, dtype=np.int64)) / 1e9 for t in ok["chunk_t_ns"]]
-        return {"ttft_s": list(ok["ttft_ms"] / 1e3), "itl_s": itls, "frame": (ok, out_len), "failed": len(f) - len(ok),
-                "flagged": "yes" if s["client_bound"] else "no",
-                "extra": {"lateness_p99_ms": s["self_check"]["lateness_ms"]["p99"],
-                          "loop_lag_p99_ms": s["self_check"]["loop_lag_ms"]["p99"],
-                          "chunk_lag_p99_ms": s["self_check"]["chunk_lag_ms"]["p99"]}}
+        return {
+            "ttft_s": list(ok["ttft_ms"] / 1e3),
+            "itl_s": itls,
+            "frame": (ok, out_len),
+            "failed": len(f) - len(ok),
+            "flagged": "yes" if s["client_bound"] else "no",
+            "extra": {
+                "lateness_p99_ms": s["self_check"]["lateness_ms"]["p99"],
+                "loop_lag_p99_ms": s["self_check"]["loop_lag_ms"]["p99"],
+                "chunk_lag_p99_ms": s["self_check"]["chunk_lag_ms"]["p99"],
+            },
+        }
 
     def sustain(self, workers: int) -> list[dict]:
         """One ladder of open-loop rates for `workers` processes: up by 1.25x to the first
         failing run, then three bisections between the last pass and the first failure."""
-        pin = self.pin if workers == 1 or not self.pin else ["taskset", "-c", "0-%d" % (os.cpu_count() - 1)]
+        pin = self.pin if workers == 1 or not self.pin else ["taskset", "-c", f"0-{os.cpu_count() - 1}"]
         rows, rate, passed, failed, bisections = [], 400.0, 0.0, None, 3
-        with canned_server("--pacing-ms", "0", "--events-per-write", "64", "--ttft-ms", "0",
-                           cpu=self.server_cpu) as srv:
+        with canned_server(
+            "--pacing-ms", "0", "--events-per-write", "64", "--ttft-ms", "0", cpu=self.server_cpu
+        ) as srv:
             while bisections and len(rows) < 20:
                 rows.append(self._sustain_run(srv.url, pin, workers, rate))
                 if rows[-1]["sustained"]:
@@ -136,10 +177,30 @@ class Harness:
 
     def _sustain_run(self, url: str, pin: list[str], workers: int, rate: float) -> dict:
         out = self.tmp / f"run-{next(self.runs)}"
-        cmd = [*pin, sys.executable, "-m", "loadgen", "run", "--base-url", url, "--quiet",
-               "--input-len", str(INPUT_LEN), "--output-len", "256", "--rate", f"{rate:g}",
-               "--arrival", "constant", "--num-requests", str(int(rate * 4)),
-               "--workers", str(workers), "--output", str(out)]
+        cmd = [
+            *pin,
+            sys.executable,
+            "-m",
+            "loadgen",
+            "run",
+            "--base-url",
+            url,
+            "--quiet",
+            "--input-len",
+            str(INPUT_LEN),
+            "--output-len",
+            "256",
+            "--rate",
+            f"{rate:g}",
+            "--arrival",
+            "constant",
+            "--num-requests",
+            str(int(rate * 4)),
+            "--workers",
+            str(workers),
+            "--output",
+            str(out),
+        ]
         busy = _cpu_busy()
         res = subprocess.run(cmd, capture_output=True, text=True)
         busy = _cpu_busy(busy)
@@ -148,25 +209,61 @@ class Harness:
         s = json.loads((out / "summary.json").read_text())
         late = s["self_check"]["lateness_ms"]["p99"]
         ok = late < LATENESS_LIMIT_MS and s["failed"] == 0 and s["sending"]["send_rate_req_s"] >= 0.98 * rate
-        return {"workers": workers, "rate_req_s": rate, "chunks_per_s": s["output_throughput_tok_s"],
-                "lateness_p99_ms": late, "chunk_lag_p99_ms": s["self_check"]["chunk_lag_ms"]["p99"],
-                "sustained": ok, **{f"cpu{i}_busy": b for i, b in enumerate(busy)}}
+        return {
+            "workers": workers,
+            "rate_req_s": rate,
+            "chunks_per_s": s["output_throughput_tok_s"],
+            "lateness_p99_ms": late,
+            "chunk_lag_p99_ms": s["self_check"]["chunk_lag_ms"]["p99"],
+            "sustained": ok,
+            **{f"cpu{i}_busy": b for i, b in enumerate(busy)},
+        }
 
     def _vllm(self, url: str, out: Path, conc: int, n: int, out_len: int, rust: bool) -> dict:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_USE_RUST_BENCH": "1" if rust else "0"}
-        cmd = [*self.pin, str(self.vllm / "bin" / "vllm"), "bench", "serve", "--backend", "vllm",
-               "--base-url", url, "--model", "canned", "--tokenizer", str(self.tmp / "tok"),
-               "--dataset-name", "random", "--random-input-len", str(INPUT_LEN),
-               "--random-output-len", str(out_len), "--num-prompts", str(n), "--max-concurrency", str(conc),
-               "--ignore-eos", "--disable-tqdm", "--save-result", "--save-detailed",
-               "--result-dir", str(out), "--result-filename", "result.json"]
+        cmd = [
+            *self.pin,
+            str(self.vllm / "bin" / "vllm"),
+            "bench",
+            "serve",
+            "--backend",
+            "vllm",
+            "--base-url",
+            url,
+            "--model",
+            "canned",
+            "--tokenizer",
+            str(self.tmp / "tok"),
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(INPUT_LEN),
+            "--random-output-len",
+            str(out_len),
+            "--num-prompts",
+            str(n),
+            "--max-concurrency",
+            str(conc),
+            "--ignore-eos",
+            "--disable-tqdm",
+            "--save-result",
+            "--save-detailed",
+            "--result-dir",
+            str(out),
+            "--result-filename",
+            "result.json",
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if res.returncode != 0:
             raise SystemExit(f"vllm bench serve failed: {res.stderr.strip()[-500:]}")
         r = json.loads((out / "result.json").read_text())
         ok = [i for i, e in enumerate(r["errors"]) if not e]
-        return {"ttft_s": [r["ttfts"][i] for i in ok], "itl_s": [np.asarray(r["itls"][i]) for i in ok],
-                "failed": len(r["errors"]) - len(ok), "flagged": "no check"}
+        return {
+            "ttft_s": [r["ttfts"][i] for i in ok],
+            "itl_s": [np.asarray(r["itls"][i]) for i in ok],
+            "failed": len(r["errors"]) - len(ok),
+            "flagged": "no check",
+        }
 
 
 def _cpu_busy(before: list[tuple[int, int]] | None = None):
@@ -189,10 +286,16 @@ def _truth(resp: list[dict], got: dict) -> dict:
     true_itl = np.concatenate([np.diff(r["write_ns"]) / 1e9 for r in resp if len(r["write_ns"]) > 1])
     true_ttft = np.array([(r["write_ns"][0] - r["t_recv_ns"]) / 1e9 for r in resp])
     itl = np.concatenate(got["itl_s"]) if got["itl_s"] else np.array([np.nan])
-    row = {"chunks_per_s": events / span, "failed": got["failed"],
-           "itl_p50_ms": np.percentile(itl, 50) * 1e3, "itl_p99_ms": np.percentile(itl, 99) * 1e3,
-           "true_itl_p50_ms": np.percentile(true_itl, 50) * 1e3, "true_itl_p99_ms": np.percentile(true_itl, 99) * 1e3,
-           "ttft_err_mean_ms": (np.mean(got["ttft_s"]) - true_ttft.mean()) * 1e3, "flagged": got["flagged"]}
+    row = {
+        "chunks_per_s": events / span,
+        "failed": got["failed"],
+        "itl_p50_ms": np.percentile(itl, 50) * 1e3,
+        "itl_p99_ms": np.percentile(itl, 99) * 1e3,
+        "true_itl_p50_ms": np.percentile(true_itl, 50) * 1e3,
+        "true_itl_p99_ms": np.percentile(true_itl, 99) * 1e3,
+        "ttft_err_mean_ms": (np.mean(got["ttft_s"]) - true_ttft.mean()) * 1e3,
+        "flagged": got["flagged"],
+    }
     row["itl_p99_err_ms"] = abs(row["itl_p99_ms"] - row["true_itl_p99_ms"])
     if "frame" in got:
         row["itl_err_matched_p99_ms"] = _matched_itl_error(*got["frame"], resp)
@@ -222,13 +325,28 @@ def _median(runs: list[dict]) -> dict:
 
 
 def steps(only: set[str], quick: bool) -> list[dict]:
-    unpaced = [dict(mode="unpaced", conc=c, n=2000, out_len=256, pacing_ms=0, per_write=16, ttft_ms=0)
-               for c in ((64,) if quick else (16, 64, 256))]
-    paced = [dict(mode="paced", conc=256, n=768, out_len=128, pacing_ms=p, per_write=1, ttft_ms=20)
-             for p in (10, 4)]
-    calib = [dict(mode="calibrate", conc=c, n=3 * c, out_len=128, pacing_ms=p, per_write=1, ttft_ms=20)
-             for c, p in ((64, 10), (128, 10), (256, 20), (256, 10), (384, 10), (256, 6), (512, 10),
-                          (256, 5), (640, 10), (256, 4), (384, 5), (256, 3))]
+    unpaced = [
+        dict(mode="unpaced", conc=c, n=2000, out_len=256, pacing_ms=0, per_write=16, ttft_ms=0)
+        for c in ((64,) if quick else (16, 64, 256))
+    ]
+    paced = [dict(mode="paced", conc=256, n=768, out_len=128, pacing_ms=p, per_write=1, ttft_ms=20) for p in (10, 4)]
+    calib = [
+        dict(mode="calibrate", conc=c, n=3 * c, out_len=128, pacing_ms=p, per_write=1, ttft_ms=20)
+        for c, p in (
+            (64, 10),
+            (128, 10),
+            (256, 20),
+            (256, 10),
+            (384, 10),
+            (256, 6),
+            (512, 10),
+            (256, 5),
+            (640, 10),
+            (256, 4),
+            (384, 5),
+            (256, 3),
+        )
+    ]
     if quick:
         calib = calib[3:4] + calib[-3:-2]
     return [s for s in unpaced + paced + calib if s["mode"] in only]
@@ -249,16 +367,31 @@ def main() -> None:
         h = Harness(Path(d), args.vllm_venv)
         for step in steps(set(args.only.split(",")), args.quick):
             mode = step.pop("mode")
-            for client in (["loadgen"] if mode == "calibrate" else h.clients()):
+            for client in ["loadgen"] if mode == "calibrate" else h.clients():
                 runs = [h.run(client, **step) for _ in range(repeat)]
                 # calibration judges every run on its own; the side-by-side steps show medians
-                for med in (runs if mode == "calibrate" else [_median(runs)]):
-                    rows.append({"mode": mode, "client": client, "pacing_ms": step["pacing_ms"] or "none",
-                                 "events_per_write": step["per_write"], "concurrency": step["conc"], **med})
-                print(f"  {mode} {client} c={step['conc']} pacing={step['pacing_ms']}: "
-                      f"{np.median([r['chunks_per_s'] for r in runs]):,.0f} chunks/s", file=sys.stderr, flush=True)
-        ladders = [h.sustain(w) for w in map(int, args.workers.split(",")) for _ in range(repeat)] \
-            if "sustain" in args.only.split(",") else []
+                for med in runs if mode == "calibrate" else [_median(runs)]:
+                    rows.append(
+                        {
+                            "mode": mode,
+                            "client": client,
+                            "pacing_ms": step["pacing_ms"] or "none",
+                            "events_per_write": step["per_write"],
+                            "concurrency": step["conc"],
+                            **med,
+                        }
+                    )
+                print(
+                    f"  {mode} {client} c={step['conc']} pacing={step['pacing_ms']}: "
+                    f"{np.median([r['chunks_per_s'] for r in runs]):,.0f} chunks/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        ladders = (
+            [h.sustain(w) for w in map(int, args.workers.split(",")) for _ in range(repeat)]
+            if "sustain" in args.only.split(",")
+            else []
+        )
         server_cpu = h.server_cpu
     table = pd.DataFrame(rows)
     pd.set_option("display.width", 250)
@@ -277,19 +410,25 @@ def _verdicts(table: pd.DataFrame) -> None:
     un = table[table["mode"] == "unpaced"].pivot_table(index="concurrency", columns="client", values="chunks_per_s")
     if "vllm-python" in un:
         for c, r in un.iterrows():
-            print(f"unpaced c={c}: loadgen {r['loadgen']:,.0f} chunks/s = {r['loadgen'] / r['vllm-python']:.2f}x "
-                  f"vLLM's Python client ({r['vllm-python']:,.0f})")
+            print(
+                f"unpaced c={c}: loadgen {r['loadgen']:,.0f} chunks/s = {r['loadgen'] / r['vllm-python']:.2f}x "
+                f"vLLM's Python client ({r['vllm-python']:,.0f})"
+            )
     cal = table[table["mode"] == "calibrate"]
     if len(cal):
         over = cal["itl_err_matched_p99_ms"] > ERROR_LIMIT_MS
         fired = cal["flagged"] == "yes"
-        print(f"client_bound calibration: {int((over == fired).sum())} of {len(cal)} runs agree "
-              f"(flagged exactly where loadgen's matched ITL error p99 > {ERROR_LIMIT_MS:g} ms); "
-              f"missed {int((over & ~fired).sum())}, false alarms {int((fired & ~over).sum())}")
+        print(
+            f"client_bound calibration: {int((over == fired).sum())} of {len(cal)} runs agree "
+            f"(flagged exactly where loadgen's matched ITL error p99 > {ERROR_LIMIT_MS:g} ms); "
+            f"missed {int((over & ~fired).sum())}, false alarms {int((fired & ~over).sum())}"
+        )
         for _, r in cal[over != fired].iterrows():
-            print(f"  disagrees: {r['concurrency']} streams x {r['pacing_ms']} ms: error "
-                  f"{r['itl_err_matched_p99_ms']:.2f} ms, chunk lag p99 {r['chunk_lag_p99_ms']:.2f} ms, "
-                  f"flagged {r['flagged']}")
+            print(
+                f"  disagrees: {r['concurrency']} streams x {r['pacing_ms']} ms: error "
+                f"{r['itl_err_matched_p99_ms']:.2f} ms, chunk lag p99 {r['chunk_lag_p99_ms']:.2f} ms, "
+                f"flagged {r['flagged']}"
+            )
 
 
 def _sustained(ladders: list[list[dict]]) -> None:
@@ -303,8 +442,10 @@ def _sustained(ladders: list[list[dict]]) -> None:
     one = float(np.median(best.get(1, [np.nan])))
     for workers, rates in sorted(best.items()):
         med = float(np.median(rates))
-        print(f"sustained with {workers} worker(s): {med:,.0f} chunks/s (median of "
-              f"{', '.join(f'{r:,.0f}' for r in rates)})" + (f" = {med / one:.2f}x one worker" if workers > 1 else ""))
+        print(
+            f"sustained with {workers} worker(s): {med:,.0f} chunks/s (median of "
+            f"{', '.join(f'{r:,.0f}' for r in rates)})" + (f" = {med / one:.2f}x one worker" if workers > 1 else "")
+        )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ shortfall the flag does not catch shows.
     python bench/emulator_capacity.py --quick
     python bench/emulator_capacity.py --speculative-config none   # no speculative decoding
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,31 +64,72 @@ def main() -> None:
     pinned = (os.cpu_count() or 1) >= 2
     client = ["taskset", "-c", "1"] if pinned else []
     rows = []
-    with emulator_server(MODEL, *spec, cpu=0 if pinned else None) as srv, \
-            tempfile.TemporaryDirectory() as tmp:
+    with emulator_server(MODEL, *spec, cpu=0 if pinned else None) as srv, tempfile.TemporaryDirectory() as tmp:
         for c in levels:
             before = lag_histogram(srv.url)
-            load = ["--concurrency", str(c), "--num-requests", str(2 * c), "--warmup", str(c // 4),
-                    "--output-len", "128"]
+            load = [
+                "--concurrency",
+                str(c),
+                "--num-requests",
+                str(2 * c),
+                "--warmup",
+                str(c // 4),
+                "--output-len",
+                "128",
+            ]
             out = Path(tmp) / str(c)
-            subprocess.run([*client, sys.executable, "-m", "loadgen", "run", "--base-url", srv.url, *load,
-                            "--quiet", "--output", str(out)], capture_output=True, text=True, check=True)
+            subprocess.run(
+                [
+                    *client,
+                    sys.executable,
+                    "-m",
+                    "loadgen",
+                    "run",
+                    "--base-url",
+                    srv.url,
+                    *load,
+                    "--quiet",
+                    "--output",
+                    str(out),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             bound, steps = p99_bound(before, lag_histogram(srv.url))
             s = json.loads((out / "summary.json").read_text())
             model = Path(tmp) / f"{c}-model"
-            subprocess.run([sys.executable, "-m", "loadgen", "simulate", "--model", MODEL, *spec, *load,
-                            "--output", str(model)], capture_output=True, text=True, check=True)
+            subprocess.run(
+                [sys.executable, "-m", "loadgen", "simulate", "--model", MODEL, *spec, *load, "--output", str(model)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             m = json.loads((model / "summary.json").read_text())
             behind = ((s.get("server") or {}).get("emulator") or {}).get("behind")
-            rows.append((c, bound, steps, s["output_throughput_tok_s"], m["output_throughput_tok_s"],
-                         s["tpot_ms"]["p50"], behind, s["client_bound"]))
+            rows.append(
+                (
+                    c,
+                    bound,
+                    steps,
+                    s["output_throughput_tok_s"],
+                    m["output_throughput_tok_s"],
+                    s["tpot_ms"]["p50"],
+                    behind,
+                    s["client_bound"],
+                )
+            )
         log = Path(srv.log).read_text()
-    print(f"{'streams':>8} {'lag p99':>10} {'steps':>7} {'output tok/s':>13} {'model tok/s':>12} "
-          f"{'real/model':>11} {'TPOT p50 ms':>12} {'behind':>7} {'client_bound':>13}")
+    print(
+        f"{'streams':>8} {'lag p99':>10} {'steps':>7} {'output tok/s':>13} {'model tok/s':>12} "
+        f"{'real/model':>11} {'TPOT p50 ms':>12} {'behind':>7} {'client_bound':>13}"
+    )
     for c, bound, steps, tput, model_tput, tpot, behind, cb in rows:
         lag = f"<= {bound * 1e3:g} ms" if bound != float("inf") else "> 1 s"
-        print(f"{c:>8} {lag:>10} {steps:>7} {tput:>13.0f} {model_tput:>12.0f} {tput / model_tput:>11.3f} "
-              f"{tpot:>12.2f} {str(behind):>7} {str(cb):>13}")
+        print(
+            f"{c:>8} {lag:>10} {steps:>7} {tput:>13.0f} {model_tput:>12.0f} {tput / model_tput:>11.3f} "
+            f"{tpot:>12.2f} {str(behind):>7} {str(cb):>13}"
+        )
     ok = [c for c, bound, *_ in rows if bound <= LIMIT_S]
     print(f"\nreal time (emulator lag p99 < {LIMIT_S * 1e3:g} ms) up to {max(ok) if ok else 'no'} concurrent streams")
     warnings = [line for line in log.splitlines() if "behind its schedule" in line]

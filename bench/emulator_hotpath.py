@@ -23,6 +23,7 @@ the run (from /proc) per chunk it wrote or read: sockets, HTTP and the event loo
     python bench/emulator_hotpath.py --users 128 --requests 512
     python bench/emulator_hotpath.py --server        # through HTTP: 64 users, 256 requests per variant
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,12 +39,12 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from servers.embedded import emulator_server  # noqa: E402
 from servers.emulator import profile as profiles  # noqa: E402
 from servers.emulator.api import EmulatorAPI  # noqa: E402
 from servers.emulator.content import chat_prompt  # noqa: E402
 from servers.emulator.engine import Engine  # noqa: E402
 from servers.emulator.spec import parse  # noqa: E402
-from servers.embedded import emulator_server  # noqa: E402
 from workloads import open_workload  # noqa: E402
 
 VARIANTS = {
@@ -84,8 +85,7 @@ def measure(variant: str, workload: str, users: int, requests: int) -> dict:
     def submit() -> None:
         nonlocal submitted
         req = next(source)
-        p = {"model": "m", "opts": {"include_usage": True, "continuous_usage_stats": True},
-             "return_token_ids": False}
+        p = {"model": "m", "opts": {"include_usage": True, "continuous_usage_stats": True}, "return_token_ids": False}
         done = loop.create_future()
         sink = EmulatorAPI._stream_sink(conn, False, f"cmpl-{submitted}", p, {}, done)
         text = req.prompt if req.prompt is not None else chat_prompt(req.as_messages())
@@ -114,10 +114,14 @@ def measure(variant: str, workload: str, users: int, requests: int) -> dict:
             if em.finished and submitted < requests:
                 submit()
     loop.close()
-    return {"chunks": chunks, "steps": steps, "modeled_s": now,
-            **{k: v / chunks * 1e6 for k, v in parts.items()},
-            "total": sum(parts.values()) / chunks * 1e6,
-            "cpu_per_modeled_s": sum(parts.values()) / now}
+    return {
+        "chunks": chunks,
+        "steps": steps,
+        "modeled_s": now,
+        **{k: v / chunks * 1e6 for k, v in parts.items()},
+        "total": sum(parts.values()) / chunks * 1e6,
+        "cpu_per_modeled_s": sum(parts.values()) / now,
+    }
 
 
 def _cpu_s(pid: int) -> float:
@@ -130,12 +134,28 @@ def serve(variant: str, workload: str, users: int, requests: int) -> dict:
     spec = VARIANTS[variant]
     args = ["--time-scale", "4"] + (["--speculative-config", spec] if spec else [])
     pinned = (os.cpu_count() or 1) >= 2
-    with emulator_server("meta-llama/Llama-3.1-8B-Instruct", *args, cpu=0 if pinned else None) as srv, \
-            tempfile.TemporaryDirectory() as tmp:
+    with (
+        emulator_server("meta-llama/Llama-3.1-8B-Instruct", *args, cpu=0 if pinned else None) as srv,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         before = _cpu_s(srv.pid)
         cmd = ([("taskset"), "-c", "1"] if pinned else []) + [
-            sys.executable, "-m", "loadgen", "run", "--base-url", srv.url, "--workload", workload,
-            "--concurrency", str(users), "--num-requests", str(requests), "--quiet", "--output", tmp]
+            sys.executable,
+            "-m",
+            "loadgen",
+            "run",
+            "--base-url",
+            srv.url,
+            "--workload",
+            workload,
+            "--concurrency",
+            str(users),
+            "--num-requests",
+            str(requests),
+            "--quiet",
+            "--output",
+            tmp,
+        ]
         usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run(cmd, capture_output=True, check=True, cwd=Path(__file__).resolve().parents[1])
         usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -154,8 +174,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.server:
         n = args.requests or 256
-        print(f"{args.users} users, {n} requests of 128 tokens per variant through HTTP; CPU microseconds per "
-              "chunk (client: its whole process, start-up included)")
+        print(
+            f"{args.users} users, {n} requests of 128 tokens per variant through HTTP; CPU microseconds per "
+            "chunk (client: its whole process, start-up included)"
+        )
         print(f"{'variant':>9} {'workload':>10} {'chunks':>7} {'emulator':>9} {'client':>7}")
         for workload in ("chat", "code-edit"):
             for variant in VARIANTS:
@@ -163,15 +185,21 @@ def main() -> None:
                 print(f"{variant:>9} {workload:>10} {r['chunks']:>7} {r['emulator']:>9.1f} {r['client']:>7.1f}")
         return
     args.requests = args.requests or 1024
-    print(f"{args.users} users, {args.requests} requests of 128 tokens per variant; CPU microseconds per chunk "
-          "(one sequence in one step)")
-    print(f"{'variant':>9} {'workload':>10} {'chunks':>7} {'submit':>7} {'plan':>6} {'commit':>7} "
-          f"{'render':>7} {'total':>7} {'CPU s per modeled s':>20}")
+    print(
+        f"{args.users} users, {args.requests} requests of 128 tokens per variant; CPU microseconds per chunk "
+        "(one sequence in one step)"
+    )
+    print(
+        f"{'variant':>9} {'workload':>10} {'chunks':>7} {'submit':>7} {'plan':>6} {'commit':>7} "
+        f"{'render':>7} {'total':>7} {'CPU s per modeled s':>20}"
+    )
     for workload in ("chat", "code-edit"):
         for variant in VARIANTS:
             r = measure(variant, f"{workload},output=fixed:128", args.users, args.requests)
-            print(f"{variant:>9} {workload:>10} {r['chunks']:>7} {r['submit']:>7.1f} {r['plan']:>6.1f} "
-                  f"{r['commit']:>7.1f} {r['render']:>7.1f} {r['total']:>7.1f} {r['cpu_per_modeled_s']:>20.3f}")
+            print(
+                f"{variant:>9} {workload:>10} {r['chunks']:>7} {r['submit']:>7.1f} {r['plan']:>6.1f} "
+                f"{r['commit']:>7.1f} {r['render']:>7.1f} {r['total']:>7.1f} {r['cpu_per_modeled_s']:>20.3f}"
+            )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ random numbers and a Nelder-Mead search, and prints fitted vs. target statistics
     python bench/fit_acceptance.py --only chat     # one class, printed only
     python bench/fit_acceptance.py --write         # also rewrite servers/emulator/data/llama-3.1-8b.toml
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,18 +42,34 @@ from workloads import kind_like  # noqa: E402
 # paper.md, "Acceptance statistics from the study's published traces" (Llama-3.1-8B, greedy):
 # (requests; mean prompt / output tokens), EAGLE and n-gram: tokens/step k=1/3/5, P(j) j=0..4
 PAPER = {
-    "chat": dict(prompt=355, output=728, p=0.2,
-                 eagle=((1.66, 2.25, 2.48), (.69, .66, .69, .73, .76)),
-                 ngram=((1.24, 1.40, 1.45), (.35, .84, .87, .90, .91))),
-    "summarization": dict(prompt=838, output=323, p=0.4,
-                          eagle=((1.67, 2.33, 2.58), (.69, .67, .66, .68, .71)),
-                          ngram=((1.20, 1.33, 1.38), (.30, .77, .80, .81, .82))),
-    "math": dict(prompt=94, output=166, p=0.2,
-                 eagle=((1.70, 2.39, 2.67), (.72, .67, .65, .65, .65)),
-                 ngram=((1.11, 1.16, 1.18), (.16, .61, .65, .68, .70))),
-    "code_edit": dict(prompt=171, output=262, p=0.8,
-                      eagle=((1.68, 2.35, 2.63), (.72, .73, .75, .77, .80)),
-                      ngram=((1.51, 2.03, 2.29), (.65, .93, .94, .95, .95))),
+    "chat": dict(
+        prompt=355,
+        output=728,
+        p=0.2,
+        eagle=((1.66, 2.25, 2.48), (0.69, 0.66, 0.69, 0.73, 0.76)),
+        ngram=((1.24, 1.40, 1.45), (0.35, 0.84, 0.87, 0.90, 0.91)),
+    ),
+    "summarization": dict(
+        prompt=838,
+        output=323,
+        p=0.4,
+        eagle=((1.67, 2.33, 2.58), (0.69, 0.67, 0.66, 0.68, 0.71)),
+        ngram=((1.20, 1.33, 1.38), (0.30, 0.77, 0.80, 0.81, 0.82)),
+    ),
+    "math": dict(
+        prompt=94,
+        output=166,
+        p=0.2,
+        eagle=((1.70, 2.39, 2.67), (0.72, 0.67, 0.65, 0.65, 0.65)),
+        ngram=((1.11, 1.16, 1.18), (0.16, 0.61, 0.65, 0.68, 0.70)),
+    ),
+    "code_edit": dict(
+        prompt=171,
+        output=262,
+        p=0.8,
+        eagle=((1.68, 2.35, 2.63), (0.72, 0.73, 0.75, 0.77, 0.80)),
+        ngram=((1.51, 2.03, 2.29), (0.65, 0.93, 0.94, 0.95, 0.95)),
+    ),
 }
 NGRAM_MIN, NGRAM_MAX = 3, 7
 DATA_FILE = Path(__file__).resolve().parents[1] / "servers/emulator/data/llama-3.1-8b.toml"
@@ -114,8 +131,7 @@ template_vary = 0.01
 def loss(stats: dict, target, p_target: float | None = None) -> float:
     tps_t, p_t = target
     tps = [stats["tokens_per_step"][k] for k in (1, 3, 5)]
-    out = (3 * sum(((a - b) / b) ** 2 for a, b in zip(tps, tps_t))
-           + sum((a - b) ** 2 for a, b in zip(stats["p"], p_t)))
+    out = 3 * sum(((a - b) / b) ** 2 for a, b in zip(tps, tps_t)) + sum((a - b) ** 2 for a, b in zip(stats["p"], p_t))
     if p_target is not None:
         out += 0.5 * (stats["matched_share"] - p_target) ** 2
     return out
@@ -123,8 +139,7 @@ def loss(stats: dict, target, p_target: float | None = None) -> float:
 
 def ngram_stats(cls: str, x, n: int = 24, seed: int = 0) -> dict:
     novel_mean, mu, sigma, echo = x
-    params = ContentParams(novel_mean, mu, sigma, PAPER[cls]["output"], echo_rate=echo,
-                           sequential=cls == "code_edit")
+    params = ContentParams(novel_mean, mu, sigma, PAPER[cls]["output"], echo_rate=echo, sequential=cls == "code_edit")
     rng = np.random.default_rng(seed)
     traces = []
     for req in kind_like(cls, n, seed=seed + 100):
@@ -153,8 +168,7 @@ def eagle_loss(stats: dict, cls: str) -> float:
 
 def nelder_mead(f, x0, step, iters: int = 120):
     """Minimise f from x0 (a plain Nelder-Mead; numpy only)."""
-    pts = [np.array(x0, float)] + [np.array(x0, float) + np.eye(len(x0))[i] * step[i]
-                                   for i in range(len(x0))]
+    pts = [np.array(x0, float)] + [np.array(x0, float) + np.eye(len(x0))[i] * step[i] for i in range(len(x0))]
     vals = [f(p) for p in pts]
     for _ in range(iters):
         order = np.argsort(vals)
@@ -185,8 +199,7 @@ def fit_ngram(cls: str):
     sig = lambda v: 1 / (1 + math.exp(-v))  # noqa: E731
     to_x = lambda z: (math.exp(z[0]), z[1], math.exp(z[2]), sig(z[3]))  # noqa: E731
     f = lambda z: loss(ngram_stats(cls, to_x(z), n=12), PAPER[cls]["ngram"], PAPER[cls]["p"])  # noqa: E731
-    starts = [(math.log(8), m, math.log(s), e) for m in (0.5, 1.5, 3.0) for s in (0.5, 1.2)
-              for e in (-4.0, -2.5)]
+    starts = [(math.log(8), m, math.log(s), e) for m in (0.5, 1.5, 3.0) for s in (0.5, 1.2) for e in (-4.0, -2.5)]
     z0 = min(starts, key=f)
     z, _ = nelder_mead(f, z0, (0.4, 0.5, 0.3, 0.7), iters=90)
     return to_x(z)
@@ -197,8 +210,14 @@ def fit_eagle(cls: str):
     to_x = lambda z: tuple(sig(v) for v in z)  # noqa: E731
     f = lambda z: eagle_loss(eagle_stats(cls, to_x(z), n=120), cls)  # noqa: E731
     logit = lambda p: math.log(p / (1 - p))  # noqa: E731
-    starts = [tuple(map(logit, s)) for s in ((.5, .9, .97, .4, .85, .05), (.65, .95, .95, .3, .9, .2),
-                                             (.5, .8, .9, .5, .95, .02))]
+    starts = [
+        tuple(map(logit, s))
+        for s in (
+            (0.5, 0.9, 0.97, 0.4, 0.85, 0.05),
+            (0.65, 0.95, 0.95, 0.3, 0.9, 0.2),
+            (0.5, 0.8, 0.9, 0.5, 0.95, 0.02),
+        )
+    ]
     z0 = min(starts, key=f)
     z, _ = nelder_mead(f, z0, (0.5,) * 6, iters=300)
     return to_x(z)
@@ -209,7 +228,7 @@ def _row(name, stats, target, p_target=None):
     p = " ".join(f"{v:.2f}" for v in stats["p"])
     t_tps = " / ".join(f"{v:.2f}" for v in target[0])
     t_p = " ".join(f"{v:.2f}" for v in target[1])
-    share = (f"{stats['matched_share']:.2f} ({p_target:.1f})" if p_target is not None else "-")
+    share = f"{stats['matched_share']:.2f} ({p_target:.1f})" if p_target is not None else "-"
     return f"| {name} | {tps} ({t_tps}) | {p} ({t_p}) | {share} |"
 
 
@@ -225,18 +244,23 @@ def main() -> None:
     for cls in classes:
         c = fit_ngram(cls)
         e = fit_eagle(cls)
-        rows.append(_row(f"{cls} n-gram", ngram_stats(cls, c, n=48, seed=1), PAPER[cls]["ngram"],
-                         PAPER[cls]["p"]))
+        rows.append(_row(f"{cls} n-gram", ngram_stats(cls, c, n=48, seed=1), PAPER[cls]["ngram"], PAPER[cls]["p"]))
         es = eagle_stats(cls, e, n=200, seed=1)
-        rows.append(_row(f"{cls} EAGLE", es, PAPER[cls]["eagle"]) + f" spans 5-95%: "
-                    f"{es['span_range'][0]:.1f}-{es['span_range'][1]:.1f}")
-        toml.append(f"[content.{cls}]\nnovel_mean = {c[0]:.3f}\ncopy_log_mu = {c[1]:.3f}\n"
-                    f"copy_log_sigma = {c[2]:.3f}\necho_rate = {c[3]:.4f}\n"
-                    f"length_mean = {PAPER[cls]['output']}\n"
-                    f"sequential = {'true' if cls == 'code_edit' else 'false'}\n")
-        toml.append(f"[eagle.{cls}]\neasy_share = {e[0]:.4f}\nstay = {e[1]:.4f}\n"
-                    f"easy_accept = {e[2]:.4f}\nhard_accept = {e[3]:.4f}\ndepth_factor = {e[4]:.4f}\n"
-                    f"request_spread = {e[5]:.4f}\n")
+        rows.append(
+            _row(f"{cls} EAGLE", es, PAPER[cls]["eagle"]) + f" spans 5-95%: "
+            f"{es['span_range'][0]:.1f}-{es['span_range'][1]:.1f}"
+        )
+        toml.append(
+            f"[content.{cls}]\nnovel_mean = {c[0]:.3f}\ncopy_log_mu = {c[1]:.3f}\n"
+            f"copy_log_sigma = {c[2]:.3f}\necho_rate = {c[3]:.4f}\n"
+            f"length_mean = {PAPER[cls]['output']}\n"
+            f"sequential = {'true' if cls == 'code_edit' else 'false'}\n"
+        )
+        toml.append(
+            f"[eagle.{cls}]\neasy_share = {e[0]:.4f}\nstay = {e[1]:.4f}\n"
+            f"easy_accept = {e[2]:.4f}\nhard_accept = {e[3]:.4f}\ndepth_factor = {e[4]:.4f}\n"
+            f"request_spread = {e[5]:.4f}\n"
+        )
     print("| class, drafter | tokens/step k=1/3/5 (paper) | P(j) j=0..4 (paper) | p (paper) |")
     print("|---|---|---|---|")
     print("\n".join(rows))

@@ -29,6 +29,7 @@ x86 CPU), vLLM's argument parser and its whole engine configuration (EngineArgs 
 create_engine_config: the speculative config, the draft model, the synthetic rates) on every
 line, and loads the written configs and tokenizers. Record the GPU figures in docs/performance.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,20 +54,57 @@ OUTPUT = 256
 
 def workloads(output: int) -> tuple[str, str]:
     return f"chat,output=fixed:{output}", f"synthetic:random,input_len=2048,output_len={output}"
-LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-            "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
-            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072,
-            "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "hidden_act": "silu", "tie_word_embeddings": False,
-            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                             "original_max_position_embeddings": 8192},
-            "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16", "bos_token_id": 128000,
-            "eos_token_id": [128001, 128008, 128009]}
-LLAMA_1B = {**LLAMA_8B, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "head_dim": 64,
-            "tie_word_embeddings": True, "rope_scaling": {**LLAMA_8B["rope_scaling"], "factor": 32.0}}
-SPECIALS = {"<|begin_of_text|>": 128000, "<|end_of_text|>": 128001, "<|start_header_id|>": 128006,
-            "<|end_header_id|>": 128007, "<|eom_id|>": 128008, "<|eot_id|>": 128009}
-CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|start_header_id|> {{ m['role'] }} <|end_header_id|> "
-                 "{{ m['content'] }} <|eot_id|> {% endfor %}<|start_header_id|> assistant <|end_header_id|>")
+
+
+LLAMA_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+    "attention_bias": False,
+    "mlp_bias": False,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 128000,
+    "eos_token_id": [128001, 128008, 128009],
+}
+LLAMA_1B = {
+    **LLAMA_8B,
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 16,
+    "head_dim": 64,
+    "tie_word_embeddings": True,
+    "rope_scaling": {**LLAMA_8B["rope_scaling"], "factor": 32.0},
+}
+SPECIALS = {
+    "<|begin_of_text|>": 128000,
+    "<|end_of_text|>": 128001,
+    "<|start_header_id|>": 128006,
+    "<|end_header_id|>": 128007,
+    "<|eom_id|>": 128008,
+    "<|eot_id|>": 128009,
+}
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|start_header_id|> {{ m['role'] }} <|end_header_id|> "
+    "{{ m['content'] }} <|eot_id|> {% endfor %}<|start_header_id|> assistant <|end_header_id|>"
+)
 
 
 def write_tokenizer(where: Path) -> None:
@@ -75,6 +113,7 @@ def write_tokenizer(where: Path) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     from workloads.synthetic import _WORDS
+
     vocab = {"<unk>": 0}
     for w in dict.fromkeys(_WORDS):
         vocab.setdefault(w, len(vocab))
@@ -88,9 +127,19 @@ def write_tokenizer(where: Path) -> None:
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.add_special_tokens(list(SPECIALS))
     tok.save(str(where / "tokenizer.json"))
-    (where / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
-        "unk_token": "<unk>", "model_max_length": 131072, "chat_template": CHAT_TEMPLATE}, indent=1))
+    (where / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<|begin_of_text|>",
+                "eos_token": "<|eot_id|>",
+                "unk_token": "<unk>",
+                "model_max_length": 131072,
+                "chat_template": CHAT_TEMPLATE,
+            },
+            indent=1,
+        )
+    )
 
 
 def write_models(out: Path) -> tuple[Path, Path]:
@@ -98,16 +147,19 @@ def write_models(out: Path) -> tuple[Path, Path]:
     for where, config in ((target, LLAMA_8B), (draft, LLAMA_1B)):
         where.mkdir(parents=True, exist_ok=True)
         (where / "config.json").write_text(json.dumps(config, indent=1))
-        (where / "generation_config.json").write_text(json.dumps({"bos_token_id": 128000,
-                                                                   "eos_token_id": LLAMA_8B["eos_token_id"]}))
+        (where / "generation_config.json").write_text(
+            json.dumps({"bos_token_id": 128000, "eos_token_id": LLAMA_8B["eos_token_id"]})
+        )
         write_tokenizer(where)
     return target, draft
 
 
 def write_deployment(out: Path, target: Path, draft: Path, engine: str) -> Path:
     spec_ngram = '{ method = "ngram", num_speculative_tokens = 3, prompt_lookup_min = 3, prompt_lookup_max = 7 }'
-    spec_synth = (f'{{ method = "draft_model", model = "{draft}", num_speculative_tokens = 3, '
-                  f'rejection_sample_method = "synthetic", synthetic_acceptance_rates = {json.dumps(RATES)} }}')
+    spec_synth = (
+        f'{{ method = "draft_model", model = "{draft}", num_speculative_tokens = 3, '
+        f'rejection_sample_method = "synthetic", synthetic_acceptance_rates = {json.dumps(RATES)} }}'
+    )
     path = out / "deployment.toml"
     path.write_text(f'''description = "Llama-3.1-8B shapes with random weights (--load-format dummy), bench/gpu_vllm.py"
 model = "{target}"
@@ -132,13 +184,15 @@ args = ["--per-request-spec-decode-metrics", "summary"]
 
 def serve_lines(deployment: Path) -> list[list[str]]:
     from servers.deployments import load, render
+
     dep = load(str(deployment)).with_engine("vllm")
     return [list(render(dep, v).argv) for v in dep.variants]
 
 
 def loadgen(*args: str, quiet: bool = False) -> None:
-    subprocess.run([sys.executable, "-m", "loadgen", *args], check=True, cwd=ROOT,
-                   stdout=subprocess.DEVNULL if quiet else None)
+    subprocess.run(
+        [sys.executable, "-m", "loadgen", *args], check=True, cwd=ROOT, stdout=subprocess.DEVNULL if quiet else None
+    )
 
 
 def cells(sweep: Path) -> list[dict]:
@@ -161,28 +215,42 @@ def check_counts(rows: list[dict]) -> list[str]:
         if not sd or not rep:
             bad.append(f"{c['variant']}/c{c['level']}: no {'Prometheus deltas' if not sd else 'per-request metrics'}")
             continue
-        for prom, client in (("accepted_tokens", "accepted_tokens"), ("draft_tokens", "draft_tokens"),
-                             ("drafts", "spec_steps")):
+        for prom, client in (
+            ("accepted_tokens", "accepted_tokens"),
+            ("draft_tokens", "draft_tokens"),
+            ("drafts", "spec_steps"),
+        ):
             if int(sd[prom]) != int(rep.get(client) or -1):
-                bad.append(f"{c['variant']}/c{c['level']}: {prom} {sd[prom]} on the server, {rep.get(client)} per request")
+                bad.append(
+                    f"{c['variant']}/c{c['level']}: {prom} {sd[prom]} on the server, {rep.get(client)} per request"
+                )
     return bad
 
 
 def fit(rows: list[dict]) -> dict:
     """The cost profile the measured steps imply (bench/stepfit.py), from every cell's requests."""
     import pandas as pd
+
     cells_ = []
     for c in rows:
         frame = pd.read_parquet(c["path"] / "requests.parquet")
         sd = c.get("spec_decode") or {}
         m = frame[frame["ok"] & ~frame["warmup"]]
         request_steps = int((m["n_chunks"] - 1).clip(lower=0).sum())  # decode steps, request by request
-        cells_.append((c["variant"], stepfit.samples(frame, sd["draft_tokens"] / request_steps
-                                                     if sd.get("draft_tokens") and request_steps else 0.0)))
+        cells_.append(
+            (
+                c["variant"],
+                stepfit.samples(
+                    frame, sd["draft_tokens"] / request_steps if sd.get("draft_tokens") and request_steps else 0.0
+                ),
+            )
+        )
     return stepfit.fit(cells_)
 
 
-def predicted(rows: list[dict], specs: dict[str, str | None], workloads: dict[str, str]) -> dict[tuple[str, str, int], float]:
+def predicted(
+    rows: list[dict], specs: dict[str, str | None], workloads: dict[str, str]
+) -> dict[tuple[str, str, int], float]:
     """Each cell in virtual time on the profile (`loadgen simulate`'s engine and summary, in this
     process): the same workload, users and requests, no warm-up (the sweep warms up before its
     window)."""
@@ -191,6 +259,7 @@ def predicted(rows: list[dict], specs: dict[str, str | None], workloads: dict[st
     from loadgen.simulate.virtual import SimSpec
     from servers.emulator.spec import parse
     from workloads import open_workload
+
     pred = {}
     for c in rows:
         spec = specs[c["variant"]]
@@ -202,21 +271,32 @@ def predicted(rows: list[dict], specs: dict[str, str | None], workloads: dict[st
 
 def check_lines(python: str, out: Path) -> int:
     target, draft = write_models(out)
-    job = {"serve_lines": [{"argv": argv, "engine_config": True}
-                           for argv in serve_lines(write_deployment(out, target, draft, "vllm"))],
-           "models": [str(target), str(draft)]}
+    job = {
+        "serve_lines": [
+            {"argv": argv, "engine_config": True} for argv in serve_lines(write_deployment(out, target, draft, "vllm"))
+        ],
+        "models": [str(target), str(draft)],
+    }
     (out / "job.json").write_text(json.dumps(job))
-    res = subprocess.run([python, str(ROOT / "tests" / "vllm_side.py"), str(out / "job.json")],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [python, str(ROOT / "tests" / "vllm_side.py"), str(out / "job.json")], capture_output=True, text=True
+    )
     if res.returncode:
         print(res.stderr[-2000:])
         return 1
     got = json.loads(res.stdout.strip().splitlines()[-1])
     for line, err in zip(job["serve_lines"], got["serve_lines"]):
-        print(("ok   " if err is None else "FAIL ") + " ".join(line["argv"][3:]) + ("" if err is None else f"\n     {err}"))
+        print(
+            ("ok   " if err is None else "FAIL ")
+            + " ".join(line["argv"][3:])
+            + ("" if err is None else f"\n     {err}")
+        )
     for path, err in zip(job["models"], got.get("models", [])):
-        print(("ok   " if err is None else "FAIL ") + f"config and tokenizer load in transformers: {path}"
-              + ("" if err is None else f"\n     {err}"))
+        print(
+            ("ok   " if err is None else "FAIL ")
+            + f"config and tokenizer load in transformers: {path}"
+            + ("" if err is None else f"\n     {err}")
+        )
     return int(any(got["serve_lines"]) or any(got.get("models", [])))
 
 
@@ -238,9 +318,20 @@ def main() -> None:
     target, draft = write_models(out)
     deployment = write_deployment(out, target, draft, args.engine)
     sweep = out / "sweep"
-    loadgen("sweep", "--servers", str(deployment), "--concurrency", args.concurrency, "--quiet",
-            "--workloads", ",".join(workloads(args.output_len)), "--output", str(sweep), *(["--resume"] if sweep.exists() else []),
-            *(["--num-requests", str(args.num_requests)] if args.num_requests else []))
+    loadgen(
+        "sweep",
+        "--servers",
+        str(deployment),
+        "--concurrency",
+        args.concurrency,
+        "--quiet",
+        "--workloads",
+        ",".join(workloads(args.output_len)),
+        "--output",
+        str(sweep),
+        *(["--resume"] if sweep.exists() else []),
+        *(["--num-requests", str(args.num_requests)] if args.num_requests else []),
+    )
     rows = cells(sweep)
     bad = check_counts(rows)
     print("Per-request SD metrics against the Prometheus deltas:", "all cells agree exactly" if not bad else "")
@@ -248,27 +339,46 @@ def main() -> None:
         print("  DIFFERS", line)
     f, prof = fit(rows), profiles.load(PROFILE)
     fw = f["forward"]
-    print(f"\nCost profile fitted from {fw['samples']:,} measured steps ({fw['dropped']:,} outliers left out), "
-          f"beside {PROFILE}:")
-    truth = {"constant": prof.forward.constant + prof.step_overhead, "per_kv_token": prof.forward.per_kv_token,
-             "per_batched_token": prof.forward.per_batched_token}
+    print(
+        f"\nCost profile fitted from {fw['samples']:,} measured steps ({fw['dropped']:,} outliers left out), "
+        f"beside {PROFILE}:"
+    )
+    truth = {
+        "constant": prof.forward.constant + prof.step_overhead,
+        "per_kv_token": prof.forward.per_kv_token,
+        "per_batched_token": prof.forward.per_batched_token,
+    }
     off = {k: f"{fw[k] / v - 1:+.1%}" for k, v in truth.items()}  # the fit against the profile
-    print(f"  step constant    {fw['constant'] * 1e3:8.3f} ms   profile {truth['constant'] * 1e3:8.3f} ms {off['constant']:>7}"
-          " (forward constant + step overhead)")
-    print(f"  per KV token     {fw['per_kv_token'] * 1e9:8.3f} ns   profile {truth['per_kv_token'] * 1e9:8.3f} ns "
-          f"{off['per_kv_token']:>7}")
-    print(f"  per batched tok  {fw['per_batched_token'] * 1e6:8.3f} us   profile {truth['per_batched_token'] * 1e6:8.3f} us "
-          f"{off['per_batched_token']:>7}")
+    print(
+        f"  step constant    {fw['constant'] * 1e3:8.3f} ms   "
+        f"profile {truth['constant'] * 1e3:8.3f} ms {off['constant']:>7}"
+        " (forward constant + step overhead)"
+    )
+    print(
+        f"  per KV token     {fw['per_kv_token'] * 1e9:8.3f} ns   profile {truth['per_kv_token'] * 1e9:8.3f} ns "
+        f"{off['per_kv_token']:>7}"
+    )
+    print(
+        f"  per batched tok  {fw['per_batched_token'] * 1e6:8.3f} us   "
+        f"profile {truth['per_batched_token'] * 1e6:8.3f} us "
+        f"{off['per_batched_token']:>7}"
+    )
     dm = prof.drafters["draft_model"].draft_forward
-    expect = {"ngram": f"profile: {prof.drafters['ngram'].verify_fraction:.2%} of the verify forward",
-              "synthetic": f"profile: 3 forwards of the 1B, {3 * dm.constant * 1e3:.3f} ms + {3 * dm.per_batched_token * 1e6:.1f} "
-                           f"us/request + its KV reads"}
+    expect = {
+        "ngram": f"profile: {prof.drafters['ngram'].verify_fraction:.2%} of the verify forward",
+        "synthetic": f"profile: 3 forwards of the 1B, {3 * dm.constant * 1e3:.3f} ms + "
+        f"{3 * dm.per_batched_token * 1e6:.1f} "
+        f"us/request + its KV reads",
+    }
     for v in (k for k in f if k != "forward"):
-        print(f"  drafting {v:<9} {f[v]['constant'] * 1e3:8.3f} ms + {f[v]['per_request'] * 1e6:7.2f} us/request"
-              f"   ({expect.get(v, '')})")
+        print(
+            f"  drafting {v:<9} {f[v]['constant'] * 1e3:8.3f} ms + {f[v]['per_request'] * 1e6:7.2f} us/request"
+            f"   ({expect.get(v, '')})"
+        )
     dep = json.loads((sweep / "manifest.json").read_text())
     specs = {}
     from servers.deployments import load
+
     d = load(str(deployment))
     for v, var in d.variants.items():
         cfg = dict(var.speculative_config) if var.speculative_config else None
@@ -277,14 +387,26 @@ def main() -> None:
         specs[v] = json.dumps(cfg) if cfg else None
     plan = dep["plan"]
     pred = predicted(rows, specs, dict(zip(plan["workload_labels"], plan["workloads"])))
-    print(f"\nOutput tok/s, measured ({dep['deployment'].get('engine')}) and predicted ({PROFILE} in loadgen simulate):")
+    print(
+        f"\nOutput tok/s, measured ({dep['deployment'].get('engine')}) and predicted ({PROFILE} in loadgen simulate):"
+    )
     print(f"{'variant':<10}{'workload':<22}{'users':>6}{'measured':>11}{'predicted':>11}{'pred/meas':>10}")
     for c in rows:
         m, p = c["output_throughput_tok_s"], pred[c["variant"], c["workload"], c["level"]]
         print(f"{c['variant']:<10}{c['workload'][:21]:<22}{c['level']:>6}{m:>11.0f}{p:>11.0f}{p / m:>10.2f}")
-    (out / "fit.json").write_text(json.dumps({
-        "fit": f, "check": bad, "predicted": {"/".join(map(str, k)): x for k, x in pred.items()},
-        "measured": {f"{c['variant']}/{c['workload']}/{c['level']}": c["output_throughput_tok_s"] for c in rows}}, indent=1))
+    (out / "fit.json").write_text(
+        json.dumps(
+            {
+                "fit": f,
+                "check": bad,
+                "predicted": {"/".join(map(str, k)): x for k, x in pred.items()},
+                "measured": {
+                    f"{c['variant']}/{c['workload']}/{c['level']}": c["output_throughput_tok_s"] for c in rows
+                },
+            },
+            indent=1,
+        )
+    )
     sys.exit(1 if bad else 0)
 
 

@@ -6,6 +6,7 @@ same ramp, requests and seed; output throughput in each 10-second window, side b
     python bench/ramp.py --ramp 1:64:60 --time-scale 2
 
 Pass/fail line: every whole window within 10%."""
+
 from __future__ import annotations
 
 import argparse
@@ -37,16 +38,43 @@ def main() -> None:
     ap.add_argument("--workload", default="chat,output=fixed:128")
     ap.add_argument("--time-scale", default=None)
     args = ap.parse_args()
-    common = ["--ramp", args.ramp, "--duration", str(args.duration), "--workload", args.workload, "--seed", "3",
-              "--speculative-config", '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", '
-              '"num_speculative_tokens": 3}']
+    common = [
+        "--ramp",
+        args.ramp,
+        "--duration",
+        str(args.duration),
+        "--workload",
+        args.workload,
+        "--seed",
+        "3",
+        "--speculative-config",
+        '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}',
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         sim, real = Path(tmp) / "sim", Path(tmp) / "real"
-        subprocess.run([sys.executable, "-m", "loadgen", "simulate", "--profile", "h100-llama-3.1-8b", *common,
-                        "--output", str(sim)], cwd=REPO, check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "loadgen",
+                "simulate",
+                "--profile",
+                "h100-llama-3.1-8b",
+                *common,
+                "--output",
+                str(sim),
+            ],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+        )
         scale = ["--time-scale", args.time_scale] if args.time_scale else []
-        res = subprocess.run([sys.executable, "-m", "loadgen", "run", *common[:-2], *scale, "--quiet",
-                              "--output", str(real)], cwd=REPO, capture_output=True, text=True)
+        res = subprocess.run(
+            [sys.executable, "-m", "loadgen", "run", *common[:-2], *scale, "--quiet", "--output", str(real)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         if res.returncode != 0:
             sys.exit(res.stderr.strip().splitlines()[-1])
         got, want = per_window(real, args.window), per_window(sim, args.window)
@@ -56,10 +84,15 @@ def main() -> None:
     ratios = []
     for i in range(full):
         ratios.append(got[i] / want[i])
-        print(f"{f'{i * args.window:g}-{(i + 1) * args.window:g} s':>12} {got[i]:>11.0f} {want[i]:>12.0f} {ratios[-1]:>11.3f}")
+        print(
+            f"{f'{i * args.window:g}-{(i + 1) * args.window:g} s':>12} "
+            f"{got[i]:>11.0f} {want[i]:>12.0f} {ratios[-1]:>11.3f}"
+        )
     worst = max(abs(r - 1) for r in ratios)
-    print(f"\nworst window {worst:.1%} (target within 10%: {'met' if worst <= 0.10 else 'MISSED'}); "
-          f"client_bound {summary['client_bound']}, time scale {summary.get('time_scale', 1):g}")
+    print(
+        f"\nworst window {worst:.1%} (target within 10%: {'met' if worst <= 0.10 else 'MISSED'}); "
+        f"client_bound {summary['client_bound']}, time scale {summary.get('time_scale', 1):g}"
+    )
 
 
 if __name__ == "__main__":

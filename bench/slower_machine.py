@@ -17,6 +17,7 @@ the emulated machine is).
 Needs root and cgroup v1's cpu controller at /sys/fs/cgroup/cpu (says so in one line when not).
 The cgroups are removed afterwards.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,12 +25,14 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup/cpu")
 SLICE = Path("/proc/sys/kernel/sched_cfs_bandwidth_slice_us")
-LOOP = "import time\nt = time.perf_counter()\nx = 0\nfor i in range(10_000_000):\n    x += i\nprint(time.perf_counter() - t)"
+LOOP = (
+    "import time\nt = time.perf_counter()\nx = 0\nfor i in range(10_000_000):\n    x += i\n"
+    "print(time.perf_counter() - t)"
+)
 
 
 class Group:
@@ -57,8 +60,12 @@ class Group:
 
 
 def _loop_s(group: Group | None) -> float:
-    proc = subprocess.Popen([sys.executable, "-c", LOOP], stdout=subprocess.PIPE, text=True,
-                            preexec_fn=(lambda: group.add(os.getpid())) if group else None)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LOOP],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=(lambda: group.add(os.getpid())) if group else None,
+    )
     return float(proc.communicate()[0])
 
 
@@ -102,9 +109,12 @@ def main() -> None:
 
         here = _loop_s(None)
         slowed = _loop_s(group("loop"))
-        print(f"slower_machine: each cgroup {quota} us per {args.period_us} us ({args.quota_cpus:g} of a core), "
-              f"slice {args.slice_us} us; a pure-Python loop of 10M additions: {slowed:.2f} s in one, "
-              f"{here:.2f} s outside ({slowed / here:.1f}x slower)", flush=True)
+        print(
+            f"slower_machine: each cgroup {quota} us per {args.period_us} us ({args.quota_cpus:g} of a core), "
+            f"slice {args.slice_us} us; a pure-Python loop of 10M additions: {slowed:.2f} s in one, "
+            f"{here:.2f} s outside ({slowed / here:.1f}x slower)",
+            flush=True,
+        )
         if args.loop_only:
             return
         main_group = group("client")

@@ -16,6 +16,7 @@ against minute 5 (or the first sample after a tenth of the run, for short soaks)
 
 Figures recorded for this machine: docs/performance.md ("Long runs").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,7 @@ def rss_kib(pid: int, children: bool = False) -> int:
                     stat = (entry / "stat").read_text()
                 except OSError:
                     continue
-                parents.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
+                parents.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry.name))
         todo = [pid]
         while todo:
             for c in parents.get(todo.pop(), []):
@@ -64,9 +65,27 @@ def rss_kib(pid: int, children: bool = False) -> int:
 
 
 def soak(args, url: str, server_pid: int, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "loadgen", "run", "--base-url", url, "--concurrency", str(args.streams),
-           "--duration", str(args.minutes * 60), "--num-requests", "100000000", "--input-len", "16",
-           "--output-len", str(args.output_len), "--quiet", "--output", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "loadgen",
+        "run",
+        "--base-url",
+        url,
+        "--concurrency",
+        str(args.streams),
+        "--duration",
+        str(args.minutes * 60),
+        "--num-requests",
+        "100000000",
+        "--input-len",
+        "16",
+        "--output-len",
+        str(args.output_len),
+        "--quiet",
+        "--output",
+        str(out),
+    ]
     if args.workers > 1:
         cmd += ["--workers", str(args.workers)]
     t0 = time.monotonic()
@@ -76,24 +95,39 @@ def soak(args, url: str, server_pid: int, out: Path) -> dict:
     while proc.poll() is None:
         time.sleep(min(1.0, max(0.0, next_at - time.monotonic())))
         if time.monotonic() >= next_at and proc.poll() is None:
-            samples.append({"t_s": round(time.monotonic() - t0, 1), "client_mib": rss_kib(proc.pid, True) / 1024,
-                            "server_mib": rss_kib(server_pid) / 1024,
-                            "journal_mib": sum(p.stat().st_size for p in out.glob("records-*.jsonl")) / 2**20})
+            samples.append(
+                {
+                    "t_s": round(time.monotonic() - t0, 1),
+                    "client_mib": rss_kib(proc.pid, True) / 1024,
+                    "server_mib": rss_kib(server_pid) / 1024,
+                    "journal_mib": sum(p.stat().st_size for p in out.glob("records-*.jsonl")) / 2**20,
+                }
+            )
             next_at += args.sample_s
     stdout, stderr = proc.communicate()
     wall = time.monotonic() - t0
     import pandas as pd
+
     frame = pd.read_parquet(out / "requests.parquet", columns=["index", "ok", "error_type"])
     idx = frame["index"].sort_values().to_numpy()
     summary = json.loads((out / "summary.json").read_text())
-    return {"exit": proc.returncode, "stderr_tail": stderr[-500:], "wall_s": wall, "samples": samples,
-            "requests": int(len(frame)), "duplicated": int(len(idx) - len(set(idx.tolist()))),
-            # numbers never sent: a closed-loop user prepares its next request while one is in
-            # flight, and drops it at the deadline (at most one per stream)
-            "missing": int((idx.max() + 1 - len(set(idx.tolist()))) if len(idx) else 0), "streams": args.streams,
-            "failed": int((~frame["ok"]).sum()), "errors": frame["error_type"].value_counts().to_dict(),
-            "completed": summary["completed"], "client_bound": summary["client_bound"],
-            "output_tok_s": summary["output_throughput_tok_s"]}
+    return {
+        "exit": proc.returncode,
+        "stderr_tail": stderr[-500:],
+        "wall_s": wall,
+        "samples": samples,
+        "requests": int(len(frame)),
+        "duplicated": int(len(idx) - len(set(idx.tolist()))),
+        # numbers never sent: a closed-loop user prepares its next request while one is in
+        # flight, and drops it at the deadline (at most one per stream)
+        "missing": int((idx.max() + 1 - len(set(idx.tolist()))) if len(idx) else 0),
+        "streams": args.streams,
+        "failed": int((~frame["ok"]).sum()),
+        "errors": frame["error_type"].value_counts().to_dict(),
+        "completed": summary["completed"],
+        "client_bound": summary["client_bound"],
+        "output_tok_s": summary["output_throughput_tok_s"],
+    }
 
 
 def verdict(res: dict, minutes: float, scale: float = 1.0) -> dict:
@@ -108,10 +142,18 @@ def verdict(res: dict, minutes: float, scale: float = 1.0) -> dict:
     end = s[-1]
     growth = end["client_mib"] / ref["client_mib"] - 1
     after = [x["client_mib"] for x in res["samples"] if x["t_s"] > minutes * 60 * scale]
-    return {"reference_t_s": ref["t_s"], "reference_mib": ref["client_mib"], "end_t_s": end["t_s"],
-            "end_mib": end["client_mib"], "growth": growth, "after_load_peak_mib": max(after) if after else None,
-            "ok": abs(growth) <= 0.10 and res["duplicated"] == 0 and res["missing"] <= res.get("streams", 0)
-            and res["exit"] == 0}
+    return {
+        "reference_t_s": ref["t_s"],
+        "reference_mib": ref["client_mib"],
+        "end_t_s": end["t_s"],
+        "end_mib": end["client_mib"],
+        "growth": growth,
+        "after_load_peak_mib": max(after) if after else None,
+        "ok": abs(growth) <= 0.10
+        and res["duplicated"] == 0
+        and res["missing"] <= res.get("streams", 0)
+        and res["exit"] == 0,
+    }
 
 
 def main() -> None:
@@ -155,22 +197,30 @@ def _scale(args) -> float:
 
 
 def show(args, res: dict, v: dict) -> None:
-    print(f"soak: {args.minutes:g} min, {args.streams} streams against the {args.server} server "
-          f"({'pacing ' + format(args.pacing_ms, 'g') + ' ms, ' if args.server == 'canned' else ''}"
-          f"{args.output_len} tokens a response); wall {res['wall_s']:.0f} s")
+    print(
+        f"soak: {args.minutes:g} min, {args.streams} streams against the {args.server} server "
+        f"({'pacing ' + format(args.pacing_ms, 'g') + ' ms, ' if args.server == 'canned' else ''}"
+        f"{args.output_len} tokens a response); wall {res['wall_s']:.0f} s"
+    )
     print("(missing: numbers prepared at the deadline and never sent, at most one per stream)")
     print("| t (s) | client RSS (MiB) | server RSS (MiB) | journal (MiB) |")
     print("|---|---|---|---|")
     for x in res["samples"]:
         print(f"| {x['t_s']:.0f} | {x['client_mib']:.1f} | {x['server_mib']:.1f} | {x['journal_mib']:.1f} |")
-    print(f"requests {res['requests']:,} (completed {res['completed']:,}, failed {res['failed']}), "
-          f"duplicated {res['duplicated']}, never sent {res['missing']}; output {res['output_tok_s']:,.0f} tok/s; "
-          f"client_bound {res['client_bound']}; exit {res['exit']}")
-    print(f"client RSS {v.get('end_mib', 0):.1f} MiB at {v.get('end_t_s', 0):.0f} s vs {v.get('reference_mib', 0):.1f} "
-          f"MiB at {v.get('reference_t_s', 0):.0f} s: {v.get('growth', 0):+.1%}; {'PASS' if v['ok'] else 'FAIL'}")
+    print(
+        f"requests {res['requests']:,} (completed {res['completed']:,}, failed {res['failed']}), "
+        f"duplicated {res['duplicated']}, never sent {res['missing']}; output {res['output_tok_s']:,.0f} tok/s; "
+        f"client_bound {res['client_bound']}; exit {res['exit']}"
+    )
+    print(
+        f"client RSS {v.get('end_mib', 0):.1f} MiB at {v.get('end_t_s', 0):.0f} s vs {v.get('reference_mib', 0):.1f} "
+        f"MiB at {v.get('reference_t_s', 0):.0f} s: {v.get('growth', 0):+.1%}; {'PASS' if v['ok'] else 'FAIL'}"
+    )
     if v.get("after_load_peak_mib"):
-        print(f"after the load, computing the results from the journal: client RSS up to "
-              f"{v['after_load_peak_mib']:,.0f} MiB ({res['wall_s'] - args.minutes * 60:.0f} s)")
+        print(
+            f"after the load, computing the results from the journal: client RSS up to "
+            f"{v['after_load_peak_mib']:,.0f} MiB ({res['wall_s'] - args.minutes * 60:.0f} s)"
+        )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ fitted by least squares over the baseline cells (no drafts); a drafter's cost is
 residual, fitted as constant + per_request x running. (On a dilated emulator the records
 already hold the emulated hardware's times: loadgen converts them, docs/metrics.md.)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -79,12 +80,18 @@ def fit(cells: list[tuple[str, np.ndarray]], baseline: str = "baseline") -> dict
     base = np.concatenate([s for v, s in cells if v == baseline])
     x = np.column_stack([np.ones(len(base)), base[:, 1], base[:, 2]])
     coef, dropped = _robust(x, base[:, 0])
-    out = {"forward": {"constant": float(coef[0]), "per_kv_token": float(coef[1]),
-                       "per_batched_token": float(coef[2]), "samples": int(len(base)), "dropped": dropped}}
+    out = {
+        "forward": {
+            "constant": float(coef[0]),
+            "per_kv_token": float(coef[1]),
+            "per_batched_token": float(coef[2]),
+            "samples": int(len(base)),
+            "dropped": dropped,
+        }
+    }
     for variant in dict.fromkeys(v for v, _ in cells if v != baseline):
         s = np.concatenate([s for v, s in cells if v == variant])
         resid = s[:, 0] - (coef[0] + coef[1] * s[:, 1] + coef[2] * s[:, 2])
         d, dropped = _robust(np.column_stack([np.ones(len(s)), s[:, 3]]), resid)
-        out[variant] = {"constant": float(d[0]), "per_request": float(d[1]), "samples": int(len(s)),
-                        "dropped": dropped}
+        out[variant] = {"constant": float(d[0]), "per_request": float(d[1]), "samples": int(len(s)), "dropped": dropped}
     return out

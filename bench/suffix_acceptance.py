@@ -5,6 +5,7 @@ emulator.md, "Suffix decoding"; tests/test_vllm_sd.py holds the claims with marg
 
     python3 bench/suffix_acceptance.py        # a few seconds
 """
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,11 @@ from servers.emulator.spec import parse  # noqa: E402
 from workloads.synthetic import agentic, kind_like  # noqa: E402
 
 PROFILE = profiles.load("h100-llama-3.1-8b")
-VARIANTS = {"ngram": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 3, "prompt_lookup_max": 7},
-            "eagle3": {"method": "eagle3", "model": "d", "num_speculative_tokens": 3},
-            "suffix": {"method": "suffix"}}
+VARIANTS = {
+    "ngram": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 3, "prompt_lookup_max": 7},
+    "eagle3": {"method": "eagle3", "model": "d", "num_speculative_tokens": 3},
+    "suffix": {"method": "suffix"},
+}
 
 
 def serve_offline(spec: dict, requests, *, wave: int = 8, per_request: str = "none") -> Engine:
@@ -28,7 +31,7 @@ def serve_offline(spec: dict, requests, *, wave: int = 8, per_request: str = "no
     engine = Engine(PROFILE, parse(json.dumps(spec)), EngineConfig(per_request_spec_decode_metrics=per_request))
     now = 0.0
     for i in range(0, len(requests), wave):
-        for r in requests[i:i + wave]:
+        for r in requests[i : i + wave]:
             engine.submit(r.id, r.prompt, r.max_tokens, arrival=now, ignore_eos=r.ignore_eos)
         now = engine.run_to_end(now)
     return engine

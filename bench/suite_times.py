@@ -13,6 +13,7 @@ when it ended. Given JUnit files instead, it prints their per-file times side by
     python3 bench/suite_times.py --keep DIR              # ... and keep junit.xml and lock.jsonl in DIR
     python3 bench/suite_times.py BEFORE.xml AFTER.xml    # compare two runs' files
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,9 +43,11 @@ def _run(out: Path) -> float:
     start = time.monotonic()
     log = out / "lock.jsonl"
     log.unlink(missing_ok=True)
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          f"--junitxml={out / 'junit.xml'}"], cwd=REPO,
-                         env={**os.environ, "LOADGEN_TEST_LOCK_LOG": str(log)})
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={out / 'junit.xml'}"],
+        cwd=REPO,
+        env={**os.environ, "LOADGEN_TEST_LOCK_LOG": str(log)},
+    )
     wall = time.monotonic() - start
     if res.returncode != 0:
         print(f"suite_times: the suite failed (exit {res.returncode}); times below are of that run")
@@ -60,9 +63,11 @@ def _workers(log: Path) -> None:
     print("|---|---|---|---|---|")
     for w in sorted({r["worker"] for r in rows}):
         mine = [r for r in rows if r["worker"] == w]
-        print(f"| {w} | {sum(r['ran_s'] for r in mine):.0f} | {sum(r['ran_s'] for r in mine if r['timing']):.0f} | "
-              f"{sum(r['waited_s'] for r in mine):.0f} | "
-              f"{max(r['start'] + r['waited_s'] + r['ran_s'] for r in mine) - t0:.0f} |")
+        print(
+            f"| {w} | {sum(r['ran_s'] for r in mine):.0f} | {sum(r['ran_s'] for r in mine if r['timing']):.0f} | "
+            f"{sum(r['waited_s'] for r in mine):.0f} | "
+            f"{max(r['start'] + r['waited_s'] + r['ran_s'] for r in mine) - t0:.0f} |"
+        )
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ set side by side.
 
 Pass/fail lines (issue 19): at most 3 of 56 cells flagged, every speedup within 5% of the model's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,9 +26,9 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from loadgen.load.execute import LoadShape  # noqa: E402
 from loadgen.measures.frame import request_frame  # noqa: E402
 from loadgen.measures.summary import summarize  # noqa: E402
-from loadgen.load.execute import LoadShape  # noqa: E402
 from loadgen.simulate.virtual import SimSpec, simulate  # noqa: E402
 from servers.emulator.spec import parse  # noqa: E402
 from workloads import open_workload  # noqa: E402
@@ -46,8 +47,9 @@ def model_tok_s(manifest: dict, cell: pd.Series, data_dir: str | None) -> float:
     wl = open_workload(cell["workload_spec"], data_dir=data_dir)
     level = cell["level"]
     load = LoadShape(concurrency=int(level)) if cell["mode"] == "closed" else LoadShape(rate=level)
-    n = plan["num_requests"] or (max(plan["min_requests"], plan["per_user"] * int(level)) if cell["mode"] == "closed"
-                                 else plan["min_requests"])
+    n = plan["num_requests"] or (
+        max(plan["min_requests"], plan["per_user"] * int(level)) if cell["mode"] == "closed" else plan["min_requests"]
+    )
     sim = SimSpec("h100-llama-3.1-8b", spec, load, num_requests=n, seed=plan["seed"])
     result = simulate(sim, wl.requests(None, plan["seed"]))
     s = summarize(request_frame(result.run.records), ([], []), config={"clock": {"t0_ns": result.run.t0_ns}})
@@ -72,8 +74,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "sweep"
             t0 = time.monotonic()
-            res = subprocess.run([sys.executable, "-m", "loadgen", "sweep", "--quiet", "--output", str(out),
-                                  *args.sweep_args], cwd=REPO, env=env, capture_output=True, text=True)
+            res = subprocess.run(
+                [sys.executable, "-m", "loadgen", "sweep", "--quiet", "--output", str(out), *args.sweep_args],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             wall = time.monotonic() - t0
             if res.returncode not in (0, 1):
                 sys.exit(f"sweep failed ({res.returncode}): {res.stderr.strip().splitlines()[-1:]}")
@@ -84,11 +91,15 @@ def main() -> None:
             print("\n".join(line for line in res.stderr.splitlines() if line.startswith("time scale")))
     data_dir = env.get("LOADGEN_DATA_DIR")
     cells["model_tok_s"] = [model_tok_s(manifest, c, data_dir) for _, c in cells.iterrows()]
-    cells["flagged"] = cells["client_bound"].fillna(False).astype(bool) | cells["server_behind"].fillna(False).astype(bool)
+    cells["flagged"] = cells["client_bound"].fillna(False).astype(bool) | cells["server_behind"].fillna(False).astype(
+        bool
+    )
     base = cells[cells["variant"] == "baseline"].set_index(["workload", "level"])
     rows = []
-    print(f"\n{'workload':>10} {'level':>5} {'variant':>8} {'scale':>5} {'tok/s':>8} {'model':>8} {'real/model':>10} "
-          f"{'speedup':>8} {'model':>6} {'error':>7}  flags")
+    print(
+        f"\n{'workload':>10} {'level':>5} {'variant':>8} {'scale':>5} {'tok/s':>8} {'model':>8} {'real/model':>10} "
+        f"{'speedup':>8} {'model':>6} {'error':>7}  flags"
+    )
     for _, c in cells.iterrows():
         b = base.loc[(c["workload"], c["level"])]
         speedup = c["output_throughput_tok_s"] / b["output_throughput_tok_s"]
@@ -97,23 +108,34 @@ def main() -> None:
         rows.append(err)
         flags = ",".join(f for f in ("client_bound", "server_behind") if bool(c[f])) if c["flagged"] else ""
         scale = c["time_scale"] if "time_scale" in c and pd.notna(c["time_scale"]) else 1.0
-        print(f"{c['workload']:>10} {c['level']:>5g} {c['variant']:>8} {scale:>5g} "
-              f"{c['output_throughput_tok_s']:>8.0f} {c['model_tok_s']:>8.0f} "
-              f"{c['output_throughput_tok_s'] / c['model_tok_s']:>10.3f} "
-              + (f"{speedup:>8.2f} {model:>6.2f} {err:>+7.1%}" if err is not None else f"{'':>8} {'':>6} {'':>7}")
-              + f"  {flags}")
+        print(
+            f"{c['workload']:>10} {c['level']:>5g} {c['variant']:>8} {scale:>5g} "
+            f"{c['output_throughput_tok_s']:>8.0f} {c['model_tok_s']:>8.0f} "
+            f"{c['output_throughput_tok_s'] / c['model_tok_s']:>10.3f} "
+            + (f"{speedup:>8.2f} {model:>6.2f} {err:>+7.1%}" if err is not None else f"{'':>8} {'':>6} {'':>7}")
+            + f"  {flags}"
+        )
     errors = pd.Series([e for e in rows if e is not None])
     flagged = int(cells["flagged"].sum())
     summary = [
         ("cells", f"{len(cells)} ({int((cells['status'] == 'ok').sum())} ok)"),
         ("wall time", f"{wall:.0f} s (target < {TARGET_S:.0f} s: {'met' if wall < TARGET_S else 'MISSED'})"),
-        ("cells flagged", f"{flagged} (client_bound {int(cells['client_bound'].fillna(False).sum())}, server_behind "
-                          f"{int(cells['server_behind'].fillna(False).sum())}; target <= {MAX_FLAGGED}: "
-                          f"{'met' if flagged <= MAX_FLAGGED else 'MISSED'})"),
-        ("speedup vs model", f"max |error| {errors.abs().max():.1%}, mean {errors.mean():+.1%} (target within "
-                             f"{MAX_SPEEDUP_ERROR:.0%}: {'met' if errors.abs().max() <= MAX_SPEEDUP_ERROR else 'MISSED'})"),
-        ("throughput vs model", f"real/model {(cells['output_throughput_tok_s'] / cells['model_tok_s']).min():.3f} "
-                                f"to {(cells['output_throughput_tok_s'] / cells['model_tok_s']).max():.3f}"),
+        (
+            "cells flagged",
+            f"{flagged} (client_bound {int(cells['client_bound'].fillna(False).sum())}, server_behind "
+            f"{int(cells['server_behind'].fillna(False).sum())}; target <= {MAX_FLAGGED}: "
+            f"{'met' if flagged <= MAX_FLAGGED else 'MISSED'})",
+        ),
+        (
+            "speedup vs model",
+            f"max |error| {errors.abs().max():.1%}, mean {errors.mean():+.1%} (target within "
+            f"{MAX_SPEEDUP_ERROR:.0%}: {'met' if errors.abs().max() <= MAX_SPEEDUP_ERROR else 'MISSED'})",
+        ),
+        (
+            "throughput vs model",
+            f"real/model {(cells['output_throughput_tok_s'] / cells['model_tok_s']).min():.3f} "
+            f"to {(cells['output_throughput_tok_s'] / cells['model_tok_s']).max():.3f}",
+        ),
         ("CPUs", f"{os.cpu_count()}"),
         ("data", args.data_dir or "offline stand-ins"),
     ]
@@ -135,8 +157,16 @@ def flag_reasons(root: Path, cells: pd.DataFrame) -> dict[str, str]:
             continue
         emu = (s.get("server") or {}).get("emulator") or {}
         out[f"{c['workload']} {c['level']:g} {c['variant']}"] = "; ".join(
-            s["self_check"]["reasons"] + ([f"delivered {emu.get('delivered_of_model', float('nan')):.3f} of model, "
-                                           f"step lag p99 <= {emu.get('step_lag_p99_s_at_most')}"] if emu.get("behind") else []))
+            s["self_check"]["reasons"]
+            + (
+                [
+                    f"delivered {emu.get('delivered_of_model', float('nan')):.3f} of model, "
+                    f"step lag p99 <= {emu.get('step_lag_p99_s_at_most')}"
+                ]
+                if emu.get("behind")
+                else []
+            )
+        )
     return out
 
 

@@ -11,6 +11,7 @@ p99, whether the run was flagged, output tok/s against the simulator's, and the 
     python3 bench/trace_replay.py                        # the recorded figures: 600 s at 10x, scales 1 and 3
     python3 bench/trace_replay.py --window 120 --time-scales 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,37 +50,65 @@ def main() -> None:
     ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "datasets"))
     args = ap.parse_args()
     trace = read_trace(args.trace).window(0, args.window)
-    common = ["--trace", args.trace, "--trace-window", f"{args.window:g}", "--trace-speed", f"{args.speed:g}",
-              "--workload", args.workload, "--data-dir", args.data_dir]
+    common = [
+        "--trace",
+        args.trace,
+        "--trace-window",
+        f"{args.window:g}",
+        "--trace-speed",
+        f"{args.speed:g}",
+        "--workload",
+        args.workload,
+        "--data-dir",
+        args.data_dir,
+    ]
     root = Path(tempfile.mkdtemp(prefix="trace-replay-"))
     rows = []
     for scale in (float(s) for s in args.time_scales.split(",")):
         out, sim = root / f"real-{scale:g}", root / f"sim-{scale:g}"
-        wall = _loadgen("run", *common, *([] if scale == 1 else ["--time-scale", f"{scale:g}"]), "--quiet",
-                        "--output", str(out))
+        wall = _loadgen(
+            "run", *common, *([] if scale == 1 else ["--time-scale", f"{scale:g}"]), "--quiet", "--output", str(out)
+        )
         summary = json.loads((out / "summary.json").read_text())
-        _loadgen("simulate", "--profile", "h100-llama-3.1-8b", "--speculative-config",
-                 summary["config"]["speculative_config"], *common, "--output", str(sim))
+        _loadgen(
+            "simulate",
+            "--profile",
+            "h100-llama-3.1-8b",
+            "--speculative-config",
+            summary["config"]["speculative_config"],
+            *common,
+            "--output",
+            str(sim),
+        )
         simulated = json.loads((sim / "summary.json").read_text())
         frame = pd.read_parquet(out / "requests.parquet").sort_values("index")
         sched = (frame["t_scheduled_ns"] - frame["t_scheduled_ns"].iloc[0]).to_numpy() / 1e9
         waiting = (summary.get("server") or {}).get("waiting") or {}
-        rows.append({
-            "time_scale": scale, "wall_s": round(wall), "requests": len(frame), "trace_requests": len(trace),
-            "each_once": bool(frame["request_id"].is_unique and len(frame) == len(trace)),
-            "lengths_exact": frame["prompt_tokens"].tolist() == trace.input_len.tolist()
-            and frame["completion_tokens"].tolist() == trace.output_len.tolist(),
-            "schedule_max_err_ns": float(np.max(np.abs(sched - trace.t_s / args.speed)) * 1e9),
-            "lateness_p99_ms": summary["self_check"]["lateness_ms"]["p99"],
-            "client_bound": summary["client_bound"],
-            "tok_s": summary["output_throughput_tok_s"], "simulate_tok_s": simulated["output_throughput_tok_s"],
-            "vs_simulate": summary["output_throughput_tok_s"] / simulated["output_throughput_tok_s"] - 1,
-            "waiting_mean": waiting.get("mean"), "ttft_p50_s": summary["ttft_ms"]["p50"] / 1e3,
-        })
+        rows.append(
+            {
+                "time_scale": scale,
+                "wall_s": round(wall),
+                "requests": len(frame),
+                "trace_requests": len(trace),
+                "each_once": bool(frame["request_id"].is_unique and len(frame) == len(trace)),
+                "lengths_exact": frame["prompt_tokens"].tolist() == trace.input_len.tolist()
+                and frame["completion_tokens"].tolist() == trace.output_len.tolist(),
+                "schedule_max_err_ns": float(np.max(np.abs(sched - trace.t_s / args.speed)) * 1e9),
+                "lateness_p99_ms": summary["self_check"]["lateness_ms"]["p99"],
+                "client_bound": summary["client_bound"],
+                "tok_s": summary["output_throughput_tok_s"],
+                "simulate_tok_s": simulated["output_throughput_tok_s"],
+                "vs_simulate": summary["output_throughput_tok_s"] / simulated["output_throughput_tok_s"] - 1,
+                "waiting_mean": waiting.get("mean"),
+                "ttft_p50_s": summary["ttft_ms"]["p50"] / 1e3,
+            }
+        )
     table = pd.DataFrame(rows)
     with pd.option_context("display.width", 200, "display.max_columns", 30):
-        print(f"{args.trace}: the first {args.window:g} s ({len(trace)} requests) at {args.speed:g}x, "
-              f"workload {args.workload}\n")
+        print(
+            f"{args.trace}: the first {args.window:g} s ({len(trace)} requests) at {args.speed:g}x, "
+            f"workload {args.workload}\n"
+        )
         print(table.to_string(index=False, float_format=lambda v: f"{v:,.4g}"))
 
 

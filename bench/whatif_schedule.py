@@ -14,6 +14,7 @@ best fixed k.
     python3 bench/whatif_schedule.py                       # the recorded table (~15 minutes)
     python3 bench/whatif_schedule.py --concurrency 1,16,64       # the same schedule, three levels
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,22 +49,71 @@ def main() -> None:
     ap.add_argument("--dir", help="keep everything here (default: a temporary directory)")
     args = ap.parse_args()
     import pandas as pd
+
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="whatif-schedule-"))
     traces = root / "traces.jsonl"
     if not traces.exists():
-        _loadgen("simulate", "--profile", PROFILE, "--workload", WORKLOAD, "--data-dir", args.data_dir,
-                 "--concurrency", "8", "--num-requests", str(args.requests), "--acceptance-traces", str(traces),
-                 "--output", str(root / "sim"))
-    _loadgen("whatif", str(traces), "--profile", PROFILE, "--drafters", "draft_model", "--k", args.k,
-             "--batch", args.batch, "--schedule", "--output", str(root / "whatif"))
+        _loadgen(
+            "simulate",
+            "--profile",
+            PROFILE,
+            "--workload",
+            WORKLOAD,
+            "--data-dir",
+            args.data_dir,
+            "--concurrency",
+            "8",
+            "--num-requests",
+            str(args.requests),
+            "--acceptance-traces",
+            str(traces),
+            "--output",
+            str(root / "sim"),
+        )
+    _loadgen(
+        "whatif",
+        str(traces),
+        "--profile",
+        PROFILE,
+        "--drafters",
+        "draft_model",
+        "--k",
+        args.k,
+        "--batch",
+        args.batch,
+        "--schedule",
+        "--output",
+        str(root / "whatif"),
+    )
     deployment = root / "whatif" / "schedule-draft_model.toml"
     schedule = json.loads((root / "whatif" / "whatif.json").read_text()).get("schedules", {}).get("draft_model")
     variants = [f"draft_model-k{k}" for k in args.measure_k.split(",")] + ["draft_model-schedule"]
     sweep = root / "sweep"
-    _loadgen("sweep", "--servers", str(deployment), "--engine", "emulator", "--variants", ",".join(variants),
-             "--workloads", WORKLOAD, "--data-dir", args.data_dir, "--concurrency", args.concurrency,
-             "--duration", f"{args.duration:g}", "--warmup", "1", "--time-scale", args.time_scale, "--quiet",
-             "--output", str(sweep), *(["--resume"] if sweep.exists() else []))
+    _loadgen(
+        "sweep",
+        "--servers",
+        str(deployment),
+        "--engine",
+        "emulator",
+        "--variants",
+        ",".join(variants),
+        "--workloads",
+        WORKLOAD,
+        "--data-dir",
+        args.data_dir,
+        "--concurrency",
+        args.concurrency,
+        "--duration",
+        f"{args.duration:g}",
+        "--warmup",
+        "1",
+        "--time-scale",
+        args.time_scale,
+        "--quiet",
+        "--output",
+        str(sweep),
+        *(["--resume"] if sweep.exists() else []),
+    )
     cells = pd.read_parquet(sweep / "cells.parquet")
     ok = cells[cells["status"] == "ok"]
     table = ok.pivot_table(index="level", columns="variant", values="output_throughput_tok_s")[variants]

@@ -14,12 +14,14 @@ The CLI (loadgen/cli/) only turns options into these specs and their results int
 Errors a person must fix are `LoadgenError` (one line, naming the input and the fix).
 A sweep: `api.sweep(api.SweepJob(output, plan))` (loadgen.sweep.execute; README has an
 example)."""
+
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from loadgen.errors import LoadgenError
 
@@ -89,20 +91,58 @@ def __dir__() -> list[str]:
 
 SUMMARY, REQUESTS = "summary.json", "requests.parquet"  # loadgen.outputs.store's names
 
-__all__ = ["CapacityJob", "CapacityOptions", "CapacityOutcome", "RunOptions", "SimOptions", "SweepOptions",
-           "plan_from", "shape_options", "LoadgenError", "RunOutcome", "Plan", "RunJob", "RunSpec", "SimJob",
-           "Simulated", "SweepJob", "SweepResult", "Target", "TimeScaleError", "WhatIf", "WhatIfJob", "WorkloadRef",
-           "capacity", "capacity_job", "config", "live_metrics", "load_shape", "objectives", "parse_scale", "prepare", "run",
-           "run_job", "sim_job", "simulate", "summaries", "summarize_dir", "sweep", "traces_from_run", "whatif", "workload", "write"]
+__all__ = [
+    "CapacityJob",
+    "CapacityOptions",
+    "CapacityOutcome",
+    "RunOptions",
+    "SimOptions",
+    "SweepOptions",
+    "plan_from",
+    "shape_options",
+    "LoadgenError",
+    "RunOutcome",
+    "Plan",
+    "RunJob",
+    "RunSpec",
+    "SimJob",
+    "Simulated",
+    "SweepJob",
+    "SweepResult",
+    "Target",
+    "TimeScaleError",
+    "WhatIf",
+    "WhatIfJob",
+    "WorkloadRef",
+    "capacity",
+    "capacity_job",
+    "config",
+    "live_metrics",
+    "load_shape",
+    "objectives",
+    "parse_scale",
+    "prepare",
+    "run",
+    "run_job",
+    "sim_job",
+    "simulate",
+    "summaries",
+    "summarize_dir",
+    "sweep",
+    "traces_from_run",
+    "whatif",
+    "workload",
+    "write",
+]
 
 
 @dataclass
 class RunOutcome:
     """A finished run: its request frame, its summary, and where they were written (if)."""
 
-    frame: "pd.DataFrame"
+    frame: pd.DataFrame
     summary: dict
-    result: "RunResult | None" = None
+    result: RunResult | None = None
     output: Path | None = None
 
     @property
@@ -113,6 +153,7 @@ class RunOutcome:
 def prepare(output: str | Path) -> Path:
     """The output directory, created and proven writable before any load is sent."""
     from loadgen.outputs import store
+
     try:
         return store.prepare(output)
     except store.OutputError as e:
@@ -123,6 +164,7 @@ def write(output: Path, frame: pd.DataFrame, summary: Callable[[], dict]) -> dic
     """Write the request table first (whatever happens next, what was measured is kept), then
     the summary (computed in between); returns the summary."""
     from loadgen.outputs import store
+
     try:
         store.write_requests(output, frame)
         s = summary()
@@ -139,6 +181,7 @@ def summaries(path: str | Path) -> dict[str, dict]:
     from loadgen.outputs import journal
     from loadgen.report.data import summaries as of_path
     from loadgen.run.recover import summarize_dir
+
     path = Path(path)
     if not (path / SUMMARY).is_file() and journal.exists(path):
         frame, summary = summarize_dir(path)
@@ -150,6 +193,7 @@ def run(job: RunJob, output: str | Path | None = None) -> RunOutcome:
     """One measured run (loadgen.run.measurement); with `output`, its results written there."""
     from loadgen.outputs import journal
     from loadgen.run.measurement import measure
+
     out = prepare(output) if output is not None else None
     if out is not None:  # finished requests are journaled there as the run goes
         journal.clear(out)

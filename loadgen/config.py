@@ -1,5 +1,6 @@
 """A run's config record (`summary.json` `config`): everything that defines the run, no secrets.
 One function for `run`, `check`, the sweep's cells and `simulate`, each adding its own keys."""
+
 from __future__ import annotations
 
 import os
@@ -18,13 +19,37 @@ def public_url(url: str | None) -> str | None:
     return urlunsplit((p.scheme, p.netloc.rsplit("@", 1)[-1], p.path, "", ""))
 
 
-def run_config(command: str, *, base_url: str | None, model: str, endpoint: str, load: dict,
-               num_requests: int | None, duration_s: float | None, warmup: int, seed: int,
-               workload: dict, clock: dict, **extra) -> dict:
+def run_config(
+    command: str,
+    *,
+    base_url: str | None,
+    model: str,
+    endpoint: str,
+    load: dict,
+    num_requests: int | None,
+    duration_s: float | None,
+    warmup: int,
+    seed: int,
+    workload: dict,
+    clock: dict,
+    **extra,
+) -> dict:
     """The keys every run has, then `extra` (the command's own) in the order given."""
-    return {"command": command, "loadgen_version": __version__, "base_url": base_url, "model": model,
-            "endpoint": endpoint, "load": load, "num_requests": num_requests, "duration_s": duration_s,
-            "warmup": warmup, "seed": seed, "workload": workload, **extra, "clock": clock}
+    return {
+        "command": command,
+        "loadgen_version": __version__,
+        "base_url": base_url,
+        "model": model,
+        "endpoint": endpoint,
+        "load": load,
+        "num_requests": num_requests,
+        "duration_s": duration_s,
+        "warmup": warmup,
+        "seed": seed,
+        "workload": workload,
+        **extra,
+        "clock": clock,
+    }
 
 
 def described_load(shape, think=None) -> dict:
@@ -42,14 +67,20 @@ def clock(t0_ns: int, t0_unix: float | None, kind: str = "monotonic") -> dict:
 
 def host() -> dict:
     import aiohttp
-    return {"name": platform.node(), "python": platform.python_version(),
-            "aiohttp": aiohttp.__version__, "cpus": os.cpu_count(), "loadgen": __version__}
+
+    return {
+        "name": platform.node(),
+        "python": platform.python_version(),
+        "aiohttp": aiohttp.__version__,
+        "cpus": os.cpu_count(),
+        "loadgen": __version__,
+    }
 
 
 def argv_without_secrets(argv: list[str] | None = None) -> list[str]:
     """The command line, with any --api-key value masked."""
     out, skip = [], False
-    for arg in (sys.argv[1:] if argv is None else argv):
+    for arg in sys.argv[1:] if argv is None else argv:
         if skip:
             out.append("***")
             skip = False

@@ -1,6 +1,7 @@
 """The library's one error for people: a one-line message that names the input and the fix.
 The CLI prints it as `loadgen: error: ...` and exits with `code` (2: bad input or a server that
 cannot be reached or started; 1: nothing to report)."""
+
 from __future__ import annotations
 
 
@@ -15,5 +16,5 @@ def flagged(message: str, options: tuple[str, ...]) -> str:
     first of `options` (field names, longer ones first where one begins another) it starts with."""
     for word in options:
         if message.startswith(word + " "):
-            return "--" + word.replace("_", "-") + message[len(word):]
+            return "--" + word.replace("_", "-") + message[len(word) :]
     return message

@@ -3,6 +3,7 @@ and the command line builds from its flags (loadgen/cli/options.py, one field pe
 same name). A job made in Python and one made by the CLI are checked by the same code. The
 load shape's options are the shape family's (`shape`: loadgen.shapes.options), so a new shape
 brings its own. Light on purpose: the CLI imports it to build the models."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ class LoadOptions:
 
     shape: Any = field(default_factory=shape_options.options)
     think_time: str | None = None
-    num_requests: int | None = None     # None: 200 unless --duration; a trace: its window's
+    num_requests: int | None = None  # None: 200 unless --duration; a trace: its window's
     duration: float | None = None
     warmup: int = 0
     seed: int = 0
@@ -65,7 +66,7 @@ class RunOptions(ResultOptions, WorkloadOptions, LoadOptions):
     lateness_threshold_ms: float = 5.0
     timing_threshold_ms: float = 4.0
     quiet: bool = False
-    servers: str | None = None          # check: a catalog deployment's --variant instead of --base-url
+    servers: str | None = None  # check: a catalog deployment's --variant instead of --base-url
     variant: str | None = None
     engine: str | None = None
 
@@ -76,26 +77,26 @@ class SimOptions(ResultOptions, WorkloadOptions, LoadOptions):
 
     profile: str | None = None
     model: str | None = None
-    spec_json: str | None = None        # --speculative-config
+    spec_json: str | None = None  # --speculative-config
     endpoint: str = "completions"
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     prefix_caching: bool = True
     kv_cache_tokens: int | None = None
-    client_rtt_ms: float | None = None     # None: the simulator's (loadgen.simulate.CLIENT_RTT_S)
-    traces_path: str | None = None      # --acceptance-traces
+    client_rtt_ms: float | None = None  # None: the simulator's (loadgen.simulate.CLIENT_RTT_S)
+    traces_path: str | None = None  # --acceptance-traces
 
 
 @dataclass
 class SweepOptions:
     """`loadgen sweep`'s options that make its plan (loadgen.sweep.planning.plan_from)."""
 
-    servers: str | None = None          # None: the embedded emulator
+    servers: str | None = None  # None: the embedded emulator
     engine: str | None = None
     variants: str | None = None
     acceptance_lengths: str | None = None
     workloads: tuple[str, ...] = ()
-    concurrency: str | None = None      # levels, e.g. 1..256
+    concurrency: str | None = None  # levels, e.g. 1..256
     rates: str | None = None
     shape: Any = field(default_factory=shape_options.options)  # a shape of its own (--ramp, ...): one level
     arrival: str | None = None

@@ -6,6 +6,7 @@ timings are the ground truth. `PreciseClock` keeps its deadlines in a heap and a
 timerfd (nanosecond resolution) for the earliest; the event loop wakes when the fd becomes
 readable. Where timerfd is unavailable it falls back to `asyncio.sleep`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,8 +35,7 @@ def _libc():
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.timerfd_create.argtypes = [ctypes.c_int, ctypes.c_int]
-        libc.timerfd_settime.argtypes = [ctypes.c_int, ctypes.c_int,
-                                         ctypes.POINTER(_Itimerspec), ctypes.c_void_p]
+        libc.timerfd_settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec), ctypes.c_void_p]
         return libc
     except (OSError, AttributeError):
         return None

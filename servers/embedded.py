@@ -1,6 +1,7 @@
 """Start a server from `servers/` as a child process, wait until it serves, and always tear it
 down (its whole process group) on exit; it also ends if this process is killed
 (servers.launcher.spawn)."""
+
 from __future__ import annotations
 
 import select
@@ -9,9 +10,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 from servers.launcher import spawn, stop_group
 
@@ -28,8 +29,9 @@ class RunningServer:
 
 
 @contextmanager
-def scripted_server(*args: str, host: str = "127.0.0.1", timeout_s: float = 30.0,
-                    cpu: int | None = None) -> Iterator[RunningServer]:
+def scripted_server(
+    *args: str, host: str = "127.0.0.1", timeout_s: float = 30.0, cpu: int | None = None
+) -> Iterator[RunningServer]:
     """Run `python -m servers.scripted ARGS --port 0` and yield its URL and PID.
     `cpu` pins it to one core (taskset), for benchmarks."""
     with server_process(["servers.scripted", *args], host=host, timeout_s=timeout_s, cpu=cpu) as srv:
@@ -37,26 +39,26 @@ def scripted_server(*args: str, host: str = "127.0.0.1", timeout_s: float = 30.0
 
 
 @contextmanager
-def canned_server(*args: str, host: str = "127.0.0.1", timeout_s: float = 30.0,
-                  cpu: int | None = None) -> Iterator[RunningServer]:
+def canned_server(
+    *args: str, host: str = "127.0.0.1", timeout_s: float = 30.0, cpu: int | None = None
+) -> Iterator[RunningServer]:
     """Run `python -m servers.canned ARGS --port 0` (client benchmarks) and yield its URL and PID."""
     with server_process(["servers.canned", *args], host=host, timeout_s=timeout_s, cpu=cpu) as srv:
         yield srv
 
 
 @contextmanager
-def emulator_server(model: str, *args: str, host: str = "127.0.0.1", timeout_s: float = 30.0,
-                    cpu: int | None = None) -> Iterator[RunningServer]:
+def emulator_server(
+    model: str, *args: str, host: str = "127.0.0.1", timeout_s: float = 30.0, cpu: int | None = None
+) -> Iterator[RunningServer]:
     """Run `python -m servers.emulator serve MODEL ARGS --port 0` (vLLM's flags) and yield its
     URL and PID."""
-    with server_process(["servers.emulator", "serve", model, *args], host=host,
-                        timeout_s=timeout_s, cpu=cpu) as srv:
+    with server_process(["servers.emulator", "serve", model, *args], host=host, timeout_s=timeout_s, cpu=cpu) as srv:
         yield srv
 
 
 @contextmanager
-def server_process(module_args: list[str], *, host: str, timeout_s: float,
-                   cpu: int | None) -> Iterator[RunningServer]:
+def server_process(module_args: list[str], *, host: str, timeout_s: float, cpu: int | None) -> Iterator[RunningServer]:
     """`python -m MODULE ARGS --host HOST --port 0` in its own process group; its stderr goes
     to a temporary log whose tail is shown if it fails to start."""
     cmd = [sys.executable, "-m", *module_args, "--host", host, "--port", "0"]
@@ -82,8 +84,7 @@ def _wait_ready(proc: subprocess.Popen, log, timeout_s: float) -> str:
     line = proc.stdout.readline() if ready else ""
     if not line.startswith("listening on "):
         proc.poll()
-        raise ServerStartError("server did not start: "
-                               + (_log_tail(log) or line.strip() or "no output"))
+        raise ServerStartError("server did not start: " + (_log_tail(log) or line.strip() or "no output"))
     url = line.split()[-1]
     while time.monotonic() < deadline:
         try:

@@ -14,6 +14,7 @@ Faults apply to load connections only (those whose first bytes are a POST), to e
   are refused.
 Prints `listening on http://HOST:PORT` when ready (servers.embedded starts it like a server).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,7 +79,7 @@ class Proxy:
                 if faulty and a.fault == "latency":
                     await asyncio.sleep(a.ms / 1e3)
                 if faulty and sent + len(data) > a.after_bytes and a.fault in ("reset", "stall", "drip"):
-                    head, data = data[:max(0, a.after_bytes - sent)], data[max(0, a.after_bytes - sent):]
+                    head, data = data[: max(0, a.after_bytes - sent)], data[max(0, a.after_bytes - sent) :]
                     writer.write(head)
                     await writer.drain()
                     sent += len(head)
@@ -100,7 +101,7 @@ class Proxy:
     async def _drip(self, data: bytes, writer: asyncio.StreamWriter) -> None:
         step = 8
         for i in range(0, len(data), step):
-            writer.write(data[i:i + step])
+            writer.write(data[i : i + step])
             await writer.drain()
             await asyncio.sleep(step / self.args.bytes_per_s)
 
@@ -125,8 +126,9 @@ async def _main(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="servers.faultproxy", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="servers.faultproxy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--upstream", required=True, help="the server, http://host:port")
     p.add_argument("--fault", choices=FAULTS, default="none")
     p.add_argument("--every", type=int, default=1, help="fault every N-th load connection")

@@ -6,6 +6,7 @@ Supported: request bodies with Content-Length or `Transfer-Encoding: chunked` (a
 SDK and httpx send a streamed body; trailers are read and dropped), keep-alive, one request at a
 time per connection, flow control.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -13,12 +14,21 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-            405: "Method Not Allowed", 413: "Payload Too Large", 429: "Too Many Requests",
-            500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Payload Too Large",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+}
 _MAX_HEAD = 64 * 1024
 _MAX_BODY = 64 * 1024 * 1024
 
@@ -29,7 +39,7 @@ class HttpRequest:
     path: str
     headers: dict[str, str]  # lower-case names
     body: bytes
-    t_recv: float            # time.monotonic() when its first byte arrived
+    t_recv: float  # time.monotonic() when its first byte arrived
 
 
 Handler = Callable[[HttpRequest, "HttpConnection"], Awaitable[None]]
@@ -112,10 +122,9 @@ class HttpConnection(asyncio.Protocol):
                 return
             if len(self._buf) < end + 4 + length:
                 return  # wait for the rest of the body
-            body = self._buf[end + 4:end + 4 + length]
-            self._buf = self._buf[end + 4 + length:]
-        self._keep_alive = (headers.get("connection", "").lower() != "close"
-                            and version != "HTTP/1.0")
+            body = self._buf[end + 4 : end + 4 + length]
+            self._buf = self._buf[end + 4 + length :]
+        self._keep_alive = headers.get("connection", "").lower() != "close" and version != "HTTP/1.0"
         req = HttpRequest(method, target.split("?", 1)[0], headers, body, self._t_first)
         self._t_first = time.monotonic() if self._buf else None
         self._task = asyncio.get_running_loop().create_task(self._run(req))
@@ -144,8 +153,14 @@ class HttpConnection(asyncio.Protocol):
             lines.append("Connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    def respond(self, status: int, body: bytes, content_type: str = "text/plain",
-                headers: dict[str, str] | None = None, close: bool = False) -> None:
+    def respond(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str = "text/plain",
+        headers: dict[str, str] | None = None,
+        close: bool = False,
+    ) -> None:
         if self._closed:
             return
         if close:
@@ -157,9 +172,11 @@ class HttpConnection(asyncio.Protocol):
             self._closed = True
 
     def start_stream(self, status: int = 200, content_type: str = "text/event-stream") -> None:
-        self.transport.write(self._head(status, {"Content-Type": content_type,
-                                                 "Cache-Control": "no-cache",
-                                                 "Transfer-Encoding": "chunked"}))
+        self.transport.write(
+            self._head(
+                status, {"Content-Type": content_type, "Cache-Control": "no-cache", "Transfer-Encoding": "chunked"}
+            )
+        )
 
     def write_chunk(self, data: bytes) -> None:
         if data and not self._closed:
@@ -207,15 +224,15 @@ def _dechunk(buf: bytes, at: int) -> tuple[bytes, int] | None:
             raise ValueError("negative chunk size")
         if size == 0:
             end = buf.find(b"\r\n\r\n", eol)  # the trailer section, usually empty
-            if buf[eol:eol + 4] == b"\r\n\r\n":
+            if buf[eol : eol + 4] == b"\r\n\r\n":
                 end = eol
             return None if end < 0 else (b"".join(parts), end + 4)
         start = eol + 2
         if len(buf) < start + size + 2:
             return None
-        if buf[start + size:start + size + 2] != b"\r\n":
+        if buf[start + size : start + size + 2] != b"\r\n":
             raise ValueError("chunk not followed by CRLF")
-        parts.append(buf[start:start + size])
+        parts.append(buf[start : start + size])
         at = start + size + 2
 
 
@@ -226,14 +243,14 @@ def frame_chunk(data: bytes) -> bytes:
 
 async def serve(handler: Handler, host: str, port: int) -> asyncio.base_events.Server:
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: HttpConnection(handler), host, port,
-                                    backlog=4096, reuse_address=True)
+    return await loop.create_server(lambda: HttpConnection(handler), host, port, backlog=4096, reuse_address=True)
 
 
 async def announce_and_wait(listener: asyncio.base_events.Server, host: str) -> None:
     """Print `listening on http://HOST:PORT` (what servers.embedded waits for), then serve
     until SIGINT or SIGTERM, and close the listener."""
     import signal
+
     port = listener.sockets[0].getsockname()[1]
     print(f"listening on http://{host}:{port}", flush=True)
     stop = asyncio.Event()
@@ -244,10 +261,12 @@ async def announce_and_wait(listener: asyncio.base_events.Server, host: str) -> 
     listener.close()
 
 
-def run_until_stopped(handler: Handler, host: str, port: int, prog: str,
-                      on_close: Callable[[], None] | None = None) -> None:
+def run_until_stopped(
+    handler: Handler, host: str, port: int, prog: str, on_close: Callable[[], None] | None = None
+) -> None:
     """Serve `handler` on host:port until SIGINT or SIGTERM (announced as above), then call
     `on_close` inside the loop. A port that cannot be bound is one line on stderr (exit 1)."""
+
     async def main() -> None:
         listener = await serve(handler, host, port)
         try:
@@ -255,6 +274,7 @@ def run_until_stopped(handler: Handler, host: str, port: int, prog: str,
         finally:
             if on_close is not None:
                 on_close()
+
     try:
         asyncio.run(main())
     except OSError as e:

@@ -6,6 +6,7 @@ The server runs in its own process group, so stopping it reaches every process i
 process that started it dies, even by SIGKILL, so no server outlives its sweep. Its output goes
 to a log file whose last lines explain any failure to start.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -38,12 +39,19 @@ def die_with_parent() -> None:
         pass
 
 
-def spawn(argv, *, stdout, stderr, env: dict[str, str] | None = None, cwd=None,
-          text: bool = False) -> subprocess.Popen:
+def spawn(argv, *, stdout, stderr, env: dict[str, str] | None = None, cwd=None, text: bool = False) -> subprocess.Popen:
     """Start `argv` in a process group of its own, to get SIGTERM when this process dies."""
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                            env={**os.environ, **(env or {})}, cwd=cwd, process_group=0,
-                            preexec_fn=die_with_parent, text=text)
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        process_group=0,
+        preexec_fn=die_with_parent,
+        text=text,
+    )
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
@@ -136,15 +144,17 @@ class Server:
             return ""
         return " | ".join(line.strip() for line in lines[-n:])
 
-    def start(self) -> "Server":
+    def start(self) -> Server:
         la = self.launch
         self.starts += 1
         if la.engine == "external":
             deadline = time.monotonic() + min(la.startup_timeout_s, 30.0)
             while not serves(la.url, la.served_model_name, self.api_key):
                 if time.monotonic() > deadline:
-                    raise LaunchError(f"external server {la.url} does not serve {la.served_model_name!r} "
-                                      "(GET /health and /v1/models); start it or fix url")
+                    raise LaunchError(
+                        f"external server {la.url} does not serve {la.served_model_name!r} "
+                        "(GET /health and /v1/models); start it or fix url"
+                    )
                 time.sleep(0.5)
             return self
         for name, path in la.prepare:  # packaged model files, written once
@@ -154,8 +164,10 @@ class Server:
                 raise LaunchError(f"cannot prepare {name} at {path}: {e}") from None
         parts = urlsplit(la.url)
         if port_in_use(parts.hostname, parts.port):
-            raise LaunchError(f"port {parts.port} is already in use on {parts.hostname}; stop what "
-                              "listens there or choose another --port")
+            raise LaunchError(
+                f"port {parts.port} is already in use on {parts.hostname}; stop what "
+                "listens there or choose another --port"
+            )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start {self.starts}: {la.shell()}\n".encode())
@@ -173,15 +185,19 @@ class Server:
         while True:
             code = self.proc.poll()
             if code is not None:
-                raise LaunchError(f"{la.variant} server exited with code {code} before serving; "
-                                  f"log {self.log_path}: {self.log_tail()}")
+                raise LaunchError(
+                    f"{la.variant} server exited with code {code} before serving; "
+                    f"log {self.log_path}: {self.log_tail()}"
+                )
             if serves(la.url, la.served_model_name, self.api_key):
                 return
             if time.monotonic() > deadline:
                 self.stop()
-                raise LaunchError(f"{la.variant} server not ready within {la.startup_timeout_s:.0f} s "
-                                  f"(no /health and model {la.served_model_name!r} at {la.url}); "
-                                  f"log {self.log_path}: {self.log_tail()}")
+                raise LaunchError(
+                    f"{la.variant} server not ready within {la.startup_timeout_s:.0f} s "
+                    f"(no /health and model {la.served_model_name!r} at {la.url}); "
+                    f"log {self.log_path}: {self.log_tail()}"
+                )
             time.sleep(0.2)
 
     def stop(self, grace_s: float = 30.0) -> None:
@@ -189,11 +205,11 @@ class Server:
         if self.proc is not None:
             stop_group(self.proc, grace_s)
 
-    def restart(self) -> "Server":
+    def restart(self) -> Server:
         self.stop()
         return self.start()
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         try:
             return self.start()
         except BaseException:

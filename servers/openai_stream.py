@@ -5,11 +5,12 @@ one `data: {json}` event per engine step, optional `usage` on every chunk
 (`continuous_usage_stats`), a usage-only chunk at the end (`include_usage`), then
 `data: [DONE]`.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 DONE = b"data: [DONE]\n\n"
 _dumps = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps' own encoder, without its lookups
@@ -62,8 +63,7 @@ class StreamRenderer:
         """The chat stream's first event: the assistant role, no tokens."""
         payload = self._base()
         payload["choices"] = [
-            {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-             "finish_reason": None}
+            {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
         ]
         if self.continuous_usage:
             payload["usage"] = usage(self.prompt_tokens, 0)
@@ -72,8 +72,9 @@ class StreamRenderer:
             self.prompt_token_ids = None
         return sse(payload)
 
-    def chunk(self, text: str, completion_tokens: int, finish_reason: str | None,
-              token_ids: list[int] | None = None) -> bytes:
+    def chunk(
+        self, text: str, completion_tokens: int, finish_reason: str | None, token_ids: list[int] | None = None
+    ) -> bytes:
         """One engine step's tokens; `completion_tokens` is the running total after it."""
         if self.return_token_ids or self.logprobs is not None:  # other fields: the whole object
             return self.chunk_object(text, completion_tokens, finish_reason, token_ids)
@@ -86,7 +87,10 @@ class StreamRenderer:
         if self.continuous_usage:
             p = self.prompt_tokens
             out += b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
-                p, p + completion_tokens, completion_tokens)
+                p,
+                p + completion_tokens,
+                completion_tokens,
+            )
         return out + b"}\n\n"
 
     def _template(self) -> tuple[bytes, bytes, bytes]:
@@ -100,10 +104,11 @@ class StreamRenderer:
         head, rest = whole.split(_dumps(marker_text), 1)
         mid, tail = rest.split(_dumps(marker_reason), 1)
         assert tail.endswith("}\n\n")
-        return head.encode(), mid.encode(), tail[:-len("}\n\n")].encode()
+        return head.encode(), mid.encode(), tail[: -len("}\n\n")].encode()
 
-    def chunk_object(self, text: str, completion_tokens: int, finish_reason: str | None,
-                     token_ids: list[int] | None = None) -> bytes:
+    def chunk_object(
+        self, text: str, completion_tokens: int, finish_reason: str | None, token_ids: list[int] | None = None
+    ) -> bytes:
         """`chunk`, rendered from the whole object."""
         payload = self._base()
         lp = None
@@ -111,11 +116,9 @@ class StreamRenderer:
             lp = self.logprobs(token_ids or [], text, self._chars)
             self._chars += len(text)
         if self.chat:
-            choice = {"index": 0, "delta": {"content": text}, "logprobs": lp,
-                      "finish_reason": finish_reason}
+            choice = {"index": 0, "delta": {"content": text}, "logprobs": lp, "finish_reason": finish_reason}
         else:
-            choice = {"index": 0, "text": text, "logprobs": lp,
-                      "finish_reason": finish_reason, "stop_reason": None}
+            choice = {"index": 0, "text": text, "logprobs": lp, "finish_reason": finish_reason, "stop_reason": None}
         if self.return_token_ids:
             if self.prompt_token_ids is not None:  # completions: the first chunk carries them
                 choice["prompt_token_ids"] = self.prompt_token_ids

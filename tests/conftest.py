@@ -1,12 +1,13 @@
 """Shared test helpers: real server processes, the CLI run as a user runs it, and the truth."""
+
 from __future__ import annotations
 
 import itertools
 import json
 import os
-import time
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,14 @@ REPO = Path(__file__).resolve().parents[1]
 def run_cli(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
     """`loadgen ARGS` in a subprocess, as a user would run it."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True,
-                          text=True, env=full_env, timeout=timeout, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=REPO,
+    )
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -35,6 +42,7 @@ def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     from click.testing import CliRunner
 
     from loadgen.cli import main
+
     cwd = os.getcwd()
     os.chdir(REPO)
     try:
@@ -73,8 +81,7 @@ def server_pids() -> set[int]:
                 cmd = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if not (b"servers.scripted" in cmd or b"servers.emulator" in cmd
-                    or cmd[0].endswith(b"llama-server")):
+            if not (b"servers.scripted" in cmd or b"servers.emulator" in cmd or cmd[0].endswith(b"llama-server")):
                 continue
             if mine is None or f"PYTEST_XDIST_WORKER={mine}".encode() in _environ(entry).split(b"\0"):
                 pids.add(int(entry.name))
@@ -116,7 +123,7 @@ def _stat(pid: int) -> tuple[int, int] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     if fields[0] == "Z":
         return None
     return int(fields[1]), int(fields[19])
@@ -160,7 +167,7 @@ def wait_served(trace: Path, n: int, timeout_s: float = 60.0) -> None:
 LIGHT_SCALE = 4.0  # the light run's time dilation: a VM stall of up to 16 ms counts under 4 ms
 
 
-def light_run(tmp_path: Path) -> tuple[dict, "object", list[dict]]:
+def light_run(tmp_path: Path) -> tuple[dict, object, list[dict]]:
     """A light load that a healthy client measures right on any machine: 40 requests at 40 per
     (emulated) second against a scripted server run LIGHT_SCALE times slower than its script
     (time dilation, as the emulator's --time-scale: the client converts every timestamp back,
@@ -170,11 +177,27 @@ def light_run(tmp_path: Path) -> tuple[dict, "object", list[dict]]:
     import json
 
     import pandas as pd
+
     trace, out = tmp_path / "light-trace.jsonl", tmp_path / "light"
-    with scripted_server("--ttft-ms", "5", "--step-ms", "5", "--time-scale", str(LIGHT_SCALE),
-                         "--trace", str(trace)) as srv:
-        res = run_cli("run", "--base-url", srv.url, "--rate", "40", "--num-requests", "40", "--input-len", "16",
-                      "--output-len", "8", "--quiet", "--output", str(out))
+    with scripted_server(
+        "--ttft-ms", "5", "--step-ms", "5", "--time-scale", str(LIGHT_SCALE), "--trace", str(trace)
+    ) as srv:
+        res = run_cli(
+            "run",
+            "--base-url",
+            srv.url,
+            "--rate",
+            "40",
+            "--num-requests",
+            "40",
+            "--input-len",
+            "16",
+            "--output-len",
+            "8",
+            "--quiet",
+            "--output",
+            str(out),
+        )
     assert res.returncode == 0, res.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["time_scale"] == LIGHT_SCALE and summary["completed"] == 40
@@ -186,8 +209,9 @@ def assert_light_load_unflagged(tmp_path: Path) -> None:
     client, on the same machine, does not flag a light load, so a client that flags every run
     cannot pass such a test."""
     summary, _, _ = light_run(tmp_path)
-    assert summary["client_bound"] is False, ("a light load was flagged client_bound too: "
-                                              f"{summary['self_check']['reasons']}")
+    assert summary["client_bound"] is False, (
+        f"a light load was flagged client_bound too: {summary['self_check']['reasons']}"
+    )
 
 
 # -- Parallel runs and the tests that time the machine ------------------------------------------
@@ -202,10 +226,14 @@ def assert_light_load_unflagged(tmp_path: Path) -> None:
 # tests, shares the CPU with the other worker's tests, never with a timing test). Without xdist
 # (`pytest -p no:xdist`, or `-n 0`) nothing is locked: one test at a time.
 
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "timing: measures this machine in real time; runs alone (tests/conftest.py)")
-    config.addinivalue_line("markers", "background: keeps processes busy between its tests (a Ray cluster): "
-                            "no timing test runs from its first test to its last (tests/conftest.py)")
+    config.addinivalue_line(
+        "markers",
+        "background: keeps processes busy between its tests (a Ray cluster): "
+        "no timing test runs from its first test to its last (tests/conftest.py)",
+    )
 
 
 # Files with the most work that is not timed, first among the files without timing tests, so
@@ -220,10 +248,12 @@ def pytest_collection_modifyitems(config, items):
     short ones, costly beside a minute-long one. After them, both workers run the rest in
     parallel with nothing to wait for."""
     timed = {item.path for item in items if item.get_closest_marker("timing") is not None}
+
     def order(item):
         if item.path in timed:
             return (0, 0)
         return (1, LONG.index(item.path.name)) if item.path.name in LONG else (2, 0)
+
     items.sort(key=order)  # stable: within a file, and among files, the collected order
 
 
@@ -237,6 +267,7 @@ class _Lock:
     def acquire(self, exclusive: bool) -> float:
         """Seconds waited."""
         import fcntl
+
         asked = time.monotonic()
         fcntl.flock(self.turnstile, fcntl.LOCK_EX)
         try:
@@ -249,6 +280,7 @@ class _Lock:
 
     def release(self) -> None:
         import fcntl
+
         if self.held == "exclusive":
             fcntl.flock(self.turnstile, fcntl.LOCK_UN)
         fcntl.flock(self.lock, fcntl.LOCK_UN)
@@ -267,6 +299,7 @@ def pytest_runtest_protocol(item, nextitem):
         return
     if _lock is None:
         import tempfile
+
         _lock = _Lock(Path(tempfile.gettempdir()) / f"loadgen-tests-{run}")
     exclusive = item.get_closest_marker("timing") is not None
     waited, start = 0.0, time.monotonic()
@@ -279,11 +312,24 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         if log := os.environ.get("LOADGEN_TEST_LOCK_LOG"):  # where the suite's wall time goes
             with open(log, "a") as f:
-                f.write(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER"), "test": item.nodeid,
-                                    "timing": exclusive, "waited_s": round(waited, 2),
-                                    "start": round(start, 2), "ran_s": round(time.monotonic() - start - waited, 2)}) + "\n")
-        keep = (nextitem is not None and nextitem.module is item.module
-                and (nextitem.get_closest_marker("timing") is not None) == exclusive
-                and (exclusive or item.get_closest_marker("background") is not None))
+                f.write(
+                    json.dumps(
+                        {
+                            "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+                            "test": item.nodeid,
+                            "timing": exclusive,
+                            "waited_s": round(waited, 2),
+                            "start": round(start, 2),
+                            "ran_s": round(time.monotonic() - start - waited, 2),
+                        }
+                    )
+                    + "\n"
+                )
+        keep = (
+            nextitem is not None
+            and nextitem.module is item.module
+            and (nextitem.get_closest_marker("timing") is not None) == exclusive
+            and (exclusive or item.get_closest_marker("background") is not None)
+        )
         if not keep:
             _lock.release()

@@ -1,6 +1,7 @@
 """`loadgen sweep --acceptance-lengths`: an SD variant pinned at several mean acceptance lengths
 with vLLM's synthetic acceptance, and the report's break-even acceptance per load level: how
 good the drafter must be for SD to pay at that load. Pinned against `loadgen simulate`."""
+
 from __future__ import annotations
 
 import json
@@ -37,9 +38,20 @@ def _break_even(speedups: dict[float, float]) -> float | None:
 @pytest.mark.timing
 def test_break_even_acceptance_rises_with_load_and_matches_the_simulator(tmp_path):
     out = tmp_path / "sweep"
-    res = run_cli("sweep", "--variants", "baseline,eagle3", "--acceptance-lengths", ",".join(map(str, LENGTHS)),
-                  "--workloads", "chat,output=fixed:64", "--concurrency", ",".join(map(str, LEVELS)),
-                  "--output", str(out), timeout=900)
+    res = run_cli(
+        "sweep",
+        "--variants",
+        "baseline,eagle3",
+        "--acceptance-lengths",
+        ",".join(map(str, LENGTHS)),
+        "--workloads",
+        "chat,output=fixed:64",
+        "--concurrency",
+        ",".join(map(str, LEVELS)),
+        "--output",
+        str(out),
+        timeout=900,
+    )
     assert res.returncode == 0, res.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["plan"]["variants"] == ["baseline"] + [f"eagle3-al{a:g}" for a in LENGTHS]
@@ -55,13 +67,19 @@ def test_break_even_acceptance_rises_with_load_and_matches_the_simulator(tmp_pat
     for a in LENGTHS:
         got = acc.loc[acc["variant"] == f"eagle3-al{a:g}", "mean_acceptance_length"]
         assert got.to_numpy() == pytest.approx([a] * len(LEVELS), rel=0.08)
+
     # the same settings in virtual time (`loadgen simulate`'s library call: the sweep's requests per
     # cell, max(8, 2 x users), no warm-up as the sweep's window leaves its warm-up out)
     def simulate(level: int, a: float | None) -> float:
-        spec = None if a is None else {**EAGLE3, "rejection_sample_method": "synthetic",
-                                       "synthetic_acceptance_length": a}
-        sim = SimSpec("h100-llama-3.1-8b", parse(json.dumps(spec)) if spec else None, ClosedLoop(level),
-                      num_requests=max(8, 2 * level))
+        spec = (
+            None if a is None else {**EAGLE3, "rejection_sample_method": "synthetic", "synthetic_acceptance_length": a}
+        )
+        sim = SimSpec(
+            "h100-llama-3.1-8b",
+            parse(json.dumps(spec)) if spec else None,
+            ClosedLoop(level),
+            num_requests=max(8, 2 * level),
+        )
         return api.simulate(api.SimJob(sim, open_workload("chat,output=fixed:64"))).summary()["output_throughput_tok_s"]
 
     tps = {(level, a): simulate(level, a) for level in LEVELS for a in (None, *LENGTHS)}

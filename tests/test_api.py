@@ -1,5 +1,6 @@
 """loadgen as a library, driven from Python as a user would (no click): a run against a
 scripted server, a sweep on the emulator end to end, and the library's errors as exceptions."""
+
 from __future__ import annotations
 
 import json
@@ -14,9 +15,12 @@ from workloads import open_workload
 
 def test_a_run_from_python(server, tmp_path):
     url = server("--ttft-ms", "5", "--step-ms", "5")
-    job = api.RunJob(api.RunSpec(api_base="", model="", load=ClosedLoop(4), num_requests=12),
-                     open_workload("synthetic:random,input_len=16,output_len=8"), api.Target(base_url=url),
-                     handle_signals=False)
+    job = api.RunJob(
+        api.RunSpec(api_base="", model="", load=ClosedLoop(4), num_requests=12),
+        open_workload("synthetic:random,input_len=16,output_len=8"),
+        api.Target(base_url=url),
+        handle_signals=False,
+    )
     outcome = api.run(job, tmp_path / "run")
     assert outcome.summary["completed"] == 12 and not outcome.interrupted
     assert len(outcome.frame) == 12 and outcome.frame["ok"].all()
@@ -27,23 +31,39 @@ def test_a_run_from_python(server, tmp_path):
 
 def test_a_ramp_from_python_without_writing(server):
     url = server("--ttft-ms", "2", "--step-ms", "2")
-    job = api.RunJob(api.RunSpec(api_base="", model="", load=Ramp("users", 1, 4, 0.3), num_requests=None,
-                                 duration_s=0.6),
-                     open_workload("synthetic:random,input_len=8,output_len=4"), api.Target(base_url=url),
-                     handle_signals=False)
+    job = api.RunJob(
+        api.RunSpec(api_base="", model="", load=Ramp("users", 1, 4, 0.3), num_requests=None, duration_s=0.6),
+        open_workload("synthetic:random,input_len=8,output_len=4"),
+        api.Target(base_url=url),
+        handle_signals=False,
+    )
     outcome = api.run(job)
     assert outcome.output is None and outcome.summary["completed"] > 4
     assert outcome.summary["config"]["load"]["mode"] == "ramp"
 
 
 def test_a_sweep_from_python_on_the_emulator(tmp_path):
-    plan = api.Plan(deployment="llama-3.1-8b", engine="emulator", variants=["baseline", "ngram"],
-                    workloads=["code-edit,output=fixed:32"], workload_labels=["code-edit"], mode="closed",
-                    levels=[1, 4], num_requests=8, duration_s=None, warmup=1, time_scale=1.0)
+    plan = api.Plan(
+        deployment="llama-3.1-8b",
+        engine="emulator",
+        variants=["baseline", "ngram"],
+        workloads=["code-edit,output=fixed:32"],
+        workload_labels=["code-edit"],
+        mode="closed",
+        levels=[1, 4],
+        num_requests=8,
+        duration_s=None,
+        warmup=1,
+        time_scale=1.0,
+    )
     result = api.sweep(api.SweepJob(tmp_path / "sweep", plan))
     assert result.complete and not result.interrupted
-    assert sorted(result.table["path"]) == ["baseline/code-edit/c1", "baseline/code-edit/c4",
-                                            "ngram/code-edit/c1", "ngram/code-edit/c4"]
+    assert sorted(result.table["path"]) == [
+        "baseline/code-edit/c1",
+        "baseline/code-edit/c4",
+        "ngram/code-edit/c1",
+        "ngram/code-edit/c4",
+    ]
     speedups = speedup(result.table, "baseline")
     assert len(speedups) == 2 and (speedups["speedup"] > 1).all()  # n-gram pays on code edits at low load
     # a second call on the same directory is refused, as the CLI refuses it; resuming finds nothing to do
@@ -54,16 +74,23 @@ def test_a_sweep_from_python_on_the_emulator(tmp_path):
 
 
 def test_errors_are_exceptions_with_one_line(tmp_path):
-    job = api.RunJob(api.RunSpec(api_base="", model="", load=ClosedLoop(1), num_requests=1),
-                     open_workload("synthetic:random"), api.Target(base_url="http://127.0.0.1:9"),
-                     handle_signals=False)
+    job = api.RunJob(
+        api.RunSpec(api_base="", model="", load=ClosedLoop(1), num_requests=1),
+        open_workload("synthetic:random"),
+        api.Target(base_url="http://127.0.0.1:9"),
+        handle_signals=False,
+    )
     with pytest.raises(api.LoadgenError) as e:
         api.run(job, tmp_path / "x")
     assert "cannot reach" in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(api.LoadgenError, match="drop --time-scale"):
         api.Target(base_url="http://127.0.0.1:9", time_scale=2.0)
-    job = api.RunJob(api.RunSpec(api_base="", model="", load=ClosedLoop(1), num_requests=1),
-                     open_workload("synthetic:random"), api.Target(base_url="http://127.0.0.1:9"), workers=0,
-                     handle_signals=False)
+    job = api.RunJob(
+        api.RunSpec(api_base="", model="", load=ClosedLoop(1), num_requests=1),
+        open_workload("synthetic:random"),
+        api.Target(base_url="http://127.0.0.1:9"),
+        workers=0,
+        handle_signals=False,
+    )
     with pytest.raises(api.LoadgenError, match="--workers must be >= 1"):
         api.run(job)

@@ -1,4 +1,5 @@
 """Arrival schedules: right statistics, and reproducible from a seed."""
+
 import numpy as np
 import pytest
 
@@ -48,9 +49,15 @@ def test_first_arrival_at_zero_and_duration_bound():
     assert np.array_equal(both, s[:50])
 
 
-@pytest.mark.parametrize("kwargs", [dict(rate=0.0), dict(rate=-1.0),
-                                    dict(rate=1.0, burstiness=0.0, process="gamma"),
-                                    dict(rate=1.0, process="weibull")])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(rate=0.0),
+        dict(rate=-1.0),
+        dict(rate=1.0, burstiness=0.0, process="gamma"),
+        dict(rate=1.0, process="weibull"),
+    ],
+)
 def test_bad_parameters_raise(kwargs):
     rate = kwargs.pop("rate")
     with pytest.raises(ValueError):

@@ -1,4 +1,5 @@
 """The canned-chunk server (client benchmarks) and the client's per-read time stamps."""
+
 from __future__ import annotations
 
 import asyncio
@@ -15,11 +16,25 @@ from tests.conftest import run_cli
 
 def test_canned_server_streams_what_its_trace_says(tmp_path):
     trace = tmp_path / "trace.jsonl"
-    with canned_server("--pacing-ms", "2", "--ttft-ms", "5", "--events-per-write", "4",
-                       "--trace", str(trace)) as srv:
-        res = run_cli("run", "--base-url", srv.url, "--concurrency", "4", "--num-requests", "12",
-                      "--warmup", "0", "--input-len", "8", "--output-len", "22", "--quiet",
-                      "--output", str(tmp_path / "run"))
+    with canned_server("--pacing-ms", "2", "--ttft-ms", "5", "--events-per-write", "4", "--trace", str(trace)) as srv:
+        res = run_cli(
+            "run",
+            "--base-url",
+            srv.url,
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "12",
+            "--warmup",
+            "0",
+            "--input-len",
+            "8",
+            "--output-len",
+            "22",
+            "--quiet",
+            "--output",
+            str(tmp_path / "run"),
+        )
     assert res.returncode == 0, res.stderr
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["completed"] == 12 and s["failed"] == 0
@@ -38,8 +53,10 @@ def test_canned_server_streams_what_its_trace_says(tmp_path):
 def test_bad_options_are_one_line(tmp_path):
     import subprocess
     import sys
-    res = subprocess.run([sys.executable, "-m", "servers.canned", "--events-per-write", "0"],
-                         capture_output=True, text=True, timeout=30)
+
+    res = subprocess.run(
+        [sys.executable, "-m", "servers.canned", "--events-per-write", "0"], capture_output=True, text=True, timeout=30
+    )
     assert res.returncode != 0 and res.stderr.strip().count("\n") == 0
     assert "--events-per-write must be at least 1" in res.stderr
 
@@ -50,8 +67,15 @@ async def _send_one(url: str, max_tokens: int, before=None) -> RequestRecord:
     session = make_session(1)
     client = StreamClient(session, url + "/v1", "completions", {}, 30.0)
     rec = RequestRecord(index=0, request_id="r", warmup=False, t_scheduled_ns=0)
-    body = json.dumps({"model": "canned", "prompt": "hi", "max_tokens": max_tokens, "stream": True,
-                       "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
+    body = json.dumps(
+        {
+            "model": "canned",
+            "prompt": "hi",
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+    ).encode()
     if before is not None:
         before()
     await client.send(rec, body)
@@ -69,6 +93,7 @@ def test_chunk_times_are_taken_as_the_socket_read_arrives(monkeypatch, pacing_ms
     import time
 
     from loadgen.client.stream import SelectClock
+
     calls = []
     orig = _StampingHandler.data_received
 
@@ -106,8 +131,11 @@ def test_the_first_chunks_read_delay_bounds_what_a_busy_loop_added(tmp_path, bus
         block.append(time.monotonic_ns())
 
     with canned_server("--pacing-ms", "5", "--ttft-ms", "30", "--trace", str(trace)) as srv:
-        rec = asyncio.run(_send_one(srv.url, 5, before=(
-            lambda: asyncio.get_running_loop().call_later(0.01, block_loop)) if busy else None))
+        rec = asyncio.run(
+            _send_one(
+                srv.url, 5, before=(lambda: asyncio.get_running_loop().call_later(0.01, block_loop)) if busy else None
+            )
+        )
     assert rec.ok and list(rec.chunk_usage) == list(range(1, 6))
     written = json.loads(trace.read_text().splitlines()[0])["write_ns"][0]
     late_ms = (rec.chunk_t_ns[0] - written) / 1e6

@@ -1,4 +1,5 @@
 """SLO gates (`loadgen check`) and the capacity search (`loadgen capacity`) on the emulator."""
+
 from __future__ import annotations
 
 import json
@@ -19,12 +20,35 @@ RUN = ["--concurrency", "4", "--num-requests", "12", "--quiet"]  # the embedded 
 
 def test_a_lenient_slo_passes_and_a_strict_one_fails_naming_it(tmp_path):
     before = server_pids()
-    ok = run_cli("check", *RUN, "--output", str(tmp_path / "ok"), "--slo", "ttft_p99<=5s", "--slo", "tpot_p50<=200ms",
-                 "--slo", "error_rate<=0.1%", "--junit", str(tmp_path / "ok.xml"))
+    ok = run_cli(
+        "check",
+        *RUN,
+        "--output",
+        str(tmp_path / "ok"),
+        "--slo",
+        "ttft_p99<=5s",
+        "--slo",
+        "tpot_p50<=200ms",
+        "--slo",
+        "error_rate<=0.1%",
+        "--junit",
+        str(tmp_path / "ok.xml"),
+    )
     assert ok.returncode == 0, ok.stderr
     assert "every SLO holds" in ok.stderr and ok.stdout.count(" pass") == 3
-    bad = run_cli("check", *RUN, "--output", str(tmp_path / "bad"), "--slo", "ttft_p99<=5s", "--slo", "tpot_p50<=0.5ms",
-                  "--junit", str(tmp_path / "bad.xml"), "--json")
+    bad = run_cli(
+        "check",
+        *RUN,
+        "--output",
+        str(tmp_path / "bad"),
+        "--slo",
+        "ttft_p99<=5s",
+        "--slo",
+        "tpot_p50<=0.5ms",
+        "--junit",
+        str(tmp_path / "bad.xml"),
+        "--json",
+    )
     assert bad.returncode == 1, bad.stderr
     assert "FAILED: tpot_p50<=0.5ms" in bad.stderr
     verdicts = json.loads(bad.stdout)
@@ -56,8 +80,13 @@ def test_a_bad_slo_is_one_line_listing_valid_names(slo, tmp_path):
 def test_slo_parsing_and_judging():
     s = [slo.parse(t) for t in ("ttft_p99<=2s", "error_rate<=0.1%", "goodput>=95%", "output_throughput>=100")]
     assert [x.target for x in s] == [2000.0, 0.001, 0.95, 100.0]
-    summary = {"ttft_ms": {"p99": 2500.0}, "completed": 999, "failed": 1, "goodput": {"fraction": 0.96},
-               "output_throughput_tok_s": 90.0}
+    summary = {
+        "ttft_ms": {"p99": 2500.0},
+        "completed": 999,
+        "failed": 1,
+        "goodput": {"fraction": 0.96},
+        "output_throughput_tok_s": 90.0,
+    }
     v = slo.judge(summary, s)
     assert [x.passed for x in v] == [False, True, True, False]
     assert v[0].margin == -500.0 and v[1].measured == 0.001
@@ -69,6 +98,7 @@ def test_the_search_doubles_bisects_and_repeats():
     def probe(level):  # holds up to 21, with one noisy failure at 21 on its second run
         calls.append(level)
         return cap.Probe(level, level <= 21 and not (level == 21 and calls.count(21) == 2), 10.0 * level)
+
     r = cap.search("v", probe, start=1, limit=256, integer=True, repeats=3)
     assert calls[:6] == [1, 2, 4, 8, 16, 32] and r.capacity == 21
     assert r.held_at_capacity == "2/3" and r.failed_above == "3/3 at 22" and not r.sure
@@ -85,23 +115,66 @@ def test_capacity_lands_within_one_step_of_the_boundary_a_fine_sweep_finds(tmp_p
     from ~25 ms to hundreds of ms, so ttft_p95<=50ms holds up to concurrency 8."""
     dep = tmp_path / "seq8.toml"
     text = (REPO / "servers" / "deployments" / "llama-3.1-8b.toml").read_text()
-    dep.write_text("\n".join("max_num_seqs = 8" if line.startswith("max_num_seqs") else line
-                             for line in text.splitlines()))
+    dep.write_text(
+        "\n".join("max_num_seqs = 8" if line.startswith("max_num_seqs") else line for line in text.splitlines())
+    )
     # both at one fixed time scale: the same conditions, and no time-scale probe (which the sweep
     # would otherwise run at each of its four levels, 60 s here)
-    common = ["--servers", str(dep), "--engine", "emulator", "--num-requests", "24", "--warmup", "2",
-              "--time-scale", "1.5"]
+    common = [
+        "--servers",
+        str(dep),
+        "--engine",
+        "emulator",
+        "--num-requests",
+        "24",
+        "--warmup",
+        "2",
+        "--time-scale",
+        "1.5",
+    ]
     wl = "synthetic:random,input_len=64,output_len=32"
-    res = run_cli("capacity", *common, "--variants", "baseline", "--workload", wl, "--slo", "ttft_p95<=50ms",
-                  "--start", "4", "--limit", "32", "--repeats", "2", "--output", str(tmp_path / "cap"), timeout=400)
+    res = run_cli(
+        "capacity",
+        *common,
+        "--variants",
+        "baseline",
+        "--workload",
+        wl,
+        "--slo",
+        "ttft_p95<=50ms",
+        "--start",
+        "4",
+        "--limit",
+        "32",
+        "--repeats",
+        "2",
+        "--output",
+        str(tmp_path / "cap"),
+        timeout=400,
+    )
     assert res.returncode == 0, res.stderr
     found = json.loads((tmp_path / "cap" / "capacity.json").read_text())["results"][0]
-    fine = run_cli("sweep", *common, "--variants", "baseline", "--workloads", wl, "--concurrency", "7,8,9,10",
-                   "--quiet", "--output", str(tmp_path / "fine"), timeout=400)
+    fine = run_cli(
+        "sweep",
+        *common,
+        "--variants",
+        "baseline",
+        "--workloads",
+        wl,
+        "--concurrency",
+        "7,8,9,10",
+        "--quiet",
+        "--output",
+        str(tmp_path / "fine"),
+        timeout=400,
+    )
     assert fine.returncode == 0, fine.stderr
-    table = pd.DataFrame([{"level": s["cell"]["level"], "ttft_p95_ms": s["ttft_ms"]["p95"]}
-                          for s in (json.loads(p.read_text()) for p in
-                                    (tmp_path / "fine" / results.CELLS).glob("*/*/*/summary.json"))]).sort_values("level")
+    table = pd.DataFrame(
+        [
+            {"level": s["cell"]["level"], "ttft_p95_ms": s["ttft_ms"]["p95"]}
+            for s in (json.loads(p.read_text()) for p in (tmp_path / "fine" / results.CELLS).glob("*/*/*/summary.json"))
+        ]
+    ).sort_values("level")
     holds = table["ttft_p95_ms"] <= 50
     boundary = table["level"][holds & (table["level"] < table.loc[~holds, "level"].min())].max()
     assert abs(found["capacity"] - boundary) <= 1, (found, table[["level", "ttft_p95_ms"]])

@@ -1,4 +1,5 @@
 """`loadgen run` as a user meets it: outputs, the embedded default, secrets, and bad input."""
+
 from __future__ import annotations
 
 import json
@@ -13,23 +14,51 @@ import pytest
 from loadgen.outputs import store
 from tests.conftest import REPO, cli, run_cli, server_pids, wait_served
 
-SUMMARY_KEYS = {"config", "completed", "failed", "errors", "duration_s", "output_throughput_tok_s",
-                "request_throughput_req_s", "ttft_ms", "tpot_ms", "itl_ms", "inter_chunk_ms",
-                "e2e_ms", "tokens_per_chunk_mean", "token_count_source", "client_bound",
-                "spec_decode", "server"}
+SUMMARY_KEYS = {
+    "config",
+    "completed",
+    "failed",
+    "errors",
+    "duration_s",
+    "output_throughput_tok_s",
+    "request_throughput_req_s",
+    "ttft_ms",
+    "tpot_ms",
+    "itl_ms",
+    "inter_chunk_ms",
+    "e2e_ms",
+    "tokens_per_chunk_mean",
+    "token_count_source",
+    "client_bound",
+    "spec_decode",
+    "server",
+}
 
 
 @pytest.fixture(scope="module")
 def fast_server():
     from servers.embedded import scripted_server
+
     with scripted_server("--ttft-ms", "5", "--step-ms", "4", "--api-key", "s3cr3t-KEY-4711") as srv:
         yield srv.url
 
 
 def test_outputs_have_the_fixed_interface(fast_server, tmp_path):
-    res = run_cli("run", "--base-url", fast_server + "/v1", "--concurrency", "4",
-                  "--num-requests", "20", "--output-len", "16", "--quiet", "--output", str(tmp_path),
-                  env={"LOADGEN_API_KEY": "s3cr3t-KEY-4711"})
+    res = run_cli(
+        "run",
+        "--base-url",
+        fast_server + "/v1",
+        "--concurrency",
+        "4",
+        "--num-requests",
+        "20",
+        "--output-len",
+        "16",
+        "--quiet",
+        "--output",
+        str(tmp_path),
+        env={"LOADGEN_API_KEY": "s3cr3t-KEY-4711"},
+    )
     assert res.returncode == 0, res.stderr
     summary = store.read_summary(tmp_path)
     assert SUMMARY_KEYS <= set(summary)
@@ -52,8 +81,21 @@ def test_outputs_have_the_fixed_interface(fast_server, tmp_path):
 
 def test_the_api_key_is_never_written(fast_server, tmp_path):
     key = "s3cr3t-KEY-4711"
-    res = run_cli("run", "--base-url", fast_server, "--api-key", key, "--concurrency", "2",
-                  "--num-requests", "4", "--output-len", "4", "--output", str(tmp_path))
+    res = run_cli(
+        "run",
+        "--base-url",
+        fast_server,
+        "--api-key",
+        key,
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "4",
+        "--output-len",
+        "4",
+        "--output",
+        str(tmp_path),
+    )
     assert res.returncode == 0, res.stderr
     for path in tmp_path.rglob("*"):
         assert key.encode() not in path.read_bytes(), path
@@ -64,8 +106,18 @@ def test_the_api_key_is_never_written(fast_server, tmp_path):
 
 
 def test_a_missing_key_is_one_clear_line(fast_server, tmp_path):
-    res = run_cli("run", "--base-url", fast_server, "--concurrency", "1", "--num-requests", "1",
-                  "--output", str(tmp_path), env={"LOADGEN_API_KEY": "", "OPENAI_API_KEY": ""})
+    res = run_cli(
+        "run",
+        "--base-url",
+        fast_server,
+        "--concurrency",
+        "1",
+        "--num-requests",
+        "1",
+        "--output",
+        str(tmp_path),
+        env={"LOADGEN_API_KEY": "", "OPENAI_API_KEY": ""},
+    )
     assert res.returncode != 0
     assert res.stderr.strip().count("\n") == 0
     assert "API key" in res.stderr
@@ -73,8 +125,9 @@ def test_a_missing_key_is_one_clear_line(fast_server, tmp_path):
 
 def test_embedded_default_runs_and_leaves_no_process(tmp_path):
     before = server_pids()
-    res = run_cli("run", "--concurrency", "4", "--num-requests", "12", "--output-len", "8",
-                  "--quiet", "--output", str(tmp_path))
+    res = run_cli(
+        "run", "--concurrency", "4", "--num-requests", "12", "--output-len", "8", "--quiet", "--output", str(tmp_path)
+    )
     assert res.returncode == 0, res.stderr
     assert "embedded" in res.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -89,27 +142,42 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("args,expect", [
-    (["--base-url", "http://127.0.0.1:{port}", "--concurrency", "1"], "cannot reach"),
-    (["--base-url", "{fast}", "--model", "no-such-model", "--concurrency", "1"], "not served"),
-    (["--base-url", "{fast}", "--rate", "0"], "--rate must be > 0"),
-    (["--base-url", "{fast}", "--rate", "-2"], "--rate must be > 0"),
-    (["--base-url", "{fast}", "--rate", "inf"], "--rate must be > 0 and finite"),
-    (["--base-url", "{fast}", "--concurrency", "1", "--tokenizer", "{file}.json"], "no tokenizer.json"),
-    (["--base-url", "{fast}", "--rate", "1", "--concurrency", "2"], "exactly one of"),
-    (["--base-url", "{fast}"], "exactly one of"),
-    (["--base-url", "{fast}", "--concurrency", "0"], "--concurrency must be >= 1"),
-    (["--base-url", "{fast}", "--rate", "5", "--burstiness", "0"], "--burstiness must be > 0"),
-    (["--base-url", "{fast}", "--concurrency", "2", "--output", "{file}/sub"], "cannot write to output directory"),
-    (["--base-url", "ftp://example", "--concurrency", "1"], "not an http(s) URL"),
-    (["--base-url", "{fast}", "--concurrency", "1", "--goodput", "ttft<500"], "bad goodput objective"),
-    (["--base-url", "{fast}", "--concurrency", "1", "--extra-body", "[1"], "--extra-body is not valid JSON"),
-    (["--base-url", "{fast}", "--concurrency", "2", "--workers", "0"], "--workers"),
-    (["--base-url", "{fast}", "--concurrency", "2", "--workers", "3"], "--workers (3) must be at most the --concurrency (2)"),
-    (["--base-url", "{fast}", "--rate", "9", "--max-concurrency", "1", "--workers", "2"], "at most the --max-concurrency (1)"),
-    (["--base-url", "{fast}", "--concurrency", "2", "--workers", "2", "--metrics-port", "0"], "not available with --workers"),
-    (["--base-url", "{fast}", "--concurrency", "2", "--workers", "2", "--ray", "127.0.0.1:{port}"], "no Ray cluster answers there"),
-])
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (["--base-url", "http://127.0.0.1:{port}", "--concurrency", "1"], "cannot reach"),
+        (["--base-url", "{fast}", "--model", "no-such-model", "--concurrency", "1"], "not served"),
+        (["--base-url", "{fast}", "--rate", "0"], "--rate must be > 0"),
+        (["--base-url", "{fast}", "--rate", "-2"], "--rate must be > 0"),
+        (["--base-url", "{fast}", "--rate", "inf"], "--rate must be > 0 and finite"),
+        (["--base-url", "{fast}", "--concurrency", "1", "--tokenizer", "{file}.json"], "no tokenizer.json"),
+        (["--base-url", "{fast}", "--rate", "1", "--concurrency", "2"], "exactly one of"),
+        (["--base-url", "{fast}"], "exactly one of"),
+        (["--base-url", "{fast}", "--concurrency", "0"], "--concurrency must be >= 1"),
+        (["--base-url", "{fast}", "--rate", "5", "--burstiness", "0"], "--burstiness must be > 0"),
+        (["--base-url", "{fast}", "--concurrency", "2", "--output", "{file}/sub"], "cannot write to output directory"),
+        (["--base-url", "ftp://example", "--concurrency", "1"], "not an http(s) URL"),
+        (["--base-url", "{fast}", "--concurrency", "1", "--goodput", "ttft<500"], "bad goodput objective"),
+        (["--base-url", "{fast}", "--concurrency", "1", "--extra-body", "[1"], "--extra-body is not valid JSON"),
+        (["--base-url", "{fast}", "--concurrency", "2", "--workers", "0"], "--workers"),
+        (
+            ["--base-url", "{fast}", "--concurrency", "2", "--workers", "3"],
+            "--workers (3) must be at most the --concurrency (2)",
+        ),
+        (
+            ["--base-url", "{fast}", "--rate", "9", "--max-concurrency", "1", "--workers", "2"],
+            "at most the --max-concurrency (1)",
+        ),
+        (
+            ["--base-url", "{fast}", "--concurrency", "2", "--workers", "2", "--metrics-port", "0"],
+            "not available with --workers",
+        ),
+        (
+            ["--base-url", "{fast}", "--concurrency", "2", "--workers", "2", "--ray", "127.0.0.1:{port}"],
+            "no Ray cluster answers there",
+        ),
+    ],
+)
 def test_bad_input_is_one_clear_line(fast_server, tmp_path, args, expect):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
@@ -130,10 +198,29 @@ def test_an_interrupted_run_keeps_what_finished(server, tmp_path, sig):
     trace = tmp_path / "served.jsonl"
     url = server("--ttft-ms", "5", "--step-ms", "20", "--chunk-tokens", "1", "--trace", str(trace))
     results = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "loadgen", "run", "--base-url", url,
-                             "--concurrency", "4", "--num-requests", "400", "--output-len", "10",
-                             "--quiet", "--output", str(results)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "run",
+            "--base-url",
+            url,
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "400",
+            "--output-len",
+            "10",
+            "--quiet",
+            "--output",
+            str(results),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     wait_served(trace, 12)  # ~0.2 s per request: some finished, some in flight
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
@@ -143,6 +230,6 @@ def test_an_interrupted_run_keeps_what_finished(server, tmp_path, sig):
     assert summary["interrupted"] is True
     assert 10 <= summary["completed"] < 400 and summary["failed"] == 0
     frame = pd.read_parquet(results / "requests.parquet")
-    assert (frame["ok"].sum() == summary["completed"])
+    assert frame["ok"].sum() == summary["completed"]
     assert set(frame.loc[~frame["ok"], "error_type"]) <= {"cancelled"}
     assert (frame.loc[frame["ok"], "completion_tokens"] == 10).all()

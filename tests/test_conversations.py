@@ -5,6 +5,7 @@ earlier turns computed (and nothing with --no-enable-prefix-caching); think time
 a failed turn ends its conversation; `loadgen simulate` sends the same turns with the same
 prompts in virtual time. And the loaders' `turns=session` on the real MT-Bench and ShareGPT
 samples."""
+
 from __future__ import annotations
 
 import ast
@@ -37,8 +38,15 @@ def _logged_prompts(log_path: str) -> list[str]:
 
 
 def _converse(url: str, endpoint: str, think: Think = Think(), concurrency: int = 2, n: int = 4):
-    spec = RunSpec(api_base=url + "/v1", model=LLAMA, load=LoadShape(concurrency=concurrency), endpoint=endpoint,
-                   num_requests=n, keep_text=True, think=think)
+    spec = RunSpec(
+        api_base=url + "/v1",
+        model=LLAMA,
+        load=LoadShape(concurrency=concurrency),
+        endpoint=endpoint,
+        num_requests=n,
+        keep_text=True,
+        think=think,
+    )
     wl = open_workload(SESSIONS)
     return asyncio.run(execute(spec, wl.requests(None, 0))).records
 
@@ -82,8 +90,22 @@ def _expected_hits(frame: pd.DataFrame, block: int = 16) -> int:
 def test_the_prefix_cache_finds_exactly_the_earlier_turns_blocks(caching, tmp_path):
     flag = "--enable-prefix-caching" if caching else "--no-enable-prefix-caching"
     with emulator_server(LLAMA, flag, "--time-scale", "0.25") as srv:
-        res = run_cli("run", "--base-url", srv.url, "--endpoint", "chat", "--workload", SESSIONS,
-                      "--concurrency", "3", "--num-requests", "6", "--quiet", "--output", str(tmp_path))
+        res = run_cli(
+            "run",
+            "--base-url",
+            srv.url,
+            "--endpoint",
+            "chat",
+            "--workload",
+            SESSIONS,
+            "--concurrency",
+            "3",
+            "--num-requests",
+            "6",
+            "--quiet",
+            "--output",
+            str(tmp_path),
+        )
         assert res.returncode == 0, res.stderr
         m = scrape(srv.url)
     frame = pd.read_parquet(tmp_path / "requests.parquet")
@@ -96,7 +118,8 @@ def test_the_prefix_cache_finds_exactly_the_earlier_turns_blocks(caching, tmp_pa
     assert sorted(conv["by_turn"]) == ["1", "2", "3"]
     if caching:
         assert summary["server"]["prefix_cache_hit_rate"] == pytest.approx(
-            _expected_hits(frame) / frame["prompt_tokens"].sum())
+            _expected_hits(frame) / frame["prompt_tokens"].sum()
+        )
 
 
 def test_think_time_is_exact_and_simulate_sends_the_same_turns(tmp_path):
@@ -104,16 +127,46 @@ def test_think_time_is_exact_and_simulate_sends_the_same_turns(tmp_path):
     seeded per conversation); `loadgen simulate` draws the same think times and, the emulated
     model being deterministic, sends the same prompts turn by turn."""
     with emulator_server(LLAMA, "--time-scale", "0.25") as srv:
-        res = run_cli("run", "--base-url", srv.url, "--endpoint", "chat", "--workload", SESSIONS,
-                      "--concurrency", "2", "--num-requests", "4", "--think-time", "exp:0.2", "--quiet",
-                      "--output", str(tmp_path / "real"))
+        res = run_cli(
+            "run",
+            "--base-url",
+            srv.url,
+            "--endpoint",
+            "chat",
+            "--workload",
+            SESSIONS,
+            "--concurrency",
+            "2",
+            "--num-requests",
+            "4",
+            "--think-time",
+            "exp:0.2",
+            "--quiet",
+            "--output",
+            str(tmp_path / "real"),
+        )
         assert res.returncode == 0, res.stderr
-    res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--endpoint", "chat", "--workload", SESSIONS,
-                  "--concurrency", "2", "--num-requests", "4", "--think-time", "exp:0.2",
-                  "--output", str(tmp_path / "sim"))
+    res = run_cli(
+        "simulate",
+        "--profile",
+        "h100-llama-3.1-8b",
+        "--endpoint",
+        "chat",
+        "--workload",
+        SESSIONS,
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "4",
+        "--think-time",
+        "exp:0.2",
+        "--output",
+        str(tmp_path / "sim"),
+    )
     assert res.returncode == 0, res.stderr
-    real, sim = (pd.read_parquet(tmp_path / d / "requests.parquet").sort_values(["session", "turn"])
-                 for d in ("real", "sim"))
+    real, sim = (
+        pd.read_parquet(tmp_path / d / "requests.parquet").sort_values(["session", "turn"]) for d in ("real", "sim")
+    )
     assert list(real["request_id"]) == list(sim["request_id"])
     assert list(real["prompt_tokens"]) == list(sim["prompt_tokens"])
 
@@ -124,6 +177,7 @@ def test_think_time_is_exact_and_simulate_sends_the_same_turns(tmp_path):
             for prev, nxt in zip(rows, rows[1:]):
                 out[nxt["request_id"]] = (nxt["t_scheduled_ns"] - prev["t_end_ns"]) / 1e9
         return out
+
     g_real, g_sim = gaps(real), gaps(sim)
     assert len(g_real) == 8
     assert len(set(round(v, 6) for v in g_real.values())) == 8  # drawn, not constant
@@ -139,9 +193,22 @@ def test_a_failed_turn_ends_its_conversation(tmp_path):
     """Context grows with every turn: past --max-model-len the server refuses the turn (400);
     the conversation stops there, the run completes, and the failure is a request row."""
     with emulator_server(LLAMA, "--max-model-len", "150", "--time-scale", "0.25") as srv:
-        res = run_cli("run", "--base-url", srv.url, "--endpoint", "chat", "--workload",
-                      "synthetic:session,turns=4,input_len=40,output_len=24",
-                      "--concurrency", "2", "--num-requests", "2", "--quiet", "--output", str(tmp_path))
+        res = run_cli(
+            "run",
+            "--base-url",
+            srv.url,
+            "--endpoint",
+            "chat",
+            "--workload",
+            "synthetic:session,turns=4,input_len=40,output_len=24",
+            "--concurrency",
+            "2",
+            "--num-requests",
+            "2",
+            "--quiet",
+            "--output",
+            str(tmp_path),
+        )
     assert res.returncode in (0, 1), res.stderr
     frame = pd.read_parquet(tmp_path / "requests.parquet")
     for _, g in frame.groupby("session"):
@@ -158,9 +225,22 @@ def test_prefix_caching_makes_later_turns_prefill_cheaper_in_simulate(tmp_path):
     ttft = {}
     for flag in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
         out = tmp_path / flag
-        res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--endpoint", "chat", flag,
-                      "--workload", "synthetic:session,turns=4,input_len=300,output_len=100",
-                      "--concurrency", "1", "--num-requests", "3", "--output", str(out))
+        res = run_cli(
+            "simulate",
+            "--profile",
+            "h100-llama-3.1-8b",
+            "--endpoint",
+            "chat",
+            flag,
+            "--workload",
+            "synthetic:session,turns=4,input_len=300,output_len=100",
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "3",
+            "--output",
+            str(out),
+        )
         assert res.returncode == 0, res.stderr
         ttft[flag] = pd.read_parquet(out / "requests.parquet").groupby("turn")["ttft_ms"].mean()
     on, off = ttft["--enable-prefix-caching"], ttft["--no-enable-prefix-caching"]
@@ -173,10 +253,15 @@ def test_session_workloads_from_the_real_samples():
     mt = open_workload(f"mt_bench:{SHARED / 'mt_bench' / 'question.jsonl'},turns=session")
     assert mt.records and all(len(r.followups) == 1 and r.session == r.id and r.turn == 1 for r in mt.records)
     rows = json.loads((SHARED / "sharegpt" / "ShareGPT_V3_filtered_500.json").read_text())
-    sg = open_workload(f"sharegpt:{SHARED / 'sharegpt' / 'ShareGPT_V3_filtered_500.json'},turns=session,"
-                       "output=cap:64", skip_bad=True)
-    humans = {f"sharegpt-{row['id']}": sum(1 for t in row["conversations"] if t.get("from") in ("human", "user")
-                                           and str(t.get("value", "")).strip()) for row in rows}
+    sg = open_workload(
+        f"sharegpt:{SHARED / 'sharegpt' / 'ShareGPT_V3_filtered_500.json'},turns=session,output=cap:64", skip_bad=True
+    )
+    humans = {
+        f"sharegpt-{row['id']}": sum(
+            1 for t in row["conversations"] if t.get("from") in ("human", "user") and str(t.get("value", "")).strip()
+        )
+        for row in rows
+    }
     assert len(sg.records) > 100  # this sample keeps first turns only: one-turn conversations
     for r in sg.records:
         assert len(r.followups) + 1 == humans[r.id]
@@ -186,23 +271,59 @@ def test_session_workloads_from_the_real_samples():
 
 def test_sharegpt_sessions_take_the_human_turns_and_drop_the_recorded_replies(tmp_path):
     path = tmp_path / "conv.json"
-    path.write_text(json.dumps([{"id": "a", "conversations": [
-        {"from": "system", "value": "Be brief."}, {"from": "human", "value": "First?"},
-        {"from": "gpt", "value": "recorded reply"}, {"from": "human", "value": "  "},
-        {"from": "gpt", "value": "another"}, {"from": "human", "value": "Third?"}]}]))
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "a",
+                    "conversations": [
+                        {"from": "system", "value": "Be brief."},
+                        {"from": "human", "value": "First?"},
+                        {"from": "gpt", "value": "recorded reply"},
+                        {"from": "human", "value": "  "},
+                        {"from": "gpt", "value": "another"},
+                        {"from": "human", "value": "Third?"},
+                    ],
+                }
+            ]
+        )
+    )
     (r,) = open_workload(f"sharegpt:{path},turns=session").records
     assert r.messages == ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "First?"})
     assert r.followups == ("Third?",) and r.session == "sharegpt-a" and r.reference == "recorded reply"
 
 
 def test_a_bad_turns_value_is_one_line(tmp_path):
-    res = cli("simulate", "--profile", "h100-llama-3.1-8b", "--concurrency", "1", "--num-requests", "2",
-              "--workload",
-              f"mt_bench:{SHARED / 'mt_bench' / 'question.jsonl'},turns=sessions", "--output", str(tmp_path))
+    res = cli(
+        "simulate",
+        "--profile",
+        "h100-llama-3.1-8b",
+        "--concurrency",
+        "1",
+        "--num-requests",
+        "2",
+        "--workload",
+        f"mt_bench:{SHARED / 'mt_bench' / 'question.jsonl'},turns=sessions",
+        "--output",
+        str(tmp_path),
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert "turns='sessions'" in res.stderr and "session" in res.stderr.splitlines()[-1]
-    res = cli("simulate", "--profile", "h100-llama-3.1-8b", "--concurrency", "1", "--num-requests", "2",
-              "--workload", "synthetic:session", "--think-time", "soon", "--output", str(tmp_path))
+    res = cli(
+        "simulate",
+        "--profile",
+        "h100-llama-3.1-8b",
+        "--concurrency",
+        "1",
+        "--num-requests",
+        "2",
+        "--workload",
+        "synthetic:session",
+        "--think-time",
+        "soon",
+        "--output",
+        str(tmp_path),
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert "--think-time" in res.stderr
 
@@ -213,8 +334,20 @@ def test_think_time_with_single_requests_is_refused(tmp_path, command):
     would do nothing, so it is refused in one line rather than ignored."""
     where = ["--base-url", "http://127.0.0.1:9"] if command == "run" else ["--profile", "h100-llama-3.1-8b"]
     for workload in ("synthetic:random", f"mt_bench:{SHARED / 'mt_bench' / 'question.jsonl'}"):
-        res = cli(command, *where, "--concurrency", "1", "--num-requests", "2", "--workload", workload,
-                  "--think-time", "2", "--output", str(tmp_path / "x"))
+        res = cli(
+            command,
+            *where,
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "2",
+            "--workload",
+            workload,
+            "--think-time",
+            "2",
+            "--output",
+            str(tmp_path / "x"),
+        )
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
         (line,) = res.stderr.strip().splitlines()
         assert "--think-time applies to conversations" in line and "sends single requests" in line
@@ -225,12 +358,13 @@ def test_prefix_cache_blocks_as_vllm_counts_them():
     """Whole blocks from the prompt's start, the last token always computed, LRU eviction with
     a chain's tail going first."""
     from servers.emulator.prefix import PrefixCache
+
     cache = PrefixCache(capacity_tokens=4 * 16)
     a = [f"a{i}" for i in range(40)]
     assert cache.lookup(a) == 0
-    cache.insert(a)                      # 2 full blocks (32 of 40 words)
+    cache.insert(a)  # 2 full blocks (32 of 40 words)
     assert cache.lookup(a) == 32
-    assert cache.lookup(a[:32]) == 16    # wholly cached: its last token is computed again
+    assert cache.lookup(a[:32]) == 16  # wholly cached: its last token is computed again
     assert cache.lookup(a[:20] + ["x"] * 20) == 16  # diverges inside block 2
     assert cache.lookup(["x"] + a[1:]) == 0  # a block's key is everything before it too
     cache.insert([f"b{i}" for i in range(48)])  # 3 more blocks: 5 > 4, one evicted: a's tail
@@ -242,8 +376,22 @@ def test_the_shape_schedules_conversations(load, tmp_path):
     """Closed loop: 2 users, each holding one conversation (think time included) at a time;
     open loop capped at 2: conversations arrive on schedule, at most 2 under way. Either way no
     more than 2 conversations overlap, and every conversation's turns follow one another."""
-    res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--endpoint", "chat", "--workload", SESSIONS,
-                  *load, "--num-requests", "8", "--think-time", "0.5", "--output", str(tmp_path))
+    res = run_cli(
+        "simulate",
+        "--profile",
+        "h100-llama-3.1-8b",
+        "--endpoint",
+        "chat",
+        "--workload",
+        SESSIONS,
+        *load,
+        "--num-requests",
+        "8",
+        "--think-time",
+        "0.5",
+        "--output",
+        str(tmp_path),
+    )
     assert res.returncode == 0, res.stderr
     frame = pd.read_parquet(tmp_path / "requests.parquet")
     assert len(frame) == 24 and frame["ok"].all()

@@ -7,6 +7,7 @@ tasks, where suffix decoding's cache does its real CPU work, at a time scale (2x
 emulator room for it even beside another test; chat, and which variant is fastest, are properties
 of the cost model and the drafters, so they are checked on the plan with both workloads in virtual
 time (`sweep --virtual`), where no machine can distort them."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,8 +19,18 @@ import pytest
 from tests.conftest import cli, run_cli, server_pids
 
 N = 16  # requests per cell measured over HTTP, 4 users
-PLAN = ("sweep", "--servers", "llama-3.1-8b-current", "--engine", "emulator", "--variants", "baseline,ngram,eagle3,suffix",
-        "--concurrency", "4", "--quiet")
+PLAN = (
+    "sweep",
+    "--servers",
+    "llama-3.1-8b-current",
+    "--engine",
+    "emulator",
+    "--variants",
+    "baseline,ngram,eagle3,suffix",
+    "--concurrency",
+    "4",
+    "--quiet",
+)
 AGENTIC, CHAT = "agentic,output=fixed:96", "chat,output=fixed:96"
 
 
@@ -63,7 +74,9 @@ def test_suffix_decoding_wins_acceptance_on_agentic_work_not_on_chat(sweep, tmp_
     # both workloads, and the speed it buys, in virtual time and over 32 requests a task mix
     # (suffix's cache fills with the tasks' earlier answers: over 16 it is still behind EAGLE-3 in speed)
     simulated = _sweep(tmp_path / "virtual", 32, f"{AGENTIC},{CHAT}", "--virtual")
-    acc = pd.read_csv(simulated / "report" / "acceptance.csv").set_index(["workload", "variant"])["mean_acceptance_length"]
+    acc = pd.read_csv(simulated / "report" / "acceptance.csv").set_index(["workload", "variant"])[
+        "mean_acceptance_length"
+    ]
     assert acc["agentic", "suffix"] > 1.1 * max(acc["agentic", "ngram"], acc["agentic", "eagle3"])
     assert acc["chat", "suffix"] <= 1.02 * max(acc["chat", "ngram"], acc["chat", "eagle3"])  # no better on chat
     sp = pd.read_csv(simulated / "report" / "speedup.csv").set_index(["workload", "variant"])["speedup"]

@@ -4,6 +4,7 @@ live metrics during a sweep (Prometheus from Debian; .ci/run installs it).
 
 Grafana itself cannot be installed here: its variables are substituted as Grafana would
 ($__rate_interval: at least 4 scrape intervals)."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,10 @@ DASHBOARDS = sorted((REPO / "dashboards" / "grafana" / "dashboards").glob("*.jso
 ARTIFACTS = Path(os.environ.get("LOADGEN_TEST_ARTIFACTS", REPO / "tests" / "artifacts"))
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SCRAPE_S = 1
-ACCEPTANCE = ("sum(rate(vllm:spec_decode_num_accepted_tokens_total[30s])) / "
-              "sum(rate(vllm:spec_decode_num_draft_tokens_total[30s]))")
+ACCEPTANCE = (
+    "sum(rate(vllm:spec_decode_num_accepted_tokens_total[30s])) / "
+    "sum(rate(vllm:spec_decode_num_draft_tokens_total[30s]))"
+)
 
 
 def panels(dash: dict) -> list[dict]:
@@ -40,13 +43,20 @@ def panels(dash: dict) -> list[dict]:
 
 def queries() -> list[tuple[str, str, str, str]]:
     """(dashboard, panel title, refId, expr) of every target."""
-    return [(path.name, p["title"], t["refId"], t["expr"]) for path in DASHBOARDS
-            for p in panels(json.loads(path.read_text())) for t in p.get("targets", [])]
+    return [
+        (path.name, p["title"], t["refId"], t["expr"])
+        for path in DASHBOARDS
+        for p in panels(json.loads(path.read_text()))
+        for t in p.get("targets", [])
+    ]
 
 
 def substitute(expr: str) -> str:
-    return (expr.replace("$__rate_interval", f"{5 * SCRAPE_S}s").replace("$__interval", f"{SCRAPE_S}s")
-            .replace("$model_name", MODEL))
+    return (
+        expr.replace("$__rate_interval", f"{5 * SCRAPE_S}s")
+        .replace("$__interval", f"{SCRAPE_S}s")
+        .replace("$model_name", MODEL)
+    )
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
@@ -70,7 +80,7 @@ def test_dashboard_structure(path):
         assert g["x"] >= 0 and g["y"] >= 0 and 1 <= g["w"] <= 24 and g["x"] + g["w"] <= 24 and g["h"] >= 2, p["title"]
         boxes.append((g["x"], g["y"], g["x"] + g["w"], g["y"] + g["h"], p["title"]))
     for i, a in enumerate(boxes):
-        for b in boxes[i + 1:]:
+        for b in boxes[i + 1 :]:
             overlap = a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
             assert not overlap, f"panels {a[4]!r} and {b[4]!r} overlap"
     assert any("$model_name" in t["expr"] for p in ps for t in p["targets"])
@@ -108,17 +118,58 @@ def prometheus_and_sweep(tmp_path):
     emu, live, prom = free_port(), free_port(), free_port()
     config = (REPO / "dashboards" / "prometheus" / "prometheus.yml").read_text()
     assert "127.0.0.1:8000" in config and "127.0.0.1:9400" in config
-    (tmp_path / "prometheus.yml").write_text(config.replace("127.0.0.1:8000", f"127.0.0.1:{emu}")
-                                             .replace("127.0.0.1:9400", f"127.0.0.1:{live}"))
+    (tmp_path / "prometheus.yml").write_text(
+        config.replace("127.0.0.1:8000", f"127.0.0.1:{emu}").replace("127.0.0.1:9400", f"127.0.0.1:{live}")
+    )
     procs = []
     with open(tmp_path / "prometheus.log", "wb") as log:
-        procs.append(spawn([exe, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                            f"--web.listen-address=127.0.0.1:{prom}"], stdout=log, stderr=log))
+        procs.append(
+            spawn(
+                [
+                    exe,
+                    f"--config.file={tmp_path / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{prom}",
+                ],
+                stdout=log,
+                stderr=log,
+            )
+        )
     with open(tmp_path / "sweep.log", "wb") as log:
-        procs.append(spawn([sys.executable, "-m", "loadgen", "sweep", "--servers", "llama-3.1-8b", "--engine", "emulator",
-                            "--variants", "eagle", "--workloads", "code-edit,output=fixed:128", "--concurrency", "8",
-                            "--duration", "30", "--warmup", "1", "--port", str(emu), "--metrics-port", str(live),
-                            "--quiet", "--output", str(tmp_path / "sweep")], stdout=log, stderr=log, cwd=REPO))
+        procs.append(
+            spawn(
+                [
+                    sys.executable,
+                    "-m",
+                    "loadgen",
+                    "sweep",
+                    "--servers",
+                    "llama-3.1-8b",
+                    "--engine",
+                    "emulator",
+                    "--variants",
+                    "eagle",
+                    "--workloads",
+                    "code-edit,output=fixed:128",
+                    "--concurrency",
+                    "8",
+                    "--duration",
+                    "30",
+                    "--warmup",
+                    "1",
+                    "--port",
+                    str(emu),
+                    "--metrics-port",
+                    str(live),
+                    "--quiet",
+                    "--output",
+                    str(tmp_path / "sweep"),
+                ],
+                stdout=log,
+                stderr=log,
+                cwd=REPO,
+            )
+        )
     try:
         yield prom, procs[1], tmp_path
     finally:
@@ -129,11 +180,13 @@ def prometheus_and_sweep(tmp_path):
 
 def test_every_panel_query_answers_from_a_real_prometheus(prometheus_and_sweep):
     prom, sweep, tmp = prometheus_and_sweep
+
     def scraped() -> bool:
         up = _query(prom, "up")["data"]["result"]
         drafts = _query(prom, "sum(rate(vllm:spec_decode_num_drafts_total[5s])) > 0")["data"]["result"]
         live = _query(prom, "sum(rate(loadgen_output_tokens_total[5s])) > 0")["data"]["result"]
         return len(up) == 2 and all(r["value"][1] == "1" for r in up) and drafts and live
+
     _wait(scraped, 60, f"both targets scraped with traffic (see {tmp / 'sweep.log'})")
     time.sleep(6 * SCRAPE_S)  # a full $__rate_interval of samples under load
     assert sweep.poll() is None, "the sweep ended before the queries ran"
@@ -163,9 +216,24 @@ def _screenshot(prom: int, tmp: Path) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "prometheus-acceptance-rate.png"
     url = f"http://127.0.0.1:{prom}/graph?" + urllib.parse.urlencode(
-        {"g0.expr": ACCEPTANCE, "g0.tab": "0", "g0.range_input": "1m"})
-    subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp / 'chromium'}",
-                    "--hide-scrollbars", "--window-size=1280,900", "--virtual-time-budget=15000",
-                    f"--screenshot={shot}", url], capture_output=True, timeout=120, check=True)
+        {"g0.expr": ACCEPTANCE, "g0.tab": "0", "g0.range_input": "1m"}
+    )
+    subprocess.run(
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={tmp / 'chromium'}",
+            "--hide-scrollbars",
+            "--window-size=1280,900",
+            "--virtual-time-budget=15000",
+            f"--screenshot={shot}",
+            url,
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     pixels = matplotlib.image.imread(shot)[..., :3]
     assert pixels.std() > 0.05 and (pixels.mean(axis=-1) < 0.9).mean() > 0.01

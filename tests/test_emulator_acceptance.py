@@ -1,19 +1,25 @@
 """The emulator's acceptance reproduces the study's trace statistics (paper.md) it was fitted to:
 n-gram through real prompt lookup over the emulated content, model drafters through their
 acceptance process. Guards the data files against drift in the code that uses them."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from servers.emulator import content, profile as profiles
+from servers.emulator import content
+from servers.emulator import profile as profiles
 from servers.emulator.acceptance import acceptance_lengths, trace_stats
 from servers.emulator.ngram import acceptance_lengths as ngram_lengths
 from workloads import kind_like
 
 # paper.md: tokens per step at k = 3, P(0) (EAGLE, n-gram), mean output length
-PAPER = {"chat": (2.25, .69, 1.40, .35, 728), "summarization": (2.33, .69, 1.33, .30, 323),
-         "math": (2.39, .72, 1.16, .16, 166), "code_edit": (2.35, .72, 2.03, .65, 262)}
+PAPER = {
+    "chat": (2.25, 0.69, 1.40, 0.35, 728),
+    "summarization": (2.33, 0.69, 1.33, 0.30, 323),
+    "math": (2.39, 0.72, 1.16, 0.16, 166),
+    "code_edit": (2.35, 0.72, 2.03, 0.65, 262),
+}
 
 
 @pytest.mark.parametrize("kind", list(PAPER))

@@ -1,5 +1,6 @@
 """`loadgen-emulator serve`: bad configuration is one line; bad requests get vLLM's JSON
 errors; falling behind its schedule is measured and said, never silent."""
+
 from __future__ import annotations
 
 import json
@@ -18,25 +19,54 @@ LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
 
 def serve(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "servers.emulator", "serve", *args, "--port", "0"],
-                          capture_output=True, text=True, timeout=30, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "servers.emulator", "serve", *args, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
 
 
-@pytest.mark.parametrize("args,expect", [
-    ([LLAMA, "--speculative-config", "{not json"], "not valid JSON"),
-    ([LLAMA, "--speculative-config", '{"method": "medusa2", "num_speculative_tokens": 3}'], "unknown method 'medusa2'"),
-    ([LLAMA, "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 0}'], "num_speculative_tokens must be a positive integer"),
-    ([LLAMA, "--speculative-config", '{"method": "ngram", "num_speculative_tokens": -2}'], "num_speculative_tokens must be a positive integer"),
-    ([LLAMA, "--profile", "h100-gpt-5"], "unknown profile 'h100-gpt-5'"),
-    (["some/unknown-model"], "no profile for model 'some/unknown-model'"),
-    ([LLAMA, "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'], "no mtp drafter"),
-    ([LLAMA, "--max-num-seqs", "0"], "--max-num-seqs must be >= 1"),
-    ([LLAMA, "--per-request-spec-decode-metrics", "summary"],  # vLLM's own refusal
-     "--per-request-spec-decode-metrics requires speculative decoding to be enabled"),
-    ([LLAMA, "--speculative-config", '{"method": "eagle", "model": "d", "num_speculative_tokens": 3, '
-      '"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.5, 0.7, 0.1]}'], "non-increasing"),
-    ([LLAMA, "--speculative-config", '{"method": "suffix", "suffix_decoding_max_tree_depth": 0}'], "must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        ([LLAMA, "--speculative-config", "{not json"], "not valid JSON"),
+        (
+            [LLAMA, "--speculative-config", '{"method": "medusa2", "num_speculative_tokens": 3}'],
+            "unknown method 'medusa2'",
+        ),
+        (
+            [LLAMA, "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 0}'],
+            "num_speculative_tokens must be a positive integer",
+        ),
+        (
+            [LLAMA, "--speculative-config", '{"method": "ngram", "num_speculative_tokens": -2}'],
+            "num_speculative_tokens must be a positive integer",
+        ),
+        ([LLAMA, "--profile", "h100-gpt-5"], "unknown profile 'h100-gpt-5'"),
+        (["some/unknown-model"], "no profile for model 'some/unknown-model'"),
+        ([LLAMA, "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'], "no mtp drafter"),
+        ([LLAMA, "--max-num-seqs", "0"], "--max-num-seqs must be >= 1"),
+        (
+            [LLAMA, "--per-request-spec-decode-metrics", "summary"],  # vLLM's own refusal
+            "--per-request-spec-decode-metrics requires speculative decoding to be enabled",
+        ),
+        (
+            [
+                LLAMA,
+                "--speculative-config",
+                '{"method": "eagle", "model": "d", "num_speculative_tokens": 3, '
+                '"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.5, 0.7, 0.1]}',
+            ],
+            "non-increasing",
+        ),
+        (
+            [LLAMA, "--speculative-config", '{"method": "suffix", "suffix_decoding_max_tree_depth": 0}'],
+            "must be an integer >= 1",
+        ),
+    ],
+)
 def test_bad_configuration_is_one_line(args, expect):
     res = serve(*args)
     assert res.returncode == 2
@@ -61,18 +91,35 @@ def emulator():
         yield srv.url
 
 
-@pytest.mark.parametrize("path,body,status,expect", [
-    ("/v1/completions", b"{oops", 400, "not valid JSON"),
-    ("/v1/completions", {"model": "other", "prompt": "hi"}, 404, "The model `other` does not exist."),
-    ("/v1/completions", {"model": LLAMA}, 400, "prompt must be"),
-    ("/v1/completions", {"model": LLAMA, "prompt": "hi", "max_tokens": 0}, 400, "max_tokens"),
-    ("/v1/completions", {"model": LLAMA, "prompt": "hi", "temperature": -1}, 400, "temperature"),
-    ("/v1/completions", {"model": LLAMA, "prompt": "hi", "stream_options": {"include_usage": True}}, 400,
-     "Stream options can only be defined when `stream=True`."),
-    ("/v1/completions", {"model": LLAMA, "prompt": "hi", "max_tokens": 5000}, 400, "maximum context length is 4096"),
-    ("/v1/chat/completions", {"model": LLAMA, "messages": "hi"}, 400, "messages must be"),
-    ("/v1/chat/completions", {"model": LLAMA, "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n must be 1"),
-])
+@pytest.mark.parametrize(
+    "path,body,status,expect",
+    [
+        ("/v1/completions", b"{oops", 400, "not valid JSON"),
+        ("/v1/completions", {"model": "other", "prompt": "hi"}, 404, "The model `other` does not exist."),
+        ("/v1/completions", {"model": LLAMA}, 400, "prompt must be"),
+        ("/v1/completions", {"model": LLAMA, "prompt": "hi", "max_tokens": 0}, 400, "max_tokens"),
+        ("/v1/completions", {"model": LLAMA, "prompt": "hi", "temperature": -1}, 400, "temperature"),
+        (
+            "/v1/completions",
+            {"model": LLAMA, "prompt": "hi", "stream_options": {"include_usage": True}},
+            400,
+            "Stream options can only be defined when `stream=True`.",
+        ),
+        (
+            "/v1/completions",
+            {"model": LLAMA, "prompt": "hi", "max_tokens": 5000},
+            400,
+            "maximum context length is 4096",
+        ),
+        ("/v1/chat/completions", {"model": LLAMA, "messages": "hi"}, 400, "messages must be"),
+        (
+            "/v1/chat/completions",
+            {"model": LLAMA, "messages": [{"role": "user", "content": "hi"}], "n": 2},
+            400,
+            "n must be 1",
+        ),
+    ],
+)
 def test_bad_requests_get_openai_style_errors(emulator, path, body, status, expect):
     code, obj = post(emulator, path, body)
     assert code == status
@@ -81,9 +128,11 @@ def test_bad_requests_get_openai_style_errors(emulator, path, body, status, expe
 
 
 def test_a_whole_response_when_not_streaming(emulator):
-    code, obj = post(emulator, "/v1/chat/completions",
-                     {"model": LLAMA, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 7,
-                      "ignore_eos": True})
+    code, obj = post(
+        emulator,
+        "/v1/chat/completions",
+        {"model": LLAMA, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 7, "ignore_eos": True},
+    )
     assert code == 200 and obj["usage"]["completion_tokens"] == 7
     assert len(obj["choices"][0]["message"]["content"].split()) == 7
 
@@ -100,8 +149,20 @@ def test_falling_behind_is_measured_and_warned(tmp_path):
     """At 1/100 of the modeled step time no Python loop keeps up: the time lost against the
     model, the slowdown and the lag must show in /metrics, in the log and in the run's summary."""
     with emulator_server(LLAMA, "--time-scale", "0.01") as srv:
-        res = run_cli("run", "--base-url", srv.url, "--concurrency", "32", "--num-requests", "96",
-                      "--output-len", "64", "--quiet", "--output", str(tmp_path))
+        res = run_cli(
+            "run",
+            "--base-url",
+            srv.url,
+            "--concurrency",
+            "32",
+            "--num-requests",
+            "96",
+            "--output-len",
+            "64",
+            "--quiet",
+            "--output",
+            str(tmp_path),
+        )
         assert res.returncode == 0, res.stderr
         text = urllib.request.urlopen(srv.url + "/metrics").read().decode()
         log = open(srv.log).read()
@@ -118,8 +179,20 @@ def test_keeping_up_is_not_warned(tmp_path):
     """A load far below what any machine holds once the emulated GPU runs 4x slower than its
     model: nothing lost, nothing warned."""
     with emulator_server(LLAMA, "--time-scale", "4") as srv:
-        res = run_cli("run", "--base-url", srv.url, "--concurrency", "4", "--num-requests", "12",
-                      "--output-len", "32", "--quiet", "--output", str(tmp_path))
+        res = run_cli(
+            "run",
+            "--base-url",
+            srv.url,
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "12",
+            "--output-len",
+            "32",
+            "--quiet",
+            "--output",
+            str(tmp_path),
+        )
         assert res.returncode == 0, res.stderr
         text = urllib.request.urlopen(srv.url + "/metrics").read().decode()
         log = open(srv.log).read()

@@ -1,4 +1,5 @@
 """The engine alone (no clock, no HTTP): scheduling, KV capacity, costs and counters."""
+
 from __future__ import annotations
 
 import pytest
@@ -73,8 +74,7 @@ def test_every_request_gets_exactly_its_tokens_and_counters_add_up():
 
 
 def test_max_num_seqs_and_token_budget_bound_each_step():
-    e = Engine(profiles.load("h100-llama-3.1-8b"), None,
-               EngineConfig(max_num_seqs=3, max_num_batched_tokens=120))
+    e = Engine(profiles.load("h100-llama-3.1-8b"), None, EngineConfig(max_num_seqs=3, max_num_batched_tokens=120))
     for i in range(6):
         e.submit(str(i), prompt(100, str(i)), 5, arrival=0.0, ignore_eos=True)
     t = 0.0
@@ -87,8 +87,7 @@ def test_max_num_seqs_and_token_budget_bound_each_step():
 
 
 def test_full_kv_cache_preempts_the_latest_request_and_everything_still_finishes():
-    e = Engine(profiles.load("h100-llama-3.1-8b"), None,
-               EngineConfig(max_num_seqs=8, kv_capacity_tokens=600))
+    e = Engine(profiles.load("h100-llama-3.1-8b"), None, EngineConfig(max_num_seqs=8, kv_capacity_tokens=600))
     for i in range(6):
         e.submit(str(i), prompt(80, str(i)), 60, arrival=0.0, ignore_eos=True)
     _, out = run_all(e)
@@ -115,6 +114,7 @@ def test_ngram_speeds_up_code_edits_more_than_chat():
     """n-gram acceptance comes from content: an edit repeats its code, a chat answer does not,
     so prompt lookup pays off on code edits (the study's finding)."""
     from workloads import kind_like
+
     prof = profiles.load("h100-llama-3.1-8b")
 
     def speedup(kind: str) -> float:

@@ -1,6 +1,7 @@
 """The emulator's hot path is cheap and exact: its n-gram lookup decides as a brute-force scan
 of the context does, and its SSE chunks from a per-request template are byte for byte the
 chunks rendered from the whole object."""
+
 from __future__ import annotations
 
 import itertools
@@ -17,9 +18,9 @@ def brute_force(tokens: list[int], min_n: int, max_n: int) -> int | None:
     its last token; the earliest among equally long ones; where its drafts would start."""
     total = len(tokens)
     for n in range(min(max_n, total - 1), min_n - 1, -1):
-        suffix = tokens[total - n:]
+        suffix = tokens[total - n :]
         for start in range(0, total - n):
-            if tokens[start:start + n] == suffix:
+            if tokens[start : start + n] == suffix:
                 return start + n
     return None
 
@@ -38,12 +39,28 @@ def test_the_ngram_index_decides_as_a_full_scan_does(seed):
     assert NgramIndex(3, 7, [1, 2, 3, 9, 1, 2, 3]).propose(2) == [9, 1]
 
 
-@pytest.mark.parametrize("chat,continuous,reason,text", list(itertools.product(
-    [True, False], [True, False], [None, "stop", "length"], [" kalo mi", "", ' quote " and \\ and\nnewline', " é 世界"])))
+@pytest.mark.parametrize(
+    "chat,continuous,reason,text",
+    list(
+        itertools.product(
+            [True, False],
+            [True, False],
+            [None, "stop", "length"],
+            [" kalo mi", "", ' quote " and \\ and\nnewline', " é 世界"],
+        )
+    ),
+)
 def test_template_chunks_are_the_whole_objects_bytes(chat, continuous, reason, text):
     def renderer() -> StreamRenderer:
-        return StreamRenderer(chat=chat, request_id="cmpl-0123", model='org/model "q"', created=1700000000,
-                              prompt_tokens=37, continuous_usage=continuous)
+        return StreamRenderer(
+            chat=chat,
+            request_id="cmpl-0123",
+            model='org/model "q"',
+            created=1700000000,
+            prompt_tokens=37,
+            continuous_usage=continuous,
+        )
+
     fast, whole = renderer(), renderer()
     for done in (1, 4, 128):
         assert fast.chunk(text, done, reason) == whole.chunk_object(text, done, reason)

@@ -1,6 +1,7 @@
 """What clients notice besides completions, against the emulator as vLLM serves it: /tokenize
 and /detokenize, logprobs from the `openai` SDK (streamed and whole, completions and chat), and
 request bodies sent with `Transfer-Encoding: chunked`."""
+
 from __future__ import annotations
 
 import http.client
@@ -39,8 +40,11 @@ def test_tokenize_counts_what_completions_count_and_detokenize_inverts_it(srv):
     _, done = post(srv.url, "/v1/completions", {"model": LLAMA, "prompt": prompt, "max_tokens": 4})
     assert done["usage"]["prompt_tokens"] == tok["count"]
     _, chat = post(srv.url, "/tokenize", {"model": LLAMA, "messages": [{"role": "user", "content": prompt}]})
-    _, done = post(srv.url, "/v1/chat/completions", {"model": LLAMA, "max_tokens": 4,
-                                                     "messages": [{"role": "user", "content": prompt}]})
+    _, done = post(
+        srv.url,
+        "/v1/chat/completions",
+        {"model": LLAMA, "max_tokens": 4, "messages": [{"role": "user", "content": prompt}]},
+    )
     assert done["usage"]["prompt_tokens"] == chat["count"]
     status, text = post(srv.url, "/detokenize", {"model": LLAMA, "tokens": tok["tokens"]})
     assert status == 200 and text == {"prompt": prompt}
@@ -59,9 +63,17 @@ def test_openai_sdk_gets_logprobs(srv):
     again = client.completions.create(model=LLAMA, prompt="hello there", max_tokens=12, logprobs=3)
     assert again.choices[0].logprobs.token_logprobs == lp.token_logprobs  # deterministic
 
-    chunks = list(client.chat.completions.create(model=LLAMA, messages=[{"role": "user", "content": "hi"}],
-                                                 max_tokens=10, logprobs=True, top_logprobs=2, stream=True,
-                                                 stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model=LLAMA,
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=10,
+            logprobs=True,
+            top_logprobs=2,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     content = [c for ch in chunks for choice in ch.choices if choice.logprobs for c in choice.logprobs.content]
     text = "".join(choice.delta.content or "" for ch in chunks for choice in ch.choices)
     assert len(content) == chunks[-1].usage.completion_tokens == 10
@@ -75,8 +87,13 @@ def test_chunked_request_body_is_read(srv):
     u = urlparse(srv.url)
     body = json.dumps({"model": LLAMA, "prompt": "chunked request body here", "max_tokens": 3}).encode()
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
-    conn.request("POST", "/v1/completions", body=iter([body[:10], body[10:25], body[25:]]),
-                 headers={"Content-Type": "application/json"}, encode_chunked=True)
+    conn.request(
+        "POST",
+        "/v1/completions",
+        body=iter([body[:10], body[10:25], body[25:]]),
+        headers={"Content-Type": "application/json"},
+        encode_chunked=True,
+    )
     r = conn.getresponse()
     out = json.loads(r.read())
     assert r.status == 200 and out["usage"] == {"prompt_tokens": 4, "total_tokens": 7, "completion_tokens": 3}

@@ -2,6 +2,7 @@
 with what the clients received, for every speculative-decoding variant, and so does what
 `loadgen run` scraped from them into summary.json; so do the per-request SD metrics
 (`--per-request-spec-decode-metrics`) on each response."""
+
 from __future__ import annotations
 
 import json
@@ -17,18 +18,25 @@ from tests.conftest import run_cli
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 VARIANTS = {
     "baseline": (LLAMA, None),
-    "ngram": (LLAMA, {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2,
-                      "prompt_lookup_max": 5}),
-    "eagle": (LLAMA, {"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
-                      "num_speculative_tokens": 3}),
+    "ngram": (LLAMA, {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 5}),
+    "eagle": (LLAMA, {"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}),
     "eagle3": (LLAMA, {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 4}),
-    "draft_model": (LLAMA, {"method": "draft_model", "model": "meta-llama/Llama-3.2-1B-Instruct",
-                            "num_speculative_tokens": 3}),
+    "draft_model": (
+        LLAMA,
+        {"method": "draft_model", "model": "meta-llama/Llama-3.2-1B-Instruct", "num_speculative_tokens": 3},
+    ),
     "mtp": ("zai-org/GLM-4.5-Air", {"method": "mtp", "num_speculative_tokens": 2}),
     "suffix": (LLAMA, {"method": "suffix", "num_speculative_tokens": 8}),
-    "synthetic": (LLAMA, {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
-                          "num_speculative_tokens": 3, "rejection_sample_method": "synthetic",
-                          "synthetic_acceptance_rates": [0.9, 0.6, 0.3]}),
+    "synthetic": (
+        LLAMA,
+        {
+            "method": "eagle3",
+            "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+            "num_speculative_tokens": 3,
+            "rejection_sample_method": "synthetic",
+            "synthetic_acceptance_rates": [0.9, 0.6, 0.3],
+        },
+    ),
 }
 
 
@@ -53,8 +61,22 @@ def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
     args = ["--speculative-config", json.dumps(spec)] if spec else []
     per_request = ["--per-request-spec-decode-metrics", "summary"] if spec else []  # vLLM: only with SD
     with emulator_server(model, *args, "--time-scale", "0.25", *per_request) as srv:
-        res = run_cli("run", "--base-url", srv.url, "--concurrency", "8", "--num-requests", "24",
-                      "--output-len", "48", "--input-len", "64", "--quiet", "--output", str(tmp_path))
+        res = run_cli(
+            "run",
+            "--base-url",
+            srv.url,
+            "--concurrency",
+            "8",
+            "--num-requests",
+            "24",
+            "--output-len",
+            "48",
+            "--input-len",
+            "64",
+            "--quiet",
+            "--output",
+            str(tmp_path),
+        )
         assert res.returncode == 0, res.stderr
         m = scrape(srv.url)
     frame = pd.read_parquet(tmp_path / "requests.parquet")
@@ -96,8 +118,7 @@ def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
     assert m["vllm:spec_decode_num_drafts_total"] <= len(decode)
     assert max(decode) <= k + 1
     # per request: the server's counts are what its chunks imply (one chunk per step here)...
-    for tokens, acc, steps in zip(frame["chunk_tokens"], frame["server_accepted_tokens"],
-                                  frame["server_spec_steps"]):
+    for tokens, acc, steps in zip(frame["chunk_tokens"], frame["server_accepted_tokens"], frame["server_spec_steps"]):
         assert acc == sum(n - 1 for n in list(tokens)[1:])
         assert steps <= len(tokens) - 1
     # ...and over the run they are the Prometheus deltas, exactly

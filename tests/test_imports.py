@@ -1,6 +1,7 @@
 """The dependency rules of docs/architecture.md, read from the source: `loadgen/` uses `servers/`
 and `workloads/`; neither of those imports `loadgen/`, nor each other. Every import statement
 counts, also one inside a function (a lazy import is still a dependency)."""
+
 from __future__ import annotations
 
 import ast
@@ -40,32 +41,49 @@ def imported_packages(path: Path) -> dict[str, int]:
 
 @pytest.mark.parametrize("package", sorted(MAY_NOT_IMPORT))
 def test_servers_and_workloads_import_neither_loadgen_nor_each_other(package):
-    broken = [f"{path.relative_to(REPO)}:{line} imports {top}"
-              for path in sorted((REPO / package).rglob("*.py"))
-              for top, line in imported_packages(path).items() if top in MAY_NOT_IMPORT[package]]
+    broken = [
+        f"{path.relative_to(REPO)}:{line} imports {top}"
+        for path in sorted((REPO / package).rglob("*.py"))
+        for top, line in imported_packages(path).items()
+        if top in MAY_NOT_IMPORT[package]
+    ]
     assert not broken, "; ".join(broken)
 
 
 def test_the_rule_would_see_a_broken_import(tmp_path):
     """The checks themselves: function-level imports are found, by package and by module."""
     bad = tmp_path / "bad.py"
-    bad.write_text("import os\n\ndef f():\n    from loadgen.measures.summary import summarize\n    import workloads.spec\n"
-                   "    from loadgen.outputs import store\n")
+    bad.write_text(
+        "import os\n\ndef f():\n    from loadgen.measures.summary import summarize\n    import workloads.spec\n"
+        "    from loadgen.outputs import store\n"
+    )
     assert imported_packages(bad) == {"loadgen": 4, "workloads": 5}
     assert {"loadgen.measures.summary", "workloads.spec", "loadgen.outputs.store"} <= set(imported_modules(bad))
 
 
 # the CLI turns options into specs and results into output; the work is the library's (loadgen.api)
-CLI_MAY_NOT_IMPORT = ("loadgen.executors", "loadgen.client", "loadgen.run", "loadgen.load", "loadgen.backends", "loadgen.outputs.store",
-                      "loadgen.sweep.cell", "loadgen.sweep.runner", "loadgen.sweep.execute", "loadgen.sweep.parallel",
-                      "loadgen.sweep.cluster")
+CLI_MAY_NOT_IMPORT = (
+    "loadgen.executors",
+    "loadgen.client",
+    "loadgen.run",
+    "loadgen.load",
+    "loadgen.backends",
+    "loadgen.outputs.store",
+    "loadgen.sweep.cell",
+    "loadgen.sweep.runner",
+    "loadgen.sweep.execute",
+    "loadgen.sweep.parallel",
+    "loadgen.sweep.cluster",
+)
 
 
 def test_the_cli_goes_through_the_library():
-    broken = [f"{path.relative_to(REPO)}:{line} imports {name}"
-              for path in sorted((REPO / "loadgen" / "cli").rglob("*.py"))
-              for name, line in imported_modules(path).items()
-              if any(name == bad or name.startswith(bad + ".") for bad in CLI_MAY_NOT_IMPORT)]
+    broken = [
+        f"{path.relative_to(REPO)}:{line} imports {name}"
+        for path in sorted((REPO / "loadgen" / "cli").rglob("*.py"))
+        for name, line in imported_modules(path).items()
+        if any(name == bad or name.startswith(bad + ".") for bad in CLI_MAY_NOT_IMPORT)
+    ]
     assert not broken, "; ".join(broken)
 
 
@@ -78,8 +96,14 @@ def test_the_sweeps_worker_processes_start_the_library():
 def _modules_after(code: str) -> set[str]:
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
-                         capture_output=True, text=True, cwd=REPO, check=True).stdout
+
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    ).stdout
     return {m.split(".")[0] for m in out.split()}
 
 
@@ -93,6 +117,7 @@ def test_the_command_line_loads_only_what_a_command_needs():
     assert not _modules_after("import loadgen.simulate.virtual, loadgen.measures.summary") & {"aiohttp"}
     from loadgen import api
     from loadgen.outputs import store
+
     assert (api.SUMMARY, api.REQUESTS) == (store.SUMMARY, store.REQUESTS)
     assert all(getattr(api, name) is not None for name in api.__all__)
 
@@ -100,8 +125,11 @@ def test_the_command_line_loads_only_what_a_command_needs():
 def package_graph(root: Path) -> dict[str, dict[str, str]]:
     """loadgen's package graph, read from the source: for each package (a folder, or a module at
     the top such as api.py), the other packages it imports, each with one file:line that does."""
-    nodes = {p.stem if p.is_file() else p.name for p in root.iterdir()
-             if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem != "__init__")}
+    nodes = {
+        p.stem if p.is_file() else p.name
+        for p in root.iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem != "__init__")
+    }
     graph: dict[str, dict[str, str]] = {node: {} for node in nodes}
     for path in sorted(root.rglob("*.py")):
         parts = path.relative_to(root).parts
@@ -174,15 +202,19 @@ def test_loadgens_packages_import_one_way():
     between two of loadgen's packages (lazy imports included) fails, with the imports that make it."""
     graph = package_graph(REPO / "loadgen")
     found = cycles(graph)
-    assert not found, "; ".join(" -> ".join(f"{a} ({graph[a][b]})" for a, b in zip(c, c[1:])) + f" -> {c[-1]}"
-                                for c in found)
+    assert not found, "; ".join(
+        " -> ".join(f"{a} ({graph[a][b]})" for a, b in zip(c, c[1:])) + f" -> {c[-1]}" for c in found
+    )
 
 
 def test_the_cycle_rule_would_see_a_cycle(tmp_path):
     root = tmp_path / "loadgen"
-    for pkg, body in {"run": "from loadgen.backends import base\n",
-                      "backends": "def f():\n    from loadgen.load.execute import x\n",
-                      "load": "import loadgen.run.target\n", "measures": "from loadgen.load import scrape\n"}.items():
+    for pkg, body in {
+        "run": "from loadgen.backends import base\n",
+        "backends": "def f():\n    from loadgen.load.execute import x\n",
+        "load": "import loadgen.run.target\n",
+        "measures": "from loadgen.load import scrape\n",
+    }.items():
         (root / pkg).mkdir(parents=True)
         (root / pkg / "__init__.py").write_text("")
         (root / pkg / "m.py").write_text(body)

@@ -5,6 +5,7 @@ second before the kill (the flush interval, plus the client's own loop lag at th
 once, according to the server's own log of what it finished; `loadgen summarize` and `loadgen
 check --results` read the directory; a journal cut short gives the same per-request figures as
 the finished run it was cut from."""
+
 from __future__ import annotations
 
 import json
@@ -42,9 +43,31 @@ def test_a_killed_run_keeps_every_request_finished_a_quarter_second_before(worke
     out = tmp_path / "run"
     with canned_server("--ttft-ms", "5", "--pacing-ms", "5", "--trace", str(trace)) as srv:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen", "run", "--base-url", srv.url, "--concurrency", "8",
-             "--num-requests", "100000", "--input-len", "16", "--output-len", "32", "--workers", str(workers),
-             "--quiet", "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+            [
+                sys.executable,
+                "-m",
+                "loadgen",
+                "run",
+                "--base-url",
+                srv.url,
+                "--concurrency",
+                "8",
+                "--num-requests",
+                "100000",
+                "--input-len",
+                "16",
+                "--output-len",
+                "32",
+                "--workers",
+                str(workers),
+                "--quiet",
+                "--output",
+                str(out),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+        )
         tree = set()
         try:
             deadline = time.monotonic() + 60
@@ -99,8 +122,22 @@ def test_a_killed_run_keeps_every_request_finished_a_quarter_second_before(worke
 def test_check_results_summarizes_a_cut_run_itself(tmp_path):
     """A killed run's directory holds no summary.json: check --results makes it from the journal."""
     with canned_server("--ttft-ms", "1") as srv:
-        res = run_cli("run", "--base-url", srv.url, "--concurrency", "4", "--num-requests", "40",
-                      "--input-len", "16", "--output-len", "16", "--quiet", "--output", str(tmp_path))
+        res = run_cli(
+            "run",
+            "--base-url",
+            srv.url,
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "40",
+            "--input-len",
+            "16",
+            "--output-len",
+            "16",
+            "--quiet",
+            "--output",
+            str(tmp_path),
+        )
     assert res.returncode == 0, res.stderr
     _cut(tmp_path, keep=25)
     for name in ("summary.json", "requests.parquet"):
@@ -131,8 +168,22 @@ def _cut(directory: Path, keep: int) -> None:
 
 def test_a_cut_journal_gives_the_finished_runs_figures_for_its_requests(tmp_path):
     with canned_server("--ttft-ms", "2", "--pacing-ms", "1") as srv:
-        res = run_cli("run", "--base-url", srv.url, "--concurrency", "4", "--num-requests", "60",
-                      "--input-len", "16", "--output-len", "24", "--quiet", "--output", str(tmp_path))
+        res = run_cli(
+            "run",
+            "--base-url",
+            srv.url,
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "60",
+            "--input-len",
+            "16",
+            "--output-len",
+            "24",
+            "--quiet",
+            "--output",
+            str(tmp_path),
+        )
     assert res.returncode == 0, res.stderr
     whole = pd.read_parquet(tmp_path / "requests.parquet").set_index("request_id")
     _cut(tmp_path, keep=40)
@@ -149,7 +200,9 @@ def test_a_cut_journal_gives_the_finished_runs_figures_for_its_requests(tmp_path
 
 def _live_records() -> int:
     import gc
+
     from loadgen.client.record import RequestRecord
+
     return sum(1 for o in gc.get_objects() if type(o) is RequestRecord)
 
 
@@ -164,6 +217,7 @@ def test_finished_requests_leave_memory_when_journaled(journaled, tmp_path):
 
     from loadgen.load.execute import LoadShape, RunSpec, execute
     from workloads import random_lengths
+
     users, total = 16, 1200
     live: list[tuple[int, int]] = []
     done = [0]
@@ -174,11 +228,15 @@ def test_finished_requests_leave_memory_when_journaled(journaled, tmp_path):
             live.append((done[0], _live_records()))
 
     with canned_server("--ttft-ms", "1", "--pacing-ms", "0.2") as srv:
-        spec = RunSpec(api_base=srv.url + "/v1", model="canned", load=LoadShape(concurrency=users),
-                       num_requests=total, journal=str(tmp_path) if journaled else None)
+        spec = RunSpec(
+            api_base=srv.url + "/v1",
+            model="canned",
+            load=LoadShape(concurrency=users),
+            num_requests=total,
+            journal=str(tmp_path) if journaled else None,
+        )
         before = _live_records()
-        result = asyncio.run(execute(spec, random_lengths(None, input_len=16, output_len=32),
-                                     on_record=counted))
+        result = asyncio.run(execute(spec, random_lengths(None, input_len=16, output_len=32), on_record=counted))
     assert [n for n, _ in live] == [total // 3, 2 * total // 3, total - users]
     held = [count - before for _, count in live]
     if journaled:

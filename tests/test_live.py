@@ -1,4 +1,5 @@
 """loadgen's live metrics (--metrics-port): exact counts, and always the plain text format."""
+
 from __future__ import annotations
 
 import urllib.request
@@ -42,7 +43,7 @@ def test_counts_histograms_and_format():
         bad = _rec(2, None, "http_500")
         for r in (*ok, bad):
             live.started(r)
-        live.started(_rec(3, None))          # still in flight
+        live.started(_rec(3, None))  # still in flight
         for r in (*ok, bad):
             live.finished(r)
         live.sweep_planned(4)
@@ -58,8 +59,8 @@ def test_counts_histograms_and_format():
     assert s[("loadgen_requests_failed_total", tuple(sorted((*lab, ("error_type", "http_500")))))] == 1
     assert s[("loadgen_output_tokens_total", lab)] == 5
     assert s[("loadgen_ttft_seconds_count", lab)] == 2
-    assert abs(s[("loadgen_ttft_seconds_sum", lab)] - 0.070) < 1e-9      # 20 ms + 50 ms
-    assert s[("loadgen_inter_chunk_seconds_count", lab)] == 3            # 10, 10, 5 ms
+    assert abs(s[("loadgen_ttft_seconds_sum", lab)] - 0.070) < 1e-9  # 20 ms + 50 ms
+    assert s[("loadgen_inter_chunk_seconds_count", lab)] == 3  # 10, 10, 5 ms
     le = dict(lab + (("le", "0.01"),))
     assert s[("loadgen_inter_chunk_seconds_bucket", tuple(sorted(le.items())))] == 3
     assert s[("loadgen_tpot_seconds_count", lab)] == 2
@@ -69,10 +70,21 @@ def test_counts_histograms_and_format():
 
 def test_a_busy_metrics_port_is_one_line():
     from tests.conftest import run_cli
+
     live = LiveMetrics(0)
     try:
-        res = run_cli("run", "--base-url", "http://127.0.0.1:9", "--metrics-port", str(live.port), "--concurrency", "1",
-                      "--num-requests", "1", "--quiet")
+        res = run_cli(
+            "run",
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--metrics-port",
+            str(live.port),
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "1",
+            "--quiet",
+        )
     finally:
         live.close()
     assert res.returncode == 2 and "Traceback" not in res.stderr

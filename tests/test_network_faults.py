@@ -2,6 +2,7 @@
 in front of the canned server: each is recorded per request with its type, the run completes,
 nothing finished is lost; `--max-error-rate` stops a run against a server that is down, early,
 with exit code 2 and its reason."""
+
 from __future__ import annotations
 
 import json
@@ -16,16 +17,36 @@ from tests.conftest import run_cli
 
 @contextmanager
 def proxied(*fault: str):
-    with canned_server("--ttft-ms", "5", "--pacing-ms", "5") as srv, \
-            server_process(["servers.faultproxy", "--upstream", srv.url, *fault], host="127.0.0.1",
-                           timeout_s=30, cpu=None) as proxy:
+    with (
+        canned_server("--ttft-ms", "5", "--pacing-ms", "5") as srv,
+        server_process(
+            ["servers.faultproxy", "--upstream", srv.url, *fault], host="127.0.0.1", timeout_s=30, cpu=None
+        ) as proxy,
+    ):
         yield proxy.url
 
 
 def _run(url: str, tmp_path, *extra: str, n: int = 12) -> tuple[pd.DataFrame, dict, object]:
-    res = run_cli("run", "--base-url", url, "--concurrency", "3", "--num-requests", str(n), "--input-len", "16",
-                  "--output-len", "32", "--no-keep-alive", "--metrics-url", "none", "--quiet",
-                  "--output", str(tmp_path), *extra)
+    res = run_cli(
+        "run",
+        "--base-url",
+        url,
+        "--concurrency",
+        "3",
+        "--num-requests",
+        str(n),
+        "--input-len",
+        "16",
+        "--output-len",
+        "32",
+        "--no-keep-alive",
+        "--metrics-url",
+        "none",
+        "--quiet",
+        "--output",
+        str(tmp_path),
+        *extra,
+    )
     assert "Traceback" not in res.stderr, res.stderr
     frame = pd.read_parquet(tmp_path / "requests.parquet")
     return frame, json.loads((tmp_path / "summary.json").read_text()), res
@@ -37,8 +58,7 @@ FAULTS = {
     "reset": (["--fault", "reset", "--after-bytes", "700", "--every", "2"], [], "reset"),
     "stall": (["--fault", "stall", "--after-bytes", "700", "--every", "2"], ["--request-timeout", "1.5"], "timeout"),
     "drip": (["--fault", "drip", "--bytes-per-s", "3000", "--every", "2"], ["--request-timeout", "30"], None),
-    "slow_drip": (["--fault", "drip", "--bytes-per-s", "300", "--every", "2"], ["--request-timeout", "1.5"],
-                  "timeout"),
+    "slow_drip": (["--fault", "drip", "--bytes-per-s", "300", "--every", "2"], ["--request-timeout", "1.5"], "timeout"),
 }
 
 

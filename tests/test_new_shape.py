@@ -3,6 +3,7 @@ for T seconds then M, written into a copy of the source tree as `loadgen/shapes/
 nothing else, runs under `loadgen run` (with --workers 2), `loadgen simulate` and a sweep, and
 the simulator agrees with the real run. The copy keeps the repository untouched while other
 tests run beside this one."""
+
 from __future__ import annotations
 
 import filecmp
@@ -92,8 +93,9 @@ def tree(tmp_path_factory) -> Path:
 
 def loadgen(tree: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True, text=True,
-                          env=env, cwd=tree, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", *args], capture_output=True, text=True, env=env, cwd=tree, timeout=timeout
+    )
 
 
 STEP_ARGS = ["--step", "2:3:6", "--duration", "7", "--workload", "chat,output=fixed:64", "--seed", "5"]
@@ -106,7 +108,8 @@ def _summary(out: Path) -> dict:
 def test_the_new_shape_is_refused_as_its_family_refuses(tree):
     res = loadgen(tree, "simulate", "--profile", "h100-llama-3.1-8b", "--step", "6:4:2", "--output", str(tree / "x"))
     assert res.returncode == 2 and res.stderr.strip().splitlines()[-1].endswith(
-        "--step users: give 1 <= N <= M and T > 0 (users never leave), got 6:4:2"), res.stderr
+        "--step users: give 1 <= N <= M and T > 0 (users never leave), got 6:4:2"
+    ), res.stderr
     res = loadgen(tree, "simulate", "--profile", "h100-llama-3.1-8b", "--step", "2:4:6", "--concurrency", "3")
     assert res.returncode == 2 and "--step is a load of its own: drop --concurrency" in res.stderr, res.stderr
     res = loadgen(tree, "run", "--help")
@@ -124,18 +127,29 @@ def test_a_new_shape_runs_under_run_workers_and_simulate_alike(tree, tmp_path):
     assert res.returncode == 0, res.stderr
     real = tmp_path / "real"
     with emulator_server("meta-llama/Llama-3.1-8B-Instruct", "--seed", "5", "--time-scale", "2") as srv:
-        res = loadgen(tree, "run", "--base-url", srv.url, *STEP_ARGS, "--workers", "2", "--quiet",
-                      "--output", str(real))
+        res = loadgen(
+            tree, "run", "--base-url", srv.url, *STEP_ARGS, "--workers", "2", "--quiet", "--output", str(real)
+        )
     assert res.returncode == 0, res.stderr
     got, want = _summary(real), _summary(sim)
-    step = {"mode": "step", "first": 2, "after_s": 3.0, "then": 6, "concurrency": 6, "rate": None,
-            "arrival": None, "burstiness": None, "max_concurrency": None}
+    step = {
+        "mode": "step",
+        "first": 2,
+        "after_s": 3.0,
+        "then": 6,
+        "concurrency": 6,
+        "rate": None,
+        "arrival": None,
+        "burstiness": None,
+        "max_concurrency": None,
+    }
     assert got["config"]["load"] == want["config"]["load"] == step
     assert got["config"]["workers"] == 2 and got["time_scale"] == 2.0
     assert not got["client_bound"], got["self_check"]["reasons"]
     assert got["output_throughput_tok_s"] == pytest.approx(want["output_throughput_tok_s"], rel=0.05)
     # the step itself: two users before 3 s, six after (each user keeps one request out)
     import pandas as pd
+
     frame = pd.read_parquet(real / "requests.parquet")
     t0 = got["config"]["clock"]["t0_ns"]
     sends = (frame["t_send_ns"] - t0) / 1e9
@@ -149,9 +163,25 @@ def test_a_new_shape_runs_as_a_sweeps_load(tree, tmp_path):
     time and on real servers alike, each cell recording the step."""
     for extra in (["--virtual"], ["--time-scale", "2"]):
         out = tmp_path / extra[0].strip("-")
-        res = loadgen(tree, "sweep", "--step", "1:2:3", "--duration", "4", "--variants", "baseline,ngram",
-                      "--workloads", "chat,output=fixed:32", "--warmup", "0", "--quiet", *extra,
-                      "--output", str(out), timeout=240)
+        res = loadgen(
+            tree,
+            "sweep",
+            "--step",
+            "1:2:3",
+            "--duration",
+            "4",
+            "--variants",
+            "baseline,ngram",
+            "--workloads",
+            "chat,output=fixed:32",
+            "--warmup",
+            "0",
+            "--quiet",
+            *extra,
+            "--output",
+            str(out),
+            timeout=240,
+        )
         assert res.returncode == 0, res.stderr
         summaries = sorted(out.glob("cells/*/*/c3/summary.json"))
         assert len(summaries) == 2, sorted(p.relative_to(out) for p in out.rglob("summary.json"))

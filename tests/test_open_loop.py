@@ -1,4 +1,5 @@
 """Open-loop runs: the rate is delivered, client-side queueing is visible, schedules repeat."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,22 @@ def _load(out) -> tuple[dict, pd.DataFrame]:
 
 def test_constant_rate_is_delivered_on_time(server, tmp_path):
     url = server("--ttft-ms", "5", "--step-ms", "5")
-    res = run_cli("run", "--base-url", url, "--rate", "40", "--arrival", "constant",
-                  "--num-requests", "80", "--output-len", "8", "--quiet", "--output", str(tmp_path))
+    res = run_cli(
+        "run",
+        "--base-url",
+        url,
+        "--rate",
+        "40",
+        "--arrival",
+        "constant",
+        "--num-requests",
+        "80",
+        "--output-len",
+        "8",
+        "--quiet",
+        "--output",
+        str(tmp_path),
+    )
     assert res.returncode == 0, res.stderr
     s, f = _load(tmp_path)
     assert s["sending"]["send_rate_req_s"] == pytest.approx(40, rel=0.05)
@@ -36,14 +51,29 @@ def test_constant_rate_is_delivered_on_time(server, tmp_path):
 def test_concurrency_cap_queueing_is_measured_not_hidden(server, tmp_path):
     # each request takes ~100 ms; 2 slots carry ~20 req/s; 50 req/s are offered
     url = server("--ttft-ms", "10", "--step-ms", "10", "--chunk-tokens", "1")
-    res = run_cli("run", "--base-url", url, "--rate", "50", "--arrival", "constant",
-                  "--max-concurrency", "2", "--num-requests", "40", "--output-len", "10",
-                  "--quiet", "--output", str(tmp_path))
+    res = run_cli(
+        "run",
+        "--base-url",
+        url,
+        "--rate",
+        "50",
+        "--arrival",
+        "constant",
+        "--max-concurrency",
+        "2",
+        "--num-requests",
+        "40",
+        "--output-len",
+        "10",
+        "--quiet",
+        "--output",
+        str(tmp_path),
+    )
     assert res.returncode == 0, res.stderr
     s, f = _load(tmp_path)
     assert s["completed"] == 40
     assert f["queue_delay_ms"].iloc[-10:].min() > 100  # late requests waited for a slot
-    assert s["self_check"]["lateness_ms"]["p99"] < 5     # waiting for a slot is not lateness
+    assert s["self_check"]["lateness_ms"]["p99"] < 5  # waiting for a slot is not lateness
     # the wait is part of what a user sees (from the scheduled time), not of the server's TTFT
     assert s["ttft_from_scheduled_ms"]["p50"] > s["ttft_ms"]["p50"] + 100
     assert s["ttft_ms"]["p99"] < 30
@@ -54,9 +84,24 @@ def test_same_seed_same_schedule(server, tmp_path):
     offsets = []
     for i in range(2):
         out = tmp_path / str(i)
-        res = run_cli("run", "--base-url", url, "--rate", "100", "--burstiness", "0.5",
-                      "--num-requests", "40", "--output-len", "4", "--seed", "11", "--quiet",
-                      "--output", str(out))
+        res = run_cli(
+            "run",
+            "--base-url",
+            url,
+            "--rate",
+            "100",
+            "--burstiness",
+            "0.5",
+            "--num-requests",
+            "40",
+            "--output-len",
+            "4",
+            "--seed",
+            "11",
+            "--quiet",
+            "--output",
+            str(out),
+        )
         assert res.returncode == 0, res.stderr
         s, f = _load(out)
         offsets.append((f["t_scheduled_ns"] - s["config"]["clock"]["t0_ns"]).to_numpy())
@@ -65,8 +110,20 @@ def test_same_seed_same_schedule(server, tmp_path):
 
 def test_duration_bounds_the_sending(server, tmp_path):
     url = server("--ttft-ms", "2", "--step-ms", "2")
-    res = run_cli("run", "--base-url", url, "--rate", "30", "--duration", "2", "--output-len", "4",
-                  "--quiet", "--output", str(tmp_path))
+    res = run_cli(
+        "run",
+        "--base-url",
+        url,
+        "--rate",
+        "30",
+        "--duration",
+        "2",
+        "--output-len",
+        "4",
+        "--quiet",
+        "--output",
+        str(tmp_path),
+    )
     assert res.returncode == 0, res.stderr
     s, f = _load(tmp_path)
     sent_at = (f["t_scheduled_ns"] - s["config"]["clock"]["t0_ns"]) / 1e9

@@ -8,6 +8,7 @@ complete. The cells match a local sweep's in form. And one `loadgen run --worker
 sends its load from an actor on each node. Needs the `ray` extra (in `test`);
 LOADGEN_REQUIRE_RAY=1 (as in .ci/run) makes its absence a failure instead of a skip.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,17 @@ from tests.conftest import REPO, run_cli
 pytestmark = pytest.mark.background
 
 RESOURCE = "fake_gpu"
-PLAN = ["--workloads", "chat,output=fixed:48", "--concurrency", "1,2", "--num-requests", "6",
-        "--warmup", "0", "--quiet"]
+PLAN = [
+    "--workloads",
+    "chat,output=fixed:48",
+    "--concurrency",
+    "1,2",
+    "--num-requests",
+    "6",
+    "--warmup",
+    "0",
+    "--quiet",
+]
 ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
@@ -87,22 +97,52 @@ def cluster():
     tmp = tempfile.mkdtemp(prefix="lgray-", dir="/tmp")  # short: Ray's socket paths must fit
     port = free_port()
     env = {**os.environ, **ENV}
-    common = ["--node-ip-address=127.0.0.1", "--num-cpus=2", f"--resources={json.dumps({RESOURCE: 2})}",
-              "--object-store-memory=80000000", "--block"]
+    common = [
+        "--node-ip-address=127.0.0.1",
+        "--num-cpus=2",
+        f"--resources={json.dumps({RESOURCE: 2})}",
+        "--object-store-memory=80000000",
+        "--block",
+    ]
     procs = []
     log = open(Path(tmp) / "ray-start.log", "wb")
     try:
-        procs.append(subprocess.Popen([ray_bin, "start", "--head", f"--port={port}", "--include-dashboard=false",
-                                       "--disable-usage-stats", f"--temp-dir={tmp}", *common],
-                                      stdout=log, stderr=log, env=env, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                [
+                    ray_bin,
+                    "start",
+                    "--head",
+                    f"--port={port}",
+                    "--include-dashboard=false",
+                    "--disable-usage-stats",
+                    f"--temp-dir={tmp}",
+                    *common,
+                ],
+                stdout=log,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+            )
+        )
         address = f"127.0.0.1:{port}"
-        procs.append(subprocess.Popen([ray_bin, "start", f"--address={address}", *common],
-                                      stdout=log, stderr=log, env=env, start_new_session=True))
-        wait = ("import ray, time, sys\nray.init(address=sys.argv[1], logging_level='ERROR')\n"
-                "t = time.monotonic() + 90\nwhile len([n for n in ray.nodes() if n['Alive']]) < 2:\n"
-                "    assert time.monotonic() < t, 'the second node did not join'\n    time.sleep(0.2)\n")
-        res = subprocess.run([sys.executable, "-c", wait, address], env=env, capture_output=True,
-                             text=True, timeout=120)
+        procs.append(
+            subprocess.Popen(
+                [ray_bin, "start", f"--address={address}", *common],
+                stdout=log,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+            )
+        )
+        wait = (
+            "import ray, time, sys\nray.init(address=sys.argv[1], logging_level='ERROR')\n"
+            "t = time.monotonic() + 90\nwhile len([n for n in ray.nodes() if n['Alive']]) < 2:\n"
+            "    assert time.monotonic() < t, 'the second node did not join'\n    time.sleep(0.2)\n"
+        )
+        res = subprocess.run(
+            [sys.executable, "-c", wait, address], env=env, capture_output=True, text=True, timeout=120
+        )
         assert res.returncode == 0, res.stderr[-2000:] + (Path(tmp) / "ray-start.log").read_text()[-2000:]
         yield address, env, {p.pid for p in procs}
     finally:
@@ -119,15 +159,33 @@ class _Sweep:
     (one reader per pipe: a second one racing it loses lines)."""
 
     def __init__(self, out: Path, address: str, env: dict, *extra: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "loadgen", "sweep", "--output", str(out),
-                                      "--ray", address, "--ray-resource", RESOURCE, *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                                     env={**os.environ, **env})
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "loadgen",
+                "sweep",
+                "--output",
+                str(out),
+                "--ray",
+                address,
+                "--ray-resource",
+                RESOURCE,
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, **env},
+        )
         self.lines: list[str] = []  # stderr, line by line
         self.stdout: list[str] = []
         self.seen = threading.Event()  # the eagle c1 cell has started
-        self._readers = [threading.Thread(target=self._read_stderr, daemon=True),
-                         threading.Thread(target=lambda: self.stdout.extend(self.proc.stdout), daemon=True)]
+        self._readers = [
+            threading.Thread(target=self._read_stderr, daemon=True),
+            threading.Thread(target=lambda: self.stdout.extend(self.proc.stdout), daemon=True),
+        ]
         for t in self._readers:
             t.start()
 
@@ -144,7 +202,7 @@ class _Sweep:
             t.join(10)
         return self.proc.returncode
 
-    def __enter__(self) -> "_Sweep":
+    def __enter__(self) -> _Sweep:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -154,8 +212,10 @@ class _Sweep:
 
 
 def _cells(out: Path) -> dict[str, dict]:
-    return {json.loads(p.read_text())["cell"]["key"]: json.loads(p.read_text())
-            for p in (out / "cells").glob("*/*/*/summary.json")}
+    return {
+        json.loads(p.read_text())["cell"]["key"]: json.loads(p.read_text())
+        for p in (out / "cells").glob("*/*/*/summary.json")
+    }
 
 
 def test_a_sweep_on_ray_spreads_its_cells_and_a_killed_task_is_redone(cluster, tmp_path):
@@ -173,7 +233,8 @@ def test_a_sweep_on_ray_spreads_its_cells_and_a_killed_task_is_redone(cluster, t
     assert "Traceback" not in err
     cells = _cells(out)
     assert {k for k, s in cells.items() if s["cell"]["status"] == "ok"} == {
-        f"{v}/chat/c{c}" for v in ("baseline", "ngram") for c in (1, 2)}
+        f"{v}/chat/c{c}" for v in ("baseline", "ngram") for c in (1, 2)
+    }
     lost = cells["eagle/chat/c1"]["cell"]
     assert lost["status"] == "failed" and lost["cause"] == "worker" and "died" in lost["error"]
     assert "eagle/chat/c2" not in cells
@@ -201,8 +262,21 @@ def test_a_sweep_on_ray_spreads_its_cells_and_a_killed_task_is_redone(cluster, t
 
     # equal in form to a local sweep's cells
     local = tmp_path / "local"
-    res = run_cli("sweep", "--output", str(local), "--variants", "eagle", *PLAN[:2], "--concurrency", "1",
-                  "--num-requests", "2", "--warmup", "0", "--quiet")
+    res = run_cli(
+        "sweep",
+        "--output",
+        str(local),
+        "--variants",
+        "eagle",
+        *PLAN[:2],
+        "--concurrency",
+        "1",
+        "--num-requests",
+        "2",
+        "--warmup",
+        "0",
+        "--quiet",
+    )
     assert res.returncode == 0, res.stderr
     here, there = _cells(local)["eagle/chat/c1"], cells["eagle/chat/c1"]
     assert set(here) == set(there)
@@ -220,8 +294,7 @@ def _servers(sids: set[int]) -> list[str]:
 
 def test_without_a_cluster_or_the_resource_it_says_so_in_one_line(cluster, tmp_path):
     address, env, _ = cluster
-    res = run_cli("sweep", "--output", str(tmp_path / "a"), "--ray", address, "--ray-resource", "h100",
-                  *PLAN, env=env)
+    res = run_cli("sweep", "--output", str(tmp_path / "a"), "--ray", address, "--ray-resource", "h100", *PLAN, env=env)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("loadgen: error: --ray") and "'h100'" in last and "--ray-resource" in last
@@ -236,10 +309,28 @@ def test_one_runs_load_from_actors_on_two_nodes(cluster, server, tmp_path):
     """`loadgen run --workers 2 --ray`: one actor per node, the one schedule split, the records
     merged onto this process's clock and measured as a local run's."""
     address, env, _ = cluster
-    url = server("--ttft-ms", "40", "--prefill-us-per-token", "0", "--step-ms", "10", "--chunk-tokens", "1",
-                 "--time-scale", "2")
-    res = run_cli("run", "--base-url", url, "--workers", "2", "--ray", address, "--concurrency", "4",
-                  "--num-requests", "40", "--output-len", "8", "--quiet", "--output", str(tmp_path), env=env)
+    url = server(
+        "--ttft-ms", "40", "--prefill-us-per-token", "0", "--step-ms", "10", "--chunk-tokens", "1", "--time-scale", "2"
+    )
+    res = run_cli(
+        "run",
+        "--base-url",
+        url,
+        "--workers",
+        "2",
+        "--ray",
+        address,
+        "--concurrency",
+        "4",
+        "--num-requests",
+        "40",
+        "--output-len",
+        "8",
+        "--quiet",
+        "--output",
+        str(tmp_path),
+        env=env,
+    )
     assert res.returncode == 0, res.stderr
     s = json.loads((tmp_path / "summary.json").read_text())
     f = pd.read_parquet(tmp_path / "requests.parquet")
@@ -258,11 +349,30 @@ def test_max_error_rate_is_one_judgement_over_all_actors(cluster, server, tmp_pa
     """--max-error-rate with `--workers 2 --ray` against a server failing every request: the
     driver judges the actors' finished requests together and halts both, once."""
     from tests.test_workers import FAILING, assert_stopped_once
+
     address, env, _ = cluster
     url = server(*FAILING)
-    res = run_cli("run", "--base-url", url, "--workers", "2", "--ray", address, "--concurrency", "4",
-                  "--num-requests", "2000", "--output-len", "4", "--max-error-rate", "0.5", "--quiet",
-                  "--output", str(tmp_path), env=env)
+    res = run_cli(
+        "run",
+        "--base-url",
+        url,
+        "--workers",
+        "2",
+        "--ray",
+        address,
+        "--concurrency",
+        "4",
+        "--num-requests",
+        "2000",
+        "--output-len",
+        "4",
+        "--max-error-rate",
+        "0.5",
+        "--quiet",
+        "--output",
+        str(tmp_path),
+        env=env,
+    )
     assert_stopped_once(res, tmp_path, 2000)
 
 
@@ -270,6 +380,7 @@ def test_each_engine_asks_ray_for_what_it_runs_on():
     """vLLM asks for GPUs, the emulator and llama.cpp for CPUs; CPU and GPU go to Ray's own
     keywords (Ray refuses them as custom resources), anything else as a custom resource."""
     from loadgen.backends.raycluster import default_resource, resource_request
+
     assert [default_resource(e) for e in ("vllm", "emulator", "llama.cpp")] == ["GPU", "CPU", "CPU"]
     assert resource_request("GPU", 2) == {"num_cpus": 1, "num_gpus": 2}
     assert resource_request("CPU", 2) == {"num_cpus": 2}
@@ -283,9 +394,27 @@ def test_an_emulator_sweep_asks_for_cpus_by_default(cluster, tmp_path):
     address, env, _ = cluster
     for extra in ([], ["--ray-resource", "CPU"]):
         out = tmp_path / ("default" if not extra else "cpu")
-        res = run_cli("sweep", "--output", str(out), "--ray", address, "--variants", "baseline",
-                      "--workloads", "chat,output=fixed:16", "--concurrency", "1", "--num-requests", "2",
-                      "--warmup", "0", "--quiet", *extra, env=env, timeout=300)
+        res = run_cli(
+            "sweep",
+            "--output",
+            str(out),
+            "--ray",
+            address,
+            "--variants",
+            "baseline",
+            "--workloads",
+            "chat,output=fixed:16",
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "2",
+            "--warmup",
+            "0",
+            "--quiet",
+            *extra,
+            env=env,
+            timeout=300,
+        )
         assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
         summary = json.loads(next((out / "cells").glob("*/*/*/summary.json")).read_text())
         assert summary["completed"] == 2 and summary["cell"]["ray"]["node_id"]

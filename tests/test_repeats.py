@@ -2,6 +2,7 @@
 judging changes against the run-to-run spread, so that two runs of the same sweep (A/A) mark
 (almost) nothing while a real change in one cell is still found; the report giving each cell's
 mean and the rounds' spread."""
+
 from __future__ import annotations
 
 import html
@@ -20,7 +21,8 @@ from tests.conftest import REPO, cli, run_cli, server_pids
 
 sys.path.insert(0, str(REPO / "bench"))
 # the A/A design and its bound, shared with the bench script that measures the bound's rates
-from aa_calibration import DESIGN as ARGS, LEVELS, REPEATS, false_mark_bound  # noqa: E402
+from aa_calibration import DESIGN as ARGS  # noqa: E402
+from aa_calibration import LEVELS, REPEATS, false_mark_bound
 
 pytestmark = pytest.mark.timing  # two sweeps compared run to run: runs alone (tests/conftest.py)
 
@@ -52,10 +54,13 @@ def test_each_cell_is_measured_in_rounds_on_fresh_servers(sweeps):
         assert sorted(g["path"]) == sorted([cell, f"{cell}.r2", f"{cell}.r3"])
     # each round started every server afresh: one log per variant and round, each a new process
     logs = sorted(p.name for p in (a / "servers").glob("*.log") if "probe" not in p.name)
-    assert logs == sorted(f"{v}{'' if r == 1 else f'.r{r}'}.log" for v in ("baseline", "eagle")
-                          for r in range(1, REPEATS + 1))
-    pids = {json.loads((a / results.CELLS / p / "summary.json").read_text())["cell"]["server"]["pid"]
-            for p in table[table["variant"] == "eagle"]["path"]}
+    assert logs == sorted(
+        f"{v}{'' if r == 1 else f'.r{r}'}.log" for v in ("baseline", "eagle") for r in range(1, REPEATS + 1)
+    )
+    pids = {
+        json.loads((a / results.CELLS / p / "summary.json").read_text())["cell"]["server"]["pid"]
+        for p in table[table["variant"] == "eagle"]["path"]
+    }
     assert len(pids) == REPEATS
     assert json.loads((a / results.MANIFEST).read_text())["plan"]["repeats"] == REPEATS
 
@@ -101,6 +106,7 @@ def test_the_aa_bound_holds_for_calibrated_p_values():
     import numpy as np
 
     from loadgen.report.compare import holm
+
     rng = np.random.default_rng(0)
     marks = np.array([(holm(rng.uniform(size=16)) < 0.05).sum() for _ in range(20_000)])
     assert (marks > 0).mean() == pytest.approx(1 - (1 - 0.05 / 16) ** 16, abs=0.005)  # family-wise: alpha
@@ -129,11 +135,16 @@ def test_the_report_gives_each_cells_mean_and_the_rounds_spread(sweeps):
     assert len(sp) == len(LEVELS) and (sp["rounds"] == REPEATS).all()
     for _, r in sp.iterrows():
         at = cells[cells["level"] == r["level"]]
-        mean = lambda v: at[at["variant"] == v]["output_throughput_tok_s"].mean()  # noqa: E731
+
+        def mean(v: str, at=at) -> float:
+            return at[at["variant"] == v]["output_throughput_tok_s"].mean()
+
         assert r["speedup"] == pytest.approx(mean("eagle") / mean("baseline"))
-        rounds = [at[(at["variant"] == "eagle") & (at["repeat"] == k)]["output_throughput_tok_s"].iloc[0]
-                  / at[(at["variant"] == "baseline") & (at["repeat"] == k)]["output_throughput_tok_s"].iloc[0]
-                  for k in range(1, REPEATS + 1)]
+        rounds = [
+            at[(at["variant"] == "eagle") & (at["repeat"] == k)]["output_throughput_tok_s"].iloc[0]
+            / at[(at["variant"] == "baseline") & (at["repeat"] == k)]["output_throughput_tok_s"].iloc[0]
+            for k in range(1, REPEATS + 1)
+        ]
         assert r["speedup_min"] == pytest.approx(min(rounds)) and r["speedup_max"] == pytest.approx(max(rounds))
     thr = pd.read_csv(out / "throughput.csv")
     assert len(thr) == 2 * len(LEVELS) and (thr["repeats"] == REPEATS).all()
@@ -161,6 +172,7 @@ def test_student_t_against_its_tables():
     assert t_two_sided(1.959964, math.inf) == pytest.approx(0.05, abs=1e-6)
     assert t_two_sided(0.0, 5) == pytest.approx(1.0)
     from scipy import stats
+
     for t in (0.3, 1.5, 3.0, 9.0):
         for df in (1, 3, 7.5, 40, 1000):
             assert t_two_sided(t, df) == pytest.approx(2 * stats.t.sf(t, df), rel=1e-9, abs=1e-15)

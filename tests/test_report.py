@@ -5,6 +5,7 @@ about real time, so the sweep is simulated (`sweep --virtual`: the same cells, m
 summaries, in seconds); the report of a sweep measured in real time, with its flags, time scales
 and repeats, is checked on the real sweeps of test_acceptance_axis, test_repeats and below (SD
 that never pays)."""
+
 from __future__ import annotations
 
 import html as html_lib
@@ -24,17 +25,45 @@ from tests.conftest import cli, run_cli, server_pids
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 TOP = 16  # the sweep's levels: 1 and TOP users
-FIGURES = {"throughput", "speedup", "latency", "frontier", "acceptance", "acceptance_length", "per_position",
-           "steps", "waste", "per_request"}
+FIGURES = {
+    "throughput",
+    "speedup",
+    "latency",
+    "frontier",
+    "acceptance",
+    "acceptance_length",
+    "per_position",
+    "steps",
+    "waste",
+    "per_request",
+}
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
     before = server_pids()
     out = tmp_path_factory.mktemp("report") / "sweep"
-    res = run_cli("sweep", "--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline,ngram,eagle",
-                  "--workloads", "chat,output=fixed:128,code-edit,output=fixed:128", "--data-dir", str(DATA),
-                  "--concurrency", f"1,{TOP}", "--duration", "3", "--virtual", "--quiet", "--output", str(out))
+    res = run_cli(
+        "sweep",
+        "--servers",
+        "llama-3.1-8b",
+        "--engine",
+        "emulator",
+        "--variants",
+        "baseline,ngram,eagle",
+        "--workloads",
+        "chat,output=fixed:128,code-edit,output=fixed:128",
+        "--data-dir",
+        str(DATA),
+        "--concurrency",
+        f"1,{TOP}",
+        "--duration",
+        "3",
+        "--virtual",
+        "--quiet",
+        "--output",
+        str(out),
+    )
     assert res.returncode == 0, res.stderr
     assert server_pids() <= before
     return out
@@ -90,8 +119,18 @@ def test_acceptance_waste_and_per_request_tables(report):
 
 def test_every_output_is_written(report):
     assert {p.stem for p in report.glob("*.png")} == FIGURES
-    tables = {"throughput", "speedup", "break_even", "best_variant", "latency", "acceptance", "per_position",
-              "steps", "waste", "per_request"}
+    tables = {
+        "throughput",
+        "speedup",
+        "break_even",
+        "best_variant",
+        "latency",
+        "acceptance",
+        "per_position",
+        "steps",
+        "waste",
+        "per_request",
+    }
     assert {p.stem for p in report.glob("*.csv")} == tables == {p.stem for p in report.glob("*.parquet")}
     md = (report / "report.md").read_text()
     linked = set(re.findall(r"\]\(([^)]+\.png)\)", md))
@@ -140,8 +179,11 @@ def _how_sure_counts_the_flags(report: Path) -> None:
     (sure,) = [line.strip("*") for line in md.splitlines() if line.startswith("**How sure")]
     cells = csv(report, "throughput")  # every cell, the baseline's too
     flagged = sum(1 for f in cells["flags"] if isinstance(f, str) and f)
-    assert (f"How sure: {flagged} of {len(cells)} cells flagged" if flagged
-            else f"How sure: none of the {len(cells)} cells is flagged") in sure
+    assert (
+        f"How sure: {flagged} of {len(cells)} cells flagged"
+        if flagged
+        else f"How sure: none of the {len(cells)} cells is flagged"
+    ) in sure
 
 
 def _chromium() -> str | None:
@@ -156,14 +198,23 @@ def test_the_html_report_renders_in_headless_chromium(report, tmp_path):
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
     url = (report / "report.html").as_uri()
     # networking off: every host name resolves nowhere, no background fetches
-    common = [exe, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
-              "--virtual-time-budget=10000", "--disable-background-networking", "--host-resolver-rules=MAP * ~NOTFOUND",
-              "--window-size=1280,900"]
+    common = [
+        exe,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=10000",
+        "--disable-background-networking",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--window-size=1280,900",
+    ]
     shot = tmp_path / "shot.png"
-    subprocess.run([*common, "--hide-scrollbars", f"--screenshot={shot}", url],
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [*common, "--hide-scrollbars", f"--screenshot={shot}", url], capture_output=True, timeout=120, check=True
+    )
     pixels = matplotlib.image.imread(shot)[..., :3]
-    assert pixels.std() > 0.05                       # not one colour
+    assert pixels.std() > 0.05  # not one colour
     assert (pixels.mean(axis=-1) < 0.9).mean() > 0.03  # a real share of the first screen is drawn on
     dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=120, check=True).stdout
     loaded = re.search(r'data-images-loaded="(\d+)/(\d+)"', dom)
@@ -189,7 +240,7 @@ def _check_sentence(sentence: str, best: pd.DataFrame) -> None:
     assert pairs or (best["speedup"] <= 1.02).all()  # a speedup for each range where SD pays
     for speedup, level in pairs:
         assert float(speedup) == pytest.approx(by_level.loc[int(level.replace(",", "")), "speedup"], abs=0.005)
-    for level, r in by_level.iterrows():
+    for _level, r in by_level.iterrows():
         assert (r["best_variant"] if r["speedup"] > 1.02 else "no speculative decoding") in sentence
     assert f"from {by_level.index.min()} " in sentence or f"at {by_level.index.min()} " in sentence
 
@@ -199,11 +250,31 @@ def test_the_decision_summary_of_a_sweep_where_sd_never_pays(tmp_path):
     """Synthetic acceptance pinned near nothing (acceptance length 1.05): speculative decoding
     costs at every load; the summary says so, and that no variant pays."""
     out = tmp_path / "sweep"
-    res = run_cli("sweep", "--servers", "llama-3.1-8b-current", "--engine", "emulator", "--variants",
-                  "baseline,eagle3-synthetic", "--acceptance-lengths", "1.05", "--workloads", "chat,output=fixed:64",
-                  "--data-dir", str(DATA), "--concurrency", "1,8", "--duration", "2", "--time-scale", "1", "--quiet",
-                  "--output", str(out),
-                  timeout=400)
+    res = run_cli(
+        "sweep",
+        "--servers",
+        "llama-3.1-8b-current",
+        "--engine",
+        "emulator",
+        "--variants",
+        "baseline,eagle3-synthetic",
+        "--acceptance-lengths",
+        "1.05",
+        "--workloads",
+        "chat,output=fixed:64",
+        "--data-dir",
+        str(DATA),
+        "--concurrency",
+        "1,8",
+        "--duration",
+        "2",
+        "--time-scale",
+        "1",
+        "--quiet",
+        "--output",
+        str(out),
+        timeout=400,
+    )
     assert res.returncode == 0, res.stderr
     res = cli("report", str(out))
     assert res.returncode == 0, res.stderr
@@ -222,7 +293,7 @@ def test_the_decision_summary_of_a_sweep_where_sd_never_pays(tmp_path):
 def test_a_partial_or_broken_sweep_gives_a_partial_report(sweep, tmp_path):
     copy = tmp_path / "partial"
     shutil.copytree(sweep, copy, ignore=shutil.ignore_patterns("report"))
-    shutil.rmtree(copy / results.CELLS / "eagle" / "chat" / f"c{TOP}")                       # not run yet
+    shutil.rmtree(copy / results.CELLS / "eagle" / "chat" / f"c{TOP}")  # not run yet
     (copy / results.CELLS / "ngram" / "code-edit" / "c1" / "summary.json").write_text("{ not json")  # broken
     res = cli("report", str(copy))
     assert res.returncode == 0, res.stderr
@@ -261,8 +332,15 @@ def test_compare_finds_a_real_change_and_no_change_against_itself(sweep, tmp_pat
     reqs = pd.read_parquet(path)
     reqs["ttft_ms"] *= 1.5
     reqs.to_parquet(path, index=False)
-    res = cli("compare", str(sweep), str(slower), "--output", str(tmp_path / "diff.csv"),
-              "--html", str(tmp_path / "diff.html"))
+    res = cli(
+        "compare",
+        str(sweep),
+        str(slower),
+        "--output",
+        str(tmp_path / "diff.csv"),
+        "--html",
+        str(tmp_path / "diff.html"),
+    )
     assert res.returncode == 0, res.stderr
     page = (tmp_path / "diff.html").read_text()
     assert 'id="compare-chart"' in page and "1 of 48 changes significant after Holm" in page
@@ -290,9 +368,23 @@ def test_traces_in_the_results_add_a_what_if_section(sweep, tmp_path):
     whatif.json and shows the section."""
     copy = tmp_path / "sweep"
     shutil.copytree(sweep, copy, ignore=shutil.ignore_patterns("report"))
-    res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--concurrency", "4", "--num-requests", "8",
-                  "--workload", "synthetic:chat", "--output-len", "24", "--output", str(tmp_path / "sim"),
-                  "--acceptance-traces", str(copy / "traces.jsonl"))
+    res = run_cli(
+        "simulate",
+        "--profile",
+        "h100-llama-3.1-8b",
+        "--concurrency",
+        "4",
+        "--num-requests",
+        "8",
+        "--workload",
+        "synthetic:chat",
+        "--output-len",
+        "24",
+        "--output",
+        str(tmp_path / "sim"),
+        "--acceptance-traces",
+        str(copy / "traces.jsonl"),
+    )
     assert res.returncode == 0, res.stderr
     res = cli("report", str(copy))
     assert res.returncode == 0, res.stderr

@@ -1,5 +1,6 @@
 """Reading vLLM's /metrics text: sums over engines, no `_created` in any counter, deltas with
 restart detection, histogram bucket deltas, renamed metrics, and vLLM's derived acceptance."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,9 +10,18 @@ from loadgen.load.scrape import Window, parse, server, spec_decode
 M = 'model_name="m"'
 
 
-def text(drafts: tuple[float, float], draft_tokens: float, accepted: float, per_pos: list[float],
-         gen: float, ttft_buckets: list[float], *, kv_name: str = "vllm:kv_cache_usage_perc",
-         kv: float = 0.5, created: float = 1.7e9) -> str:
+def text(
+    drafts: tuple[float, float],
+    draft_tokens: float,
+    accepted: float,
+    per_pos: list[float],
+    gen: float,
+    ttft_buckets: list[float],
+    *,
+    kv_name: str = "vllm:kv_cache_usage_perc",
+    kv: float = 0.5,
+    created: float = 1.7e9,
+) -> str:
     """An exposition as vLLM writes it, with two engines (data parallel) for the drafts."""
     lines = [
         "# HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.",
@@ -24,16 +34,20 @@ def text(drafts: tuple[float, float], draft_tokens: float, accepted: float, per_
         "# TYPE vllm:spec_decode_num_accepted_tokens counter",
         f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",{M}}} {accepted}',
         "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
-        *(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",{M},position="{i}"}} {v}'
-          for i, v in enumerate(per_pos)),
+        *(
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",{M},position="{i}"}} {v}'
+            for i, v in enumerate(per_pos)
+        ),
         "# TYPE vllm:generation_tokens counter",
         f'vllm:generation_tokens_total{{engine="0",{M}}} {gen}',
         f'vllm:generation_tokens_created{{engine="0",{M}}} {created}',
         f"# TYPE {kv_name} gauge",
         f'{kv_name}{{engine="0",{M}}} {kv}',
         "# TYPE vllm:time_to_first_token_seconds histogram",
-        *(f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="{le}",{M}}} {v}'
-          for le, v in zip(("0.1", "1.0", "+Inf"), ttft_buckets)),
+        *(
+            f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="{le}",{M}}} {v}'
+            for le, v in zip(("0.1", "1.0", "+Inf"), ttft_buckets)
+        ),
         f'vllm:time_to_first_token_seconds_count{{engine="0",{M}}} {ttft_buckets[-1]}',
         f'vllm:time_to_first_token_seconds_sum{{engine="0",{M}}} {ttft_buckets[-1] * 0.2}',
         f'vllm:time_to_first_token_seconds_created{{engine="0",{M}}} {created}',
@@ -68,8 +82,17 @@ def test_a_counter_that_went_down_flags_a_restart():
 
 
 def test_renamed_gauge_and_no_speculative_decoding():
-    old = "\n".join(["# TYPE vllm:gpu_cache_usage_perc gauge", f'vllm:gpu_cache_usage_perc{{{M}}} 0.25',
-                     "# TYPE vllm:generation_tokens counter", f"vllm:generation_tokens_total{{{M}}} 7"]) + "\n"
+    old = (
+        "\n".join(
+            [
+                "# TYPE vllm:gpu_cache_usage_perc gauge",
+                f"vllm:gpu_cache_usage_perc{{{M}}} 0.25",
+                "# TYPE vllm:generation_tokens counter",
+                f"vllm:generation_tokens_total{{{M}}} 7",
+            ]
+        )
+        + "\n"
+    )
     w = Window(parse(old, t=0.0), parse(old, t=1.0), [parse(old.replace("0.25", "0.75"), t=0.5)])
     assert spec_decode(w) is None
     assert server(w)["kv_usage"] == {"mean": pytest.approx(5 / 12), "max": 0.75, "samples": 3}

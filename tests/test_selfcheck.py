@@ -1,4 +1,5 @@
 """The client's self-check: a starved event loop is flagged client_bound, a healthy one is not."""
+
 from __future__ import annotations
 
 import asyncio
@@ -6,9 +7,9 @@ import time
 
 import pytest
 
+from loadgen.load.execute import LoadShape, RunSpec, execute
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
-from loadgen.load.execute import LoadShape, RunSpec, execute
 from servers.scripted.script import prompt_key
 from tests.conftest import synthetic_prompts
 from workloads import random_lengths
@@ -17,14 +18,16 @@ pytestmark = pytest.mark.timing  # the client judging its own delays: runs alone
 
 
 def _summary(result) -> dict:
-    return summarize(request_frame(result.records), result.loop_lag(),
-                     config={"clock": {"t0_ns": result.t0_ns}, "load": {}},
-                     load_info=result.load_info)
+    return summarize(
+        request_frame(result.records),
+        result.loop_lag(),
+        config={"clock": {"t0_ns": result.t0_ns}, "load": {}},
+        load_info=result.load_info,
+    )
 
 
 async def _run(url: str, starve: bool):
-    spec = RunSpec(api_base=url + "/v1", model="scripted", load=LoadShape(rate=40.0),
-                   num_requests=60)
+    spec = RunSpec(api_base=url + "/v1", model="scripted", load=LoadShape(rate=40.0), num_requests=60)
     running = True
 
     async def hog():  # blocks the loop 20 ms out of every 30, like a CPU-bound client would
@@ -57,7 +60,9 @@ def test_healthy_run_is_not_flagged_and_its_figures_are_right(tmp_path):
     request's last chunk within 2 ms (in emulated time) at p99. A client that flags every run,
     or one whose unflagged figures are wrong, fails."""
     import numpy as np
+
     from tests.conftest import LIGHT_SCALE, light_run
+
     summary, frame, served = light_run(tmp_path)
     assert summary["client_bound"] is False, summary["self_check"]["reasons"]
     t0 = summary["config"]["clock"]["t0_ns"]
@@ -87,11 +92,33 @@ def test_cli_starved_process_says_so(server, tmp_path):
     import sys
 
     from tests.conftest import REPO
+
     url = server("--ttft-ms", "5", "--step-ms", "5")
-    proc = subprocess.Popen([sys.executable, "-m", "loadgen", "run", "--base-url", url,
-                             "--rate", "50", "--num-requests", "100", "--input-len", "16",
-                             "--output-len", "16", "--quiet", "--output", str(tmp_path / "run")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "run",
+            "--base-url",
+            url,
+            "--rate",
+            "50",
+            "--num-requests",
+            "100",
+            "--input-len",
+            "16",
+            "--output-len",
+            "16",
+            "--quiet",
+            "--output",
+            str(tmp_path / "run"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     try:
         while proc.poll() is None:
             os.kill(proc.pid, signal.SIGSTOP)

@@ -1,6 +1,7 @@
 """Load shapes as a family (loadgen.shapes): each shape's schedule against its definition, the
 family's interface for every member, the ramp from the command line, and the ramp in real time
 against the emulator beside the same ramp in virtual time."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,13 @@ LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
 
 def test_every_registered_shape_speaks_the_interface():
-    members = [ClosedLoop(4), OpenLoop(2.5, "gamma", 0.5, 8), Ramp("users", 1, 8, 10.0),
-               Ramp("rate", 1.0, 5.0, 10.0, "constant"),
-               TraceReplay(tuple(3.0 + 0.5 * i for i in range(60)), 2.0, "azure:trace.csv", 3.0)]
+    members = [
+        ClosedLoop(4),
+        OpenLoop(2.5, "gamma", 0.5, 8),
+        Ramp("users", 1, 8, 10.0),
+        Ramp("rate", 1.0, 5.0, 10.0, "constant"),
+        TraceReplay(tuple(3.0 + 0.5 * i for i in range(60)), 2.0, "azure:trace.csv", 3.0),
+    ]
     assert {type(m).mode for m in members} == set(REGISTRY)
     for shape in members:
         described = shape.describe()
@@ -38,15 +43,29 @@ def test_every_registered_shape_speaks_the_interface():
 
 def test_the_steady_shapes_keep_their_records():
     assert LoadShape(concurrency=3).describe() == {
-        "mode": "closed", "concurrency": 3, "rate": None, "arrival": None, "burstiness": None,
-        "max_concurrency": None}
+        "mode": "closed",
+        "concurrency": 3,
+        "rate": None,
+        "arrival": None,
+        "burstiness": None,
+        "max_concurrency": None,
+    }
     assert LoadShape(rate=2.0, arrival="gamma", burstiness=0.5, max_concurrency=4).describe() == {
-        "mode": "open", "concurrency": None, "rate": 2.0, "arrival": "gamma", "burstiness": 0.5,
-        "max_concurrency": 4}
+        "mode": "open",
+        "concurrency": None,
+        "rate": 2.0,
+        "arrival": "gamma",
+        "burstiness": 0.5,
+        "max_concurrency": 4,
+    }
     assert label_of(LoadShape(rate=2.0).describe()) == "open loop, poisson 2 req/s"
-    for bad, message in (({}, "exactly one"), ({"concurrency": 0}, "concurrency must be >= 1"),
-                         ({"rate": -1.0}, "rate must be > 0"), ({"rate": 1.0, "burstiness": 0.0}, "burstiness"),
-                         ({"rate": 1.0, "arrival": "uniform"}, "unknown arrival process")):
+    for bad, message in (
+        ({}, "exactly one"),
+        ({"concurrency": 0}, "concurrency must be >= 1"),
+        ({"rate": -1.0}, "rate must be > 0"),
+        ({"rate": 1.0, "burstiness": 0.0}, "burstiness"),
+        ({"rate": 1.0, "arrival": "uniform"}, "unknown arrival process"),
+    ):
         with pytest.raises(ValueError, match=message):
             LoadShape(**bad)
 
@@ -89,25 +108,31 @@ def test_a_poisson_rate_ramp_has_the_expected_count_in_every_window():
     assert np.array_equal(first_50, t[:50])  # a count bound takes the same schedule's start
 
 
-@pytest.mark.parametrize("text,fields", [
-    ("1:32:60", {"of": "users", "start": 1, "end": 32, "over_s": 60.0}),
-    ("users:4:8:2.5", {"of": "users", "start": 4, "end": 8, "over_s": 2.5}),
-    ("rate:0.5:20:60", {"of": "rate", "start": 0.5, "end": 20.0, "over_s": 60.0}),
-])
+@pytest.mark.parametrize(
+    "text,fields",
+    [
+        ("1:32:60", {"of": "users", "start": 1, "end": 32, "over_s": 60.0}),
+        ("users:4:8:2.5", {"of": "users", "start": 4, "end": 8, "over_s": 2.5}),
+        ("rate:0.5:20:60", {"of": "rate", "start": 0.5, "end": 20.0, "over_s": 60.0}),
+    ],
+)
 def test_ramp_text(text, fields):
     assert parse_ramp(text) == fields
 
 
-@pytest.mark.parametrize("args,expect", [
-    (["--ramp", "1:32"], "--ramp '1:32': give [users:|rate:]START:END:SECONDS"),
-    (["--ramp", "1:x:60"], "not numbers"),
-    (["--ramp", "1.5:4:10"], "users are whole numbers"),
-    (["--ramp", "8:2:10"], "users never leave"),
-    (["--ramp", "1:8:0"], "ramp seconds must be > 0"),
-    (["--ramp", "1:8:10", "--concurrency", "4"], "--ramp is a load of its own"),
-    (["--ramp", "1:8:10", "--arrival", "constant"], "apply to a rate ramp"),
-    (["--ramp", "rate:1:-2:10"], "ramp end rate must be > 0"),
-])
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (["--ramp", "1:32"], "--ramp '1:32': give [users:|rate:]START:END:SECONDS"),
+        (["--ramp", "1:x:60"], "not numbers"),
+        (["--ramp", "1.5:4:10"], "users are whole numbers"),
+        (["--ramp", "8:2:10"], "users never leave"),
+        (["--ramp", "1:8:0"], "ramp seconds must be > 0"),
+        (["--ramp", "1:8:10", "--concurrency", "4"], "--ramp is a load of its own"),
+        (["--ramp", "1:8:10", "--arrival", "constant"], "apply to a rate ramp"),
+        (["--ramp", "rate:1:-2:10"], "ramp end rate must be > 0"),
+    ],
+)
 def test_bad_ramps_are_one_line(tmp_path, args, expect):
     res = cli("simulate", "--profile", "h100-llama-3.1-8b", *args, "--output", str(tmp_path))
     assert res.returncode == 2 and "Traceback" not in res.stderr
@@ -139,8 +164,7 @@ def test_a_ramp_runs_on_the_emulator_as_the_simulator_says(tmp_path):
     assert res.returncode == 0, res.stderr
     with emulator_server(LLAMA, "--seed", "3", "--time-scale", "2") as srv:
         real = tmp_path / "real"
-        res = run_cli("run", "--base-url", srv.url, *args, "--quiet", "--output", str(real),
-                      timeout=120)
+        res = run_cli("run", "--base-url", srv.url, *args, "--quiet", "--output", str(real), timeout=120)
         assert res.returncode == 0, res.stderr
     window = 3.0
     got, summary = _tokens_per_window(real, window)
@@ -158,6 +182,7 @@ def test_a_ramp_runs_on_the_emulator_as_the_simulator_says(tmp_path):
     sends = (frame["t_send_ns"].to_numpy() - t0) / 1e9
     ends = (frame["t_end_ns"].to_numpy() - t0) / 1e9
     joins = np.array(Ramp("users", 1, 12, 9.0).join_s(0.001))
+
     def in_flight(at: float) -> int:
         return int(((sends <= at) & (ends > at)).sum())
 

@@ -1,5 +1,6 @@
 """`loadgen simulate`: the engine in virtual time gives the same records and summary as a real
 run, matches the real-time emulator, and is deterministic."""
+
 from __future__ import annotations
 
 import json
@@ -15,15 +16,23 @@ EAGLE = '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num
 
 
 def _simulate(tmp_path, *args):
-    res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--seed", "5",
-                  "--output", str(tmp_path), *args)
+    res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--seed", "5", "--output", str(tmp_path), *args)
     assert res.returncode == 0, res.stderr
     return json.loads((tmp_path / "summary.json").read_text()), pd.read_parquet(tmp_path / "requests.parquet")
 
 
 def test_simulated_results_have_the_run_form_and_exact_acceptance(tmp_path):
-    s, f = _simulate(tmp_path, "--speculative-config", EAGLE, "--concurrency", "64",
-                     "--num-requests", "1500", "--workload", "synthetic:chat")
+    s, f = _simulate(
+        tmp_path,
+        "--speculative-config",
+        EAGLE,
+        "--concurrency",
+        "64",
+        "--num-requests",
+        "1500",
+        "--workload",
+        "synthetic:chat",
+    )
     assert s["completed"] == 1500 and s["config"]["simulated"] is True
     for key in ("ttft_ms", "tpot_ms", "itl_ms", "inter_chunk_ms", "e2e_ms"):
         assert {"mean", "p50", "p90", "p99"} <= set(s[key])
@@ -44,10 +53,19 @@ def test_same_seed_same_simulation(tmp_path):
 
 def test_speculation_pays_at_low_load_and_less_at_high_load(tmp_path):
     """The study's central phenomenon, out of the cost model: speedup falls as load rises."""
+
     def throughput(spec: str | None, c: int) -> float:
         out = tmp_path / f"{bool(spec)}-{c}"
-        args = ["--concurrency", str(c), "--num-requests", str(4 * c), "--workload", "synthetic:chat",
-                "--output-len", "256"]
+        args = [
+            "--concurrency",
+            str(c),
+            "--num-requests",
+            str(4 * c),
+            "--workload",
+            "synthetic:chat",
+            "--output-len",
+            "256",
+        ]
         s, _ = _simulate(out, *args, *(["--speculative-config", spec] if spec else []))
         return s["output_throughput_tok_s"]
 
@@ -73,20 +91,34 @@ def test_virtual_time_matches_the_real_time_emulator(tmp_path):
 def test_refused_requests_are_recorded_and_time_moves_on(tmp_path):
     """Every request too long for the model: each is a recorded 400, and a duration-bounded
     closed loop still ends."""
-    res = run_cli("simulate", "--profile", "h100-llama-3-70b-tp4", "--concurrency", "2",
-                  "--duration", "0.05", "--output-len", "9000", "--output", str(tmp_path))
+    res = run_cli(
+        "simulate",
+        "--profile",
+        "h100-llama-3-70b-tp4",
+        "--concurrency",
+        "2",
+        "--duration",
+        "0.05",
+        "--output-len",
+        "9000",
+        "--output",
+        str(tmp_path),
+    )
     assert res.returncode == 1  # nothing succeeded
     f = pd.read_parquet(tmp_path / "requests.parquet")
     assert len(f) > 10 and set(f["error_type"]) == {"http_400"}
     assert "maximum context length" in f["error_message"].iloc[0]
 
 
-@pytest.mark.parametrize("args,expect", [
-    (["--profile", "nope", "--concurrency", "1"], "unknown profile 'nope'"),
-    (["--profile", "h100-llama-3.1-8b", "--concurrency", "1", "--speculative-config", "{x"], "not valid JSON"),
-    (["--concurrency", "1"], "give --profile"),
-    (["--profile", "h100-llama-3.1-8b", "--rate", "0"], "--rate must be > 0"),
-])
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (["--profile", "nope", "--concurrency", "1"], "unknown profile 'nope'"),
+        (["--profile", "h100-llama-3.1-8b", "--concurrency", "1", "--speculative-config", "{x"], "not valid JSON"),
+        (["--concurrency", "1"], "give --profile"),
+        (["--profile", "h100-llama-3.1-8b", "--rate", "0"], "--rate must be > 0"),
+    ],
+)
 def test_bad_input_is_one_line(tmp_path, args, expect):
     res = cli("simulate", *args, "--output", str(tmp_path))
     assert res.returncode == 2

@@ -1,4 +1,5 @@
 """The SSE splitter: events across reads, line endings, comments, and refusing what it can't read."""
+
 import pytest
 
 from loadgen.client.sse import SSEDecoder, StreamFault
@@ -7,8 +8,8 @@ from loadgen.client.sse import SSEDecoder, StreamFault
 def test_events_split_across_reads_and_joined_within_reads():
     d = SSEDecoder()
     assert d.feed(b'data: {"a":1}\n\ndata: {"b"') == [b'{"a":1}']
-    assert d.feed(b':2}\n') == []
-    assert d.feed(b'\ndata: [DONE]\n\n') == [b'{"b":2}', b"[DONE]"]
+    assert d.feed(b":2}\n") == []
+    assert d.feed(b"\ndata: [DONE]\n\n") == [b'{"b":2}', b"[DONE]"]
     assert d.flush() is None
 
 
@@ -30,7 +31,7 @@ def test_unterminated_last_event_is_flushed():
     assert d.flush() == b"[DONE]"
 
 
-@pytest.mark.parametrize("line", [b"this is not sse", b"dta: {}", b"{\"choices\": []}"])
+@pytest.mark.parametrize("line", [b"this is not sse", b"dta: {}", b'{"choices": []}'])
 def test_malformed_lines_raise(line):
     with pytest.raises(StreamFault) as e:
         SSEDecoder().feed(line + b"\n\n")

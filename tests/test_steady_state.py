@@ -1,5 +1,6 @@
 """--steady-state: the ramp-up and the drain left out of the figures by one stated rule, and the
 summary saying which requests count (docs/metrics.md)."""
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,9 @@ def test_a_ramp_and_its_drain_are_left_out(tmp_path):
     assert st["left_out_ramp"] > 0 and st["left_out_drain"] > 0
     assert st["requests"] + st["left_out_ramp"] + st["left_out_drain"] == int(frame["ok"].sum())
     assert st["start_s"] > 3.0  # the ramp reaches its 32 users at 4 s, after which the level holds
-    assert s["window"]["kind"] == "steady_state" and s["window"]["duration_s"] == pytest.approx(st["end_s"] - st["start_s"])
+    assert s["window"]["kind"] == "steady_state" and s["window"]["duration_s"] == pytest.approx(
+        st["end_s"] - st["start_s"]
+    )
     assert f"Steady state: {st['requests']} requests count" in res.stdout
     _, plain, _ = _simulate(tmp_path / "plain", *args)
     assert plain["steady_state"] is None and plain["completed"] == int(frame["ok"].sum())

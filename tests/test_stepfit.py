@@ -2,6 +2,7 @@
 bench/gpu_vllm.py). Against servers whose true costs are known: the emulator's own profile in
 virtual time (exact), and bench/gpu_vllm.py's whole pipeline rehearsed on the real-time
 emulator (its lines, sweep, per-request counts against Prometheus, fit and prediction)."""
+
 from __future__ import annotations
 
 import json
@@ -39,9 +40,25 @@ def test_the_fit_recovers_the_emulators_profile_from_simulated_steps():
 
 @pytest.mark.timing
 def test_the_gpu_script_runs_end_to_end_on_the_emulator(tmp_path):
-    res = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_vllm.py"), "--engine", "emulator",
-                          "--concurrency", "2,8", "--num-requests", "8", "--output-len", "64", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=900)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "gpu_vllm.py"),
+            "--engine",
+            "emulator",
+            "--concurrency",
+            "2,8",
+            "--num-requests",
+            "8",
+            "--output-len",
+            "64",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "all cells agree exactly" in res.stdout
     fit = json.loads((tmp_path / "fit.json").read_text())

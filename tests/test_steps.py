@@ -1,4 +1,5 @@
 """Engine steps from chunk arrival times: bursts of one-token chunks are one step."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,9 @@ from loadgen.measures.steps import request_steps
 MS = 1_000_000
 
 
-def stream(steps: list[int], *, step_ms: float = 25.0, burst_us: float = 30.0, jitter: float = 0.0,
-           seed: int = 0) -> tuple[list[int], list[int]]:
+def stream(
+    steps: list[int], *, step_ms: float = 25.0, burst_us: float = 30.0, jitter: float = 0.0, seed: int = 0
+) -> tuple[list[int], list[int]]:
     """One token per chunk: the prefill token, then each step's tokens `burst_us` apart."""
     rng = np.random.default_rng(seed)
     t, now = [0], 0.0

@@ -1,6 +1,7 @@
 """`loadgen sweep` end to end against the emulated engine: stored results and scraped
 acceptance, interruption (SIGKILL, SIGTERM) and --resume, servers that die or never come up,
 variants side by side; and after every exit path, no process it started is left."""
+
 from __future__ import annotations
 
 import json
@@ -25,13 +26,17 @@ SMALL = ["--num-requests", "6", "--warmup", "1", "--quiet"]
 def deployment(tmp_path: Path, variants: str, *, extra: str = "") -> str:
     """A deployment file on the emulator, twice as fast as real time."""
     path = tmp_path / "dep.toml"
-    path.write_text('model = "meta-llama/Llama-3.1-8B-Instruct"\nengine = "emulator"\n'
-                    'emulator_args = ["--time-scale", "0.5"]\n' + extra + variants)
+    path.write_text(
+        'model = "meta-llama/Llama-3.1-8B-Instruct"\nengine = "emulator"\n'
+        'emulator_args = ["--time-scale", "0.5"]\n' + extra + variants
+    )
     return str(path)
 
 
-BASE_EAGLE = ('[variants.baseline]\n[variants.eagle]\nspeculative_config = { method = "eagle", '
-              'model = "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", num_speculative_tokens = 3 }\n')
+BASE_EAGLE = (
+    '[variants.baseline]\n[variants.eagle]\nspeculative_config = { method = "eagle", '
+    'model = "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", num_speculative_tokens = 3 }\n'
+)
 
 
 def cells(out: Path) -> pd.DataFrame:
@@ -45,13 +50,29 @@ def summary(out: Path, key: str) -> dict:
 def test_a_sweep_stores_every_cell_with_the_servers_acceptance(tmp_path):
     before = server_pids()
     out = tmp_path / "out"
-    res = run_cli("sweep", "--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline,eagle",
-                  "--workloads", "synthetic:random,input_len=64,output_len=16,code-edit,output=fixed:16",
-                  "--data-dir", str(DATA), "--concurrency", "1..4", *SMALL, "--output", str(out))
+    res = run_cli(
+        "sweep",
+        "--servers",
+        "llama-3.1-8b",
+        "--engine",
+        "emulator",
+        "--variants",
+        "baseline,eagle",
+        "--workloads",
+        "synthetic:random,input_len=64,output_len=16,code-edit,output=fixed:16",
+        "--data-dir",
+        str(DATA),
+        "--concurrency",
+        "1..4",
+        *SMALL,
+        "--output",
+        str(out),
+    )
     assert res.returncode == 0, res.stderr
     table = cells(out)
-    keys = [f"{v}/{w}/c{c}" for v in ("baseline", "eagle") for w in ("synthetic-random", "code-edit")
-            for c in (1, 2, 4)]
+    keys = [
+        f"{v}/{w}/c{c}" for v in ("baseline", "eagle") for w in ("synthetic-random", "code-edit") for c in (1, 2, 4)
+    ]
     assert list(table["path"]) == keys and (table["status"] == "ok").all()
     assert (table["completed"] == 6).all() and (table["output_throughput_tok_s"] > 0).all()
     for key in keys:
@@ -88,21 +109,37 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 
 
 def _start(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "loadgen", "sweep", *args], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadgen", "sweep", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_mid_way_then_resumed_gives_every_cell_once(tmp_path, sig):
     out = tmp_path / "out"
-    args = ["--servers", deployment(tmp_path, BASE_EAGLE), "--workloads", "synthetic:random,input_len=32,output_len=24",
-            "--concurrency", "1..4", *SMALL, "--output", str(out)]
+    args = [
+        "--servers",
+        deployment(tmp_path, BASE_EAGLE),
+        "--workloads",
+        "synthetic:random,input_len=32,output_len=24",
+        "--concurrency",
+        "1..4",
+        *SMALL,
+        "--output",
+        str(out),
+    ]
     proc = _start(args)
     tree: set = set()
     try:
+
         def two_done() -> bool:
             tree.update(process_tree(proc.pid))
             return len(results.finished(out)) >= 2
+
         _wait_for(two_done, 60, "two finished cells")
         tree.update(process_tree(proc.pid))
         done = {k: (out / results.CELLS / k / "summary.json").stat().st_mtime_ns for k in results.finished(out)}
@@ -140,12 +177,26 @@ def test_a_server_that_dies_mid_cell_fails_that_cell_and_the_sweep_goes_on(tmp_p
     # measured requests side by side, and the crash comes with the next (cutting the one still
     # streaming, unless both ended in the same step)
     dep = deployment(tmp_path, "[variants.baseline]\n", extra="")
-    text = Path(dep).read_text().replace('["--time-scale", "0.5"]', '["--time-scale", "0.5", "--exit-after-requests", "10"]')
+    text = (
+        Path(dep)
+        .read_text()
+        .replace('["--time-scale", "0.5"]', '["--time-scale", "0.5", "--exit-after-requests", "10"]')
+    )
     Path(dep).write_text(text)
     before = server_pids()
     out = tmp_path / "out"
-    res = run_cli("sweep", "--servers", dep, "--workloads", "synthetic:random,input_len=32,output_len=24",
-                  "--concurrency", "1,2,4", *SMALL, "--output", str(out))
+    res = run_cli(
+        "sweep",
+        "--servers",
+        dep,
+        "--workloads",
+        "synthetic:random,input_len=32,output_len=24",
+        "--concurrency",
+        "1,2,4",
+        *SMALL,
+        "--output",
+        str(out),
+    )
     assert res.returncode == 1, res.stderr
     table = cells(out).set_index("path")
     assert list(table["status"]) == ["ok", "failed", "ok"]
@@ -163,12 +214,25 @@ def test_a_server_that_never_becomes_healthy_fails_fast_with_its_log(tmp_path):
     pidfile = tmp_path / "hang.pid"
     hang.write_text(f"#!/bin/sh\necho loading weights...\necho $$ > {pidfile}\nexec sleep 60\n")
     hang.chmod(0o755)
-    broken = deployment(tmp_path, '[variants.baseline]\n[variants.medusa]\nspeculative_config = '
-                        '{ method = "medusa", model = "x/medusa", num_speculative_tokens = 3 }\n')
+    broken = deployment(
+        tmp_path,
+        "[variants.baseline]\n[variants.medusa]\nspeculative_config = "
+        '{ method = "medusa", model = "x/medusa", num_speculative_tokens = 3 }\n',
+    )
     out = tmp_path / "out"
     t0 = time.monotonic()
-    res = run_cli("sweep", "--servers", broken, "--workloads", "synthetic:random,input_len=32,output_len=8",
-                  "--concurrency", "1", *SMALL, "--output", str(out))
+    res = run_cli(
+        "sweep",
+        "--servers",
+        broken,
+        "--workloads",
+        "synthetic:random,input_len=32,output_len=8",
+        "--concurrency",
+        "1",
+        *SMALL,
+        "--output",
+        str(out),
+    )
     assert time.monotonic() - t0 < 30
     assert res.returncode == 1
     table = cells(out).set_index("path")
@@ -179,8 +243,18 @@ def test_a_server_that_never_becomes_healthy_fails_fast_with_its_log(tmp_path):
     hung = tmp_path / "hung.toml"
     hung.write_text(f'model = "m"\nexecutable = "{hang}"\nstartup_timeout_s = 2\n[variants.baseline]\n')
     t0 = time.monotonic()
-    res = run_cli("sweep", "--servers", str(hung), "--workloads", "synthetic:random", "--concurrency", "1",
-                  *SMALL, "--output", str(tmp_path / "out2"))
+    res = run_cli(
+        "sweep",
+        "--servers",
+        str(hung),
+        "--workloads",
+        "synthetic:random",
+        "--concurrency",
+        "1",
+        *SMALL,
+        "--output",
+        str(tmp_path / "out2"),
+    )
     assert time.monotonic() - t0 < 30 and res.returncode == 1
     err = cells(tmp_path / "out2").iloc[0]["error"]
     assert "not ready within 2 s" in err and "loading weights..." in err
@@ -191,14 +265,28 @@ def test_a_server_that_never_becomes_healthy_fails_fast_with_its_log(tmp_path):
 def test_variants_side_by_side_on_their_own_gpus_and_ports(tmp_path):
     before = server_pids()
     out = tmp_path / "out"
-    res = run_cli("sweep", "--servers", deployment(tmp_path, BASE_EAGLE), "--parallel", "--gpus", "0,1",
-                  "--workloads", "synthetic:random,input_len=32,output_len=16", "--concurrency", "1,2",
-                  *SMALL, "--output", str(out))
+    res = run_cli(
+        "sweep",
+        "--servers",
+        deployment(tmp_path, BASE_EAGLE),
+        "--parallel",
+        "--gpus",
+        "0,1",
+        "--workloads",
+        "synthetic:random,input_len=32,output_len=16",
+        "--concurrency",
+        "1,2",
+        *SMALL,
+        "--output",
+        str(out),
+    )
     assert res.returncode == 0, res.stderr
     table = cells(out)
     assert len(table) == 4 and (table["status"] == "ok").all()
     cmds = {v: summary(out, f"{v}/synthetic-random/c1")["cell"]["server"]["command"] for v in ("baseline", "eagle")}
-    assert cmds["baseline"].startswith("CUDA_VISIBLE_DEVICES=0 ") and cmds["eagle"].startswith("CUDA_VISIBLE_DEVICES=1 ")
+    assert cmds["baseline"].startswith("CUDA_VISIBLE_DEVICES=0 ") and cmds["eagle"].startswith(
+        "CUDA_VISIBLE_DEVICES=1 "
+    )
     urls = {summary(out, f"{v}/synthetic-random/c1")["cell"]["server"]["url"] for v in ("baseline", "eagle")}
     assert len(urls) == 2
     assert "Speedup over baseline" in res.stdout
@@ -207,17 +295,33 @@ def test_variants_side_by_side_on_their_own_gpus_and_ports(tmp_path):
 
 def test_an_external_server_with_an_api_key(tmp_path):
     from servers.embedded import emulator_server
+
     key = "s3cr3t-sweep-KEY"
     with emulator_server("meta-llama/Llama-3.1-8B-Instruct", "--api-key", key, "--time-scale", "0.5") as srv:
         dep = tmp_path / "ext.toml"
-        dep.write_text(f'model = "meta-llama/Llama-3.1-8B-Instruct"\nengine = "external"\nurl = "{srv.url}"\n'
-                       "[variants.baseline]\n")
+        dep.write_text(
+            f'model = "meta-llama/Llama-3.1-8B-Instruct"\nengine = "external"\nurl = "{srv.url}"\n[variants.baseline]\n'
+        )
         out = tmp_path / "out"
-        res = run_cli("sweep", "--servers", str(dep), "--workloads", "synthetic:random,input_len=32,output_len=8",
-                      "--concurrency", "1,2", *SMALL, "--output", str(out), env={"LOADGEN_API_KEY": key})
+        res = run_cli(
+            "sweep",
+            "--servers",
+            str(dep),
+            "--workloads",
+            "synthetic:random,input_len=32,output_len=8",
+            "--concurrency",
+            "1,2",
+            *SMALL,
+            "--output",
+            str(out),
+            env={"LOADGEN_API_KEY": key},
+        )
         assert res.returncode == 0, res.stderr
         assert (cells(out)["status"] == "ok").all()
-        assert summary(out, "baseline/synthetic-random/c1")["cell"]["server"]["command"] == f"(external server at {srv.url})"
+        assert (
+            summary(out, "baseline/synthetic-random/c1")["cell"]["server"]["command"]
+            == f"(external server at {srv.url})"
+        )
         for path in out.rglob("*"):
             assert path.is_dir() or key.encode() not in path.read_bytes(), path
         assert srv.pid in {pid for pid in server_pids()}  # not ours to stop
@@ -237,15 +341,30 @@ def test_side_by_side_slots_get_their_own_gpus_and_ports():
     from loadgen.sweep.plan import Plan
     from loadgen.sweep.runner import slots
     from servers.deployments import load
-    plan = Plan(deployment="llama-3-70b", engine="vllm", variants=["baseline", "ngram", "eagle"],
-                workloads=["chat"], workload_labels=["chat"], mode="closed", levels=[1], num_requests=1,
-                duration_s=None, warmup=0, gpus=list(range(8)), parallel=True)
+
+    plan = Plan(
+        deployment="llama-3-70b",
+        engine="vllm",
+        variants=["baseline", "ngram", "eagle"],
+        workloads=["chat"],
+        workload_labels=["chat"],
+        mode="closed",
+        levels=[1],
+        num_requests=1,
+        duration_s=None,
+        warmup=0,
+        gpus=list(range(8)),
+        parallel=True,
+    )
     got = slots(plan, load("llama-3-70b"))
     assert [(s.variants, s.gpus, s.port) for s in got] == [
-        (("baseline", "eagle"), (0, 1, 2, 3), 8000), (("ngram",), (4, 5, 6, 7), 8001)]
+        (("baseline", "eagle"), (0, 1, 2, 3), 8000),
+        (("ngram",), (4, 5, 6, 7), 8001),
+    ]
     plan.parallel = False
     assert [(s.variants, s.gpus, s.port) for s in slots(plan, load("llama-3-70b"))] == [
-        (("baseline", "ngram", "eagle"), (0, 1, 2, 3), 8000)]
+        (("baseline", "ngram", "eagle"), (0, 1, 2, 3), 8000)
+    ]
 
 
 def test_levels_and_workload_lists():
@@ -257,28 +376,33 @@ def test_levels_and_workload_lists():
         with pytest.raises(PlanError, match="--concurrency"):
             levels(bad, integer=True, flag="--concurrency")
     assert split_workloads(["chat,code-edit,output=fixed:128"]) == ["chat", "code-edit,output=fixed:128"]
-    assert split_workloads(["synthetic:random,input_len=8", "gsm8k:/d/x.jsonl"]) == \
-        ["synthetic:random,input_len=8", "gsm8k:/d/x.jsonl"]
+    assert split_workloads(["synthetic:random,input_len=8", "gsm8k:/d/x.jsonl"]) == [
+        "synthetic:random,input_len=8",
+        "gsm8k:/d/x.jsonl",
+    ]
     with pytest.raises(PlanError):
         split_workloads(["output=fixed:1,chat"])
 
 
-@pytest.mark.parametrize("args,expect", [
-    (["--variants", "baseline,nope"], "nope not in deployment"),
-    (["--servers", "nope"], "unknown deployment 'nope'"),
-    (["--concurrency", "0..4"], "--concurrency"),
-    (["--concurrency", "1", "--rates", "1"], "one of --concurrency"),
-    (["--workloads", "nope:x"], "--workloads: unknown workload format"),
-    (["--gpus", "a"], "--gpus"),
-    (["--retry-failed"], "--retry-failed goes with --resume"),
-    (["--servers", "qwen3-8b", "--engine", "vllm", "--concurrency", "1"], "not installed here"),
-    (["--servers", "qwen3-8b", "--engine", "vllm", "--virtual"], "--virtual simulates the emulator's engine"),
-    (["--virtual", "--time-scale", "2"], "--time-scale does not apply to --virtual"),
-    (["--virtual", "--repeats", "2"], "--repeats does not apply to --virtual"),
-    (["--virtual", "--parallel", "--gpus", "0,1"], "--parallel does not apply to --virtual"),
-    (["--virtual", "--workers", "2"], "--workers does not apply to --virtual"),
-    (["--virtual", "--ray"], "--ray does not apply to --virtual"),
-])
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (["--variants", "baseline,nope"], "nope not in deployment"),
+        (["--servers", "nope"], "unknown deployment 'nope'"),
+        (["--concurrency", "0..4"], "--concurrency"),
+        (["--concurrency", "1", "--rates", "1"], "one of --concurrency"),
+        (["--workloads", "nope:x"], "--workloads: unknown workload format"),
+        (["--gpus", "a"], "--gpus"),
+        (["--retry-failed"], "--retry-failed goes with --resume"),
+        (["--servers", "qwen3-8b", "--engine", "vllm", "--concurrency", "1"], "not installed here"),
+        (["--servers", "qwen3-8b", "--engine", "vllm", "--virtual"], "--virtual simulates the emulator's engine"),
+        (["--virtual", "--time-scale", "2"], "--time-scale does not apply to --virtual"),
+        (["--virtual", "--repeats", "2"], "--repeats does not apply to --virtual"),
+        (["--virtual", "--parallel", "--gpus", "0,1"], "--parallel does not apply to --virtual"),
+        (["--virtual", "--workers", "2"], "--workers does not apply to --virtual"),
+        (["--virtual", "--ray"], "--ray does not apply to --virtual"),
+    ],
+)
 def test_bad_input_is_one_clear_line(tmp_path, args, expect):
     res = cli("sweep", *args, "--output", str(tmp_path / "out"))
     assert res.returncode == 2 and expect in res.stderr and res.stderr.strip().count("\n") == 0, res.stderr
@@ -305,14 +429,17 @@ def test_a_measurement_gives_the_signal_handlers_back():
 
     def mine(signum, frame):
         pass
+
     before = signal.signal(signal.SIGTERM, mine)
     try:
+
         async def measure() -> bool:
             stop = asyncio.Event()
             with stop_on_signals(asyncio.get_running_loop(), stop):
                 os.kill(os.getpid(), signal.SIGTERM)
                 await asyncio.wait_for(stop.wait(), 5)
             return stop.is_set()
+
         assert asyncio.run(measure())  # inside: the signal stops the measurement
         assert signal.getsignal(signal.SIGTERM) is mine  # after: the handler from before is back
     finally:
@@ -324,9 +451,27 @@ def test_a_virtual_sweep_simulates_every_cell_as_loadgen_simulate_does(tmp_path)
     each is what `loadgen simulate` gives for the same variant's flags, load and requests."""
     before = server_pids()
     out = tmp_path / "v"
-    res = run_cli("sweep", "--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline,eagle",
-                  "--workloads", "chat,output=fixed:48", "--data-dir", str(DATA), "--concurrency", "1,8",
-                  "--num-requests", "12", "--virtual", "--quiet", "--output", str(out))
+    res = run_cli(
+        "sweep",
+        "--servers",
+        "llama-3.1-8b",
+        "--engine",
+        "emulator",
+        "--variants",
+        "baseline,eagle",
+        "--workloads",
+        "chat,output=fixed:48",
+        "--data-dir",
+        str(DATA),
+        "--concurrency",
+        "1,8",
+        "--num-requests",
+        "12",
+        "--virtual",
+        "--quiet",
+        "--output",
+        str(out),
+    )
     assert res.returncode == 0, res.stderr
     assert server_pids() <= before and not list((out / "servers").glob("*.log"))
     assert "Virtual sweep (every cell simulated, no server)" in res.stderr
@@ -337,16 +482,31 @@ def test_a_virtual_sweep_simulates_every_cell_as_loadgen_simulate_does(tmp_path)
     for variant, spec in (("baseline", None), ("eagle", eagle)):
         for level in (1, 8):
             sim = tmp_path / f"sim-{variant}-{level}"
-            r = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--workload", "chat,output=fixed:48",
-                        "--data-dir", str(DATA), "--concurrency", str(level), "--num-requests", "12",
-                        "--no-enable-prefix-caching", *(["--speculative-config", spec] if spec else []),
-                        "--output", str(sim))
+            r = run_cli(
+                "simulate",
+                "--profile",
+                "h100-llama-3.1-8b",
+                "--workload",
+                "chat,output=fixed:48",
+                "--data-dir",
+                str(DATA),
+                "--concurrency",
+                str(level),
+                "--num-requests",
+                "12",
+                "--no-enable-prefix-caching",
+                *(["--speculative-config", spec] if spec else []),
+                "--output",
+                str(sim),
+            )
             assert r.returncode == 0, r.stderr
             want = json.loads((sim / "summary.json").read_text())
             got = summary(out, f"{variant}/chat/c{level}")
             assert got["output_throughput_tok_s"] == pytest.approx(want["output_throughput_tok_s"], rel=1e-9)
             assert got["ttft_ms"]["p50"] == pytest.approx(want["ttft_ms"]["p50"], rel=1e-9)
-            assert (got["spec_decode"] or {}).get("accepted_tokens") == (want["spec_decode"] or {}).get("accepted_tokens")
+            assert (got["spec_decode"] or {}).get("accepted_tokens") == (want["spec_decode"] or {}).get(
+                "accepted_tokens"
+            )
     res = cli("report", str(out))
     assert res.returncode == 0, res.stderr
     assert "every cell was simulated in virtual time" in (out / "report" / "report.md").read_text()

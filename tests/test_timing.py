@@ -24,12 +24,14 @@ does exceed the bound.
 On a machine too slow for this load the client cannot be this exact, and says so: it marks the
 run `client_bound` (its self-check, held here to this test's bound with --timing-threshold-ms),
 and a flagged run's figures are not claimed, as long as a light load on the same machine is
-not flagged (tests/conftest.py: a client that flags every run cannot pass). On a slow machine the usual case is the closed
+not flagged (tests/conftest.py: a client that flags every run cannot pass). On a slow machine the usual case
+is the closed
 loop's first wave: the client is still sending its 64 first requests when their first chunks
 come back, and the self-check's first-chunk read delay sees that. So an attempt
 passes when it is within the bound or honestly flagged; what fails is a client that is off by
 more than the bound without saying so, in every attempt.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,16 +48,38 @@ from tests.conftest import assert_light_load_unflagged, run_cli, synthetic_promp
 pytestmark = pytest.mark.timing  # figures against the server's own record: runs alone (tests/conftest.py)
 
 SCRIPT = dict(ttft_ms=40.0, step_ms=25.0, step_jitter=0.5, chunk_tokens="sd:3:0.7", seed=3)
-SERVER_ARGS = ["--ttft-ms", "40", "--step-ms", "25", "--step-jitter", "0.5",
-               "--chunk-tokens", "sd:3:0.7", "--seed", "3"]
+SERVER_ARGS = [
+    "--ttft-ms",
+    "40",
+    "--step-ms",
+    "25",
+    "--step-jitter",
+    "0.5",
+    "--chunk-tokens",
+    "sd:3:0.7",
+    "--seed",
+    "3",
+]
 INPUT_LEN, OUTPUT_LEN, SEED = 64, 48, 7
 BOUND_MS = 2.0
 
 
 def _run(url: str, out, *extra: str) -> pd.DataFrame:
-    res = run_cli("run", "--base-url", url, "--input-len", str(INPUT_LEN),
-                  "--output-len", str(OUTPUT_LEN), "--seed", str(SEED), "--quiet",
-                  "--output", str(out), *extra)
+    res = run_cli(
+        "run",
+        "--base-url",
+        url,
+        "--input-len",
+        str(INPUT_LEN),
+        "--output-len",
+        str(OUTPUT_LEN),
+        "--seed",
+        str(SEED),
+        "--quiet",
+        "--output",
+        str(out),
+        *extra,
+    )
     assert res.returncode == 0, res.stderr
     return pd.read_parquet(out / "requests.parquet")
 
@@ -91,9 +115,11 @@ def _errors(frame: pd.DataFrame, served: dict[str, dict]) -> dict[str, np.ndarra
         true_itl = _token_itl_ms(writes, tokens)
         itl.extend(_token_itl_ms(row.chunk_t_ns, row.chunk_tokens) - true_itl)
         gaps = np.diff(np.asarray(row.chunk_t_ns)) / 1e6
-        per_chunk.extend(np.repeat(gaps, tokens[1:]) - true_itl[tokens[0] - 1:])
-    return {k: np.abs(np.array(v)) for k, v in
-            (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("per_chunk_as_itl", per_chunk))}
+        per_chunk.extend(np.repeat(gaps, tokens[1:]) - true_itl[tokens[0] - 1 :])
+    return {
+        k: np.abs(np.array(v))
+        for k, v in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("per_chunk_as_itl", per_chunk))
+    }
 
 
 @pytest.mark.parametrize("endpoint,workers", [("completions", 1), ("chat", 1), ("completions", 2)])
@@ -105,8 +131,20 @@ def test_timings_match_the_server_at_concurrency_64(server, tmp_path, endpoint, 
     for attempt in range(3):
         out = tmp_path / f"attempt{attempt}"
         before = len(trace.read_text().splitlines())
-        frame = _run(url, out, "--endpoint", endpoint, "--concurrency", "64", "--num-requests", "512",
-                     "--workers", str(workers), "--timing-threshold-ms", str(BOUND_MS))
+        frame = _run(
+            url,
+            out,
+            "--endpoint",
+            endpoint,
+            "--concurrency",
+            "64",
+            "--num-requests",
+            "512",
+            "--workers",
+            str(workers),
+            "--timing-threshold-ms",
+            str(BOUND_MS),
+        )
         assert frame["ok"].all() and len(frame) == 512
         assert sorted(frame["worker"].unique()) == list(range(workers))
         assert (frame["worker"] == frame["index"] % workers).all()
@@ -119,8 +157,9 @@ def test_timings_match_the_server_at_concurrency_64(server, tmp_path, endpoint, 
         p99 = {k: float(np.percentile(err[k], 99)) for k in ("ttft", "tpot", "itl")}
         summary = json.loads((out / "summary.json").read_text())
         check = summary["self_check"]
-        attempts.append({**p99, "client_bound": summary["client_bound"],
-                         "read_delay_p99": check["read_delay_ms"]["p99"]})
+        attempts.append(
+            {**p99, "client_bound": summary["client_bound"], "read_delay_p99": check["read_delay_ms"]["p99"]}
+        )
         if max(p99.values()) <= BOUND_MS:
             return
         if summary["client_bound"]:  # honest, as long as the client does not flag everything
@@ -157,13 +196,22 @@ def test_a_user_tokenizer_recovers_exact_chunk_tokens_without_usage(server, tmp_
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import WhitespaceSplit
-    tok = tokenizers.Tokenizer(WordLevel({"[UNK]": 0, **{w: i + 1 for i, w in enumerate(WORDS)}},
-                                         unk_token="[UNK]"))
+
+    tok = tokenizers.Tokenizer(WordLevel({"[UNK]": 0, **{w: i + 1 for i, w in enumerate(WORDS)}}, unk_token="[UNK]"))
     tok.pre_tokenizer = WhitespaceSplit()
     tok.save(str(tmp_path / "tokenizer.json"))
     url = server(*SERVER_ARGS, "--no-usage")
-    frame = _run(url, tmp_path / "out", "--concurrency", "8", "--num-requests", "16",
-                 "--tokenizer", str(tmp_path / "tokenizer.json"), "--token-ids")
+    frame = _run(
+        url,
+        tmp_path / "out",
+        "--concurrency",
+        "8",
+        "--num-requests",
+        "16",
+        "--tokenizer",
+        str(tmp_path / "tokenizer.json"),
+        "--token-ids",
+    )
     assert (frame["token_count_source"] == "tokenizer").all()
     cfg = ScriptConfig(**SCRIPT)
     prompts = synthetic_prompts(len(frame), input_len=INPUT_LEN, output_len=OUTPUT_LEN, seed=SEED)

@@ -1,4 +1,5 @@
 """Tokens per chunk and their provenance."""
+
 import pytest
 
 from loadgen.client.record import RequestRecord
@@ -15,8 +16,9 @@ def _rec(times, usage, chars, total=None, text=None):
     return r
 
 
-@pytest.mark.parametrize("weights,total", [([5, 1, 1, 10], 20), ([1, 1, 1], 3), ([3, 0, 9], 7),
-                                           ([2, 2], 1), ([0, 0, 0], 6)])
+@pytest.mark.parametrize(
+    "weights,total", [([5, 1, 1, 10], 20), ([1, 1, 1], 3), ([3, 0, 9], 7), ([2, 2], 1), ([0, 0, 0], 6)]
+)
 def test_apportion_sums_exactly_and_gives_each_chunk_a_token_when_it_can(weights, total):
     out = apportion(weights, total)
     assert out.sum() == total
@@ -50,6 +52,7 @@ def word_tokenizer(tmp_path):
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import WhitespaceSplit
+
     vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate("alpha be cat delta echo".split())}}
     tok = tokenizers.Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = WhitespaceSplit()

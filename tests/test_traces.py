@@ -1,6 +1,7 @@
 """Production traces (workloads/traces.py, workloads/fitting.py, loadgen/shapes/trace.py): read as
 their own tools write them, bad lines named with file, line and fix, text fitted to their
 lengths, and replayed at their own times, in real time and in virtual time."""
+
 from __future__ import annotations
 
 import json
@@ -34,17 +35,28 @@ def test_the_azure_samples_read_whole():
 
 def test_other_formats_and_a_field_mapping(tmp_path):
     moon = tmp_path / "moon.jsonl"
-    moon.write_text("\n".join(json.dumps(r) for r in (
-        {"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2, 3]},
-        {"timestamp": 250, "input_length": 1300, "output_length": 7, "hash_ids": [1, 2, 9]},
-        {"timestamp": 1250, "input_length": 40, "output_length": 3})) + "\n")
+    moon.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in (
+                {"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2, 3]},
+                {"timestamp": 250, "input_length": 1300, "output_length": 7, "hash_ids": [1, 2, 9]},
+                {"timestamp": 1250, "input_length": 40, "output_length": 3},
+            )
+        )
+        + "\n"
+    )
     t = read_trace(f"mooncake:{moon}")
     assert t.t_s.tolist() == [0, 0.25, 1.25] and t.hash_ids == [[1, 2, 3], [1, 2, 9], []]
     burst = tmp_path / "burst.csv"
-    burst.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                     "5,ChatGPT,100,20,120,Conversation log\n7.5,ChatGPT,0,1,1,Conversation log\n")
+    burst.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5,ChatGPT,100,20,120,Conversation log\n7.5,ChatGPT,0,1,1,Conversation log\n"
+    )
     b = read_trace(f"burstgpt:{burst}")
-    assert b.t_s.tolist() == [0, 2.5] and b.input_len.tolist() == [100, 1] and b.repairs == {"input length 0 read as 1": 1}
+    assert (
+        b.t_s.tolist() == [0, 2.5] and b.input_len.tolist() == [100, 1] and b.repairs == {"input length 0 read as 1": 1}
+    )
     gen = tmp_path / "mine.csv"
     gen.write_text("at_ms,prompt,completion\n1000,10,2\n1500,12,3\n")
     g = read_trace(f"csv:{gen},time=at_ms,input=prompt,output=completion,unit=ms")
@@ -61,17 +73,28 @@ def test_other_formats_and_a_field_mapping(tmp_path):
         read_trace(f"csv:{blocks},time=t,input=in,output=out,hash_ids=blocks")
 
 
-@pytest.mark.parametrize("content,expect", [
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,2\n2023-11-16 18:15:45.00,10,2\n",
-     ":3: TIMESTAMP goes back in time (-1.680 s after the line before); sort the trace by time"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,-4,2\n",
-     ":2: ContextTokens is '-4': lengths are whole numbers of tokens >= 0"),
-    ("TIMESTAMP,Context,GeneratedTokens\n2023-11-16 18:15:46.68,4,2\n",
-     ":1: no column 'ContextTokens' (it has TIMESTAMP, Context, GeneratedTokens); is it a azure trace?"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,many,2\n",
-     ":2: ContextTokens is 'many', not a whole number of tokens"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,4,2\n", ":2: TIMESTAMP is 'yesterday', not a date-time"),
-])
+@pytest.mark.parametrize(
+    "content,expect",
+    [
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,2\n2023-11-16 18:15:45.00,10,2\n",
+            ":3: TIMESTAMP goes back in time (-1.680 s after the line before); sort the trace by time",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,-4,2\n",
+            ":2: ContextTokens is '-4': lengths are whole numbers of tokens >= 0",
+        ),
+        (
+            "TIMESTAMP,Context,GeneratedTokens\n2023-11-16 18:15:46.68,4,2\n",
+            ":1: no column 'ContextTokens' (it has TIMESTAMP, Context, GeneratedTokens); is it a azure trace?",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,many,2\n",
+            ":2: ContextTokens is 'many', not a whole number of tokens",
+        ),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,4,2\n", ":2: TIMESTAMP is 'yesterday', not a date-time"),
+    ],
+)
 def test_bad_trace_lines_are_one_line_naming_file_line_and_fix(tmp_path, content, expect):
     path = tmp_path / "t.csv"
     path.write_text(content)
@@ -83,14 +106,16 @@ def test_bad_trace_lines_are_one_line_naming_file_line_and_fix(tmp_path, content
 
 
 @pytest.mark.parametrize("command", ["run", "simulate"])
-@pytest.mark.parametrize("flag,value", [("--trace-speed", "0"), ("--trace-speed", "2"), ("--trace-start", "-5"),
-                                        ("--trace-window", "60")])
+@pytest.mark.parametrize(
+    "flag,value", [("--trace-speed", "0"), ("--trace-speed", "2"), ("--trace-start", "-5"), ("--trace-window", "60")]
+)
 def test_trace_options_without_a_trace_are_refused(tmp_path, command, flag, value):
     """--trace-speed, --trace-start and --trace-window shape a trace replay: without --trace they
     would do nothing (even with a value that is wrong for a trace), so each is one line, exit 2."""
     where = ["--base-url", "http://127.0.0.1:9"] if command == "run" else ["--profile", "h100-llama-3.1-8b"]
-    res = cli(command, *where, "--concurrency", "1", "--num-requests", "2", flag, value,
-              "--output", str(tmp_path / "x"))
+    res = cli(
+        command, *where, "--concurrency", "1", "--num-requests", "2", flag, value, "--output", str(tmp_path / "x")
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     (line,) = res.stderr.strip().splitlines()
     assert f"{flag} applies to a trace replay: give --trace FORMAT:PATH, or drop {flag}" in line
@@ -99,17 +124,26 @@ def test_trace_options_without_a_trace_are_refused(tmp_path, command, flag, valu
 
 def test_skip_bad_counts_and_skips(tmp_path):
     path = tmp_path / "t.csv"
-    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\n2023-11-16 18:15:45,10,2\n"
-                    "2023-11-16 18:15:47,x,2\n2023-11-16 18:15:48,12,3\n")
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\n2023-11-16 18:15:45,10,2\n"
+        "2023-11-16 18:15:47,x,2\n2023-11-16 18:15:48,12,3\n"
+    )
     t = read_trace(f"azure:{path}", skip_bad=True)
     assert len(t) == 2 and t.skipped == 2 and t.t_s.tolist() == [0, 2]
 
 
 def test_hash_blocks_share_exactly_their_prompt_tokens(tmp_path):
     moon = tmp_path / "moon.jsonl"
-    moon.write_text("\n".join(json.dumps(r) for r in (
-        {"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2, 3]},
-        {"timestamp": 9, "input_length": 1300, "output_length": 7, "hash_ids": [1, 2, 9]})) + "\n")
+    moon.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in (
+                {"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2, 3]},
+                {"timestamp": 9, "input_length": 1300, "output_length": 7, "hash_ids": [1, 2, 9]},
+            )
+        )
+        + "\n"
+    )
     a, b = trace_requests(read_trace(f"mooncake:{moon}"), None)
     ta, tb = tokenize(a.prompt)[1], tokenize(b.prompt)[1]
     assert (len(ta), len(tb)) == (1100, 1300) and (a.max_tokens, b.max_tokens) == (5, 7) and a.ignore_eos
@@ -138,9 +172,25 @@ def test_the_shape_keeps_the_traces_gaps_divided_by_speed():
 def test_simulate_replays_the_trace_window(tmp_path):
     """With the text from a content workload (chat), as bench/trace_replay.py runs it."""
     out = tmp_path / "sim"
-    res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--trace", f"azure:{CONV}", "--trace-start", "60",
-                  "--trace-window", "60", "--trace-speed", "4", "--workload", "chat", "--data-dir", str(DATA),
-                  "--output", str(out))
+    res = run_cli(
+        "simulate",
+        "--profile",
+        "h100-llama-3.1-8b",
+        "--trace",
+        f"azure:{CONV}",
+        "--trace-start",
+        "60",
+        "--trace-window",
+        "60",
+        "--trace-speed",
+        "4",
+        "--workload",
+        "chat",
+        "--data-dir",
+        str(DATA),
+        "--output",
+        str(out),
+    )
     assert res.returncode == 0, res.stderr
     frame = pd.read_parquet(out / "requests.parquet")
     trace = read_trace(f"azure:{CONV}").window(60, 60)
@@ -160,6 +210,7 @@ def test_real_time_replay_against_the_emulator_matches_the_trace_and_the_simulat
     client_bound on a machine that cannot keep it), with the trace's lengths exactly; the
     simulator on the same settings agrees on throughput."""
     from servers.embedded import emulator_server
+
     args = ["--trace", f"azure:{CONV}", "--trace-window", "20", "--trace-speed", "2"]
     with emulator_server("meta-llama/Llama-3.1-8B-Instruct") as srv:
         res = run_cli("run", "--base-url", srv.url, *args, "--quiet", "--output", str(tmp_path / "real"), timeout=300)
@@ -195,8 +246,16 @@ def test_a_replay_under_time_dilation_keeps_the_trace_in_emulated_time(tmp_path)
     assert res.returncode == 0, res.stderr
     summary = json.loads((tmp_path / "real" / "summary.json").read_text())
     assert summary["time_scale"] == 2.0
-    sim = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--speculative-config",
-                  summary["config"]["speculative_config"], *args, "--output", str(tmp_path / "sim"))
+    sim = run_cli(
+        "simulate",
+        "--profile",
+        "h100-llama-3.1-8b",
+        "--speculative-config",
+        summary["config"]["speculative_config"],
+        *args,
+        "--output",
+        str(tmp_path / "sim"),
+    )
     assert sim.returncode == 0, sim.stderr
     trace = read_trace(f"azure:{CONV}").window(0, 20)
     frame = pd.read_parquet(tmp_path / "real" / "requests.parquet").sort_values("index")

@@ -1,6 +1,7 @@
 """Current vLLM's speculative decoding in the emulator: synthetic acceptance as vLLM's rejection
 sampler applies it, suffix decoding over prompts and earlier outputs, and their
 `--speculative-config` checked as vLLM checks it."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,13 @@ from suffix_acceptance import serve_offline  # noqa: E402
 
 def test_synthetic_rates_are_measured_back_per_position():
     rates = [0.9, 0.6, 0.3]
-    spec = {"method": "eagle3", "model": "d", "num_speculative_tokens": 3,
-            "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": rates}
+    spec = {
+        "method": "eagle3",
+        "model": "d",
+        "num_speculative_tokens": 3,
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_rates": rates,
+    }
     engine = serve_offline(spec, list(kind_like("chat", 32, output_len=200, ignore_eos=True, seed=3)))
     s = engine.stats
     assert s.spec_drafts > 2000
@@ -31,10 +37,17 @@ def test_synthetic_rates_are_measured_back_per_position():
 
 
 def test_synthetic_acceptance_length_is_measured_back():
-    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3,
-            "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5}
-    engine = serve_offline({**spec, "method": "eagle", "model": "d"},
-                           list(kind_like("chat", 16, output_len=200, ignore_eos=True, seed=4)))
+    spec = {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_min": 1,
+        "prompt_lookup_max": 3,
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_length": 2.5,
+    }
+    engine = serve_offline(
+        {**spec, "method": "eagle", "model": "d"}, list(kind_like("chat", 16, output_len=200, ignore_eos=True, seed=4))
+    )
     s = engine.stats
     assert 1 + s.spec_accepted_tokens / s.spec_drafts == pytest.approx(2.5, rel=0.03)
     # on n-gram drafts too: only the steps that proposed drafts count, each accepted as synthetic
@@ -48,20 +61,24 @@ def test_synthetic_config_is_checked_as_vllm_checks_it():
     base = {"method": "eagle", "model": "d", "num_speculative_tokens": 3}
     assert length_to_rates(2.5, 3) == (1.0, 0.5, 0.0)
     assert length_to_rates(4.0, 3) == (1.0, 1.0, 1.0)
-    assert parse(json.dumps({**base, "rejection_sample_method": "synthetic",
-                             "synthetic_acceptance_length": 1.75})).synthetic_rates == (0.75, 0.0, 0.0)
-    bad = [({"rejection_sample_method": "synthetic"}, "exactly one of"),
-           ({"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.5, 0.6, 0.1]}, "non-increasing"),
-           ({"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.5, 0.4]}, "length 3"),
-           ({"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [1.5, 0.4, 0]}, "[0, 1]"),
-           ({"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 4.5}, "[1, 4]"),
-           ({"synthetic_acceptance_length": 2.0}, "only valid with"),
-           ({"rejection_sample_method": "lossy"}, "not one of")]
+    assert parse(
+        json.dumps({**base, "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 1.75})
+    ).synthetic_rates == (0.75, 0.0, 0.0)
+    bad = [
+        ({"rejection_sample_method": "synthetic"}, "exactly one of"),
+        ({"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.5, 0.6, 0.1]}, "non-increasing"),
+        ({"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.5, 0.4]}, "length 3"),
+        ({"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [1.5, 0.4, 0]}, "[0, 1]"),
+        ({"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 4.5}, "[1, 4]"),
+        ({"synthetic_acceptance_length": 2.0}, "only valid with"),
+        ({"rejection_sample_method": "lossy"}, "not one of"),
+    ]
     for extra, words in bad:
         with pytest.raises(SpecError, match=words.replace("[", r"\[").replace("]", r"\]")):
             parse(json.dumps({**base, **extra}))
-    spec = parse(json.dumps({**base, "rejection_sample_method": "synthetic",
-                             "synthetic_acceptance_rates": [0.9, 0.6, 0.3]}))
+    spec = parse(
+        json.dumps({**base, "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.9, 0.6, 0.3]})
+    )
     assert spec.conditional_rates == pytest.approx((0.9, 0.6 / 0.9, 0.5))
 
 
@@ -111,9 +128,11 @@ def test_suffix_config_is_checked_as_vllm_checks_it():
     spec = parse('{"method": "suffix"}')
     assert spec.k == 24 and spec.suffix_max_tree_depth == 24 and spec.suffix_min_token_prob == 0.1
     assert parse('{"method": "suffix", "suffix_decoding_max_tree_depth": 16}').k == 16
-    for extra, words in ((', "suffix_decoding_max_tree_depth": 0', "must be an integer >= 1"),
-                         (', "suffix_decoding_max_cached_requests": -1', "must be an integer >= 0"),
-                         (', "suffix_decoding_max_spec_factor": -1', "must be >= 0"),
-                         (', "suffix_decoding_min_token_prob": 2', r"must be in \[0, 1\]")):
+    for extra, words in (
+        (', "suffix_decoding_max_tree_depth": 0', "must be an integer >= 1"),
+        (', "suffix_decoding_max_cached_requests": -1', "must be an integer >= 0"),
+        (', "suffix_decoding_max_spec_factor": -1', "must be >= 0"),
+        (', "suffix_decoding_min_token_prob": 2', r"must be in \[0, 1\]"),
+    ):
         with pytest.raises(SpecError, match=words):
             parse('{"method": "suffix"' + extra + "}")

@@ -7,6 +7,7 @@ parser and its configuration checks all run):
     LOADGEN_VLLM_PYTHON=/tmp/vllm/bin/python python -m pytest tests/test_vllm_side.py
 
 Without LOADGEN_VLLM_PYTHON these tests skip, saying so (CI does not install vLLM: 3.5 GB)."""
+
 from __future__ import annotations
 
 import json
@@ -23,16 +24,21 @@ from servers.embedded import emulator_server
 from servers.emulator.spec import SpecError, parse
 
 PYTHON = os.environ.get("LOADGEN_VLLM_PYTHON")
-pytestmark = pytest.mark.skipif(not PYTHON, reason="needs a Python with vLLM installed, named by "
-                                "LOADGEN_VLLM_PYTHON (see this file's docstring)")
+pytestmark = pytest.mark.skipif(
+    not PYTHON, reason="needs a Python with vLLM installed, named by LOADGEN_VLLM_PYTHON (see this file's docstring)"
+)
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
 
 def vllm_check(tmp_path: Path, job: dict) -> dict:
     (tmp_path / "job.json").write_text(json.dumps(job))
-    res = subprocess.run([PYTHON, str(ROOT / "tests" / "vllm_side.py"), str(tmp_path / "job.json")],
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [PYTHON, str(ROOT / "tests" / "vllm_side.py"), str(tmp_path / "job.json")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -44,32 +50,51 @@ def _post(url: str, path: str, body: dict) -> bytes:
 
 
 def _events(raw: bytes) -> list[dict]:
-    return [json.loads(line[6:]) for line in raw.decode().split("\n")
-            if line.startswith("data: {")]
+    return [json.loads(line[6:]) for line in raw.decode().split("\n") if line.startswith("data: {")]
 
 
 def test_responses_validate_against_vllms_own_models(tmp_path):
     items = []
     for level in ("summary", "detailed"):
-        for spec in ({"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3},
-                     {"method": "suffix", "num_speculative_tokens": 8}):
-            with emulator_server(LLAMA, "--speculative-config", json.dumps(spec), "--time-scale", "0.1",
-                                 "--per-request-spec-decode-metrics", level) as srv:
+        for spec in (
+            {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3},
+            {"method": "suffix", "num_speculative_tokens": 8},
+        ):
+            with emulator_server(
+                LLAMA,
+                "--speculative-config",
+                json.dumps(spec),
+                "--time-scale",
+                "0.1",
+                "--per-request-spec-decode-metrics",
+                level,
+            ) as srv:
                 for chat in (False, True):
                     path = "/v1/chat/completions" if chat else "/v1/completions"
-                    body = {"model": LLAMA, "max_tokens": 24, "logprobs": True if chat else 2,
-                            **({"top_logprobs": 2} if chat else {}),
-                            **({"messages": [{"role": "user", "content": "say it again and again"}]} if chat
-                               else {"prompt": "say it again and again"})}
+                    body = {
+                        "model": LLAMA,
+                        "max_tokens": 24,
+                        "logprobs": True if chat else 2,
+                        **({"top_logprobs": 2} if chat else {}),
+                        **(
+                            {"messages": [{"role": "user", "content": "say it again and again"}]}
+                            if chat
+                            else {"prompt": "say it again and again"}
+                        ),
+                    }
                     whole = json.loads(_post(srv.url, path, body))
-                    events = _events(_post(srv.url, path, {**body, "stream": True,
-                                                           "stream_options": {"include_usage": True}}))
+                    events = _events(
+                        _post(srv.url, path, {**body, "stream": True, "stream_options": {"include_usage": True}})
+                    )
                     final = events[-1]
                     assert final["choices"] == [] and "speculative_decoding" in final["metrics"]
                     sd = final["metrics"]["speculative_decoding"]
                     assert ("per_step_accepted" in sd) == (level == "detailed")
                     name = "ChatCompletion" if chat else "Completion"
-                    items += [{"model": f"{name}Response", "obj": whole}, {"model": f"{name}StreamResponse", "obj": final}]
+                    items += [
+                        {"model": f"{name}Response", "obj": whole},
+                        {"model": f"{name}StreamResponse", "obj": final},
+                    ]
                     items += [{"model": f"{name}StreamResponse", "obj": e} for e in events[:-1]]
     got = vllm_check(tmp_path, {"responses": items})
     bad = [(i["model"], err) for i, err in zip(items, got["responses"]) if err]
@@ -77,8 +102,12 @@ def test_responses_validate_against_vllms_own_models(tmp_path):
 
 
 def test_every_catalog_serve_line_parses_with_vllms_parser(tmp_path):
-    lines = [list(render(load(name), v).argv) for name in available() if load(name).engine == "vllm"
-             for v in load(name).variants]
+    lines = [
+        list(render(load(name), v).argv)
+        for name in available()
+        if load(name).engine == "vllm"
+        for v in load(name).variants
+    ]
     assert any("suffix" in " ".join(a) for a in lines) and any("synthetic" in " ".join(a) for a in lines)
     got = vllm_check(tmp_path, {"serve_lines": lines})
     bad = [(" ".join(a[3:]), err) for a, err in zip(lines, got["serve_lines"]) if err]
@@ -86,9 +115,20 @@ def test_every_catalog_serve_line_parses_with_vllms_parser(tmp_path):
 
 
 def test_synthetic_acceptance_resolves_as_vllm_resolves_it(tmp_path):
-    cases = [(3, [0.9, 0.6, 0.3], None), (3, None, 2.5), (3, None, 1.0), (3, None, 4.0), (5, None, 3.7),
-             (3, [0.5, 0.6, 0.1], None), (3, [0.5, 0.4], None), (3, None, 4.5), (3, [1.2, 0.5, 0.1], None),
-             (3, None, None), (3, [0.9, 0.6, 0.3], 2.0), (4, [1.0, 1.0, 0.0, 0.0], None)]
+    cases = [
+        (3, [0.9, 0.6, 0.3], None),
+        (3, None, 2.5),
+        (3, None, 1.0),
+        (3, None, 4.0),
+        (5, None, 3.7),
+        (3, [0.5, 0.6, 0.1], None),
+        (3, [0.5, 0.4], None),
+        (3, None, 4.5),
+        (3, [1.2, 0.5, 0.1], None),
+        (3, None, None),
+        (3, [0.9, 0.6, 0.3], 2.0),
+        (4, [1.0, 1.0, 0.0, 0.0], None),
+    ]
     got = vllm_check(tmp_path, {"synthetic": [{"k": k, "rates": r, "length": a} for k, r, a in cases]})["synthetic"]
     for (k, rates, length), theirs in zip(cases, got):
         cfg = {"method": "eagle", "model": "d", "num_speculative_tokens": k, "rejection_sample_method": "synthetic"}
@@ -107,7 +147,11 @@ def test_synthetic_acceptance_resolves_as_vllm_resolves_it(tmp_path):
 
 
 def test_the_gpu_script_lines_pass_vllms_engine_configuration(tmp_path):
-    res = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_vllm.py"), "--check-lines", PYTHON,
-                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu_vllm.py"), "--check-lines", PYTHON, "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stdout + res.stderr[-2000:]
     assert res.stdout.count("ok ") == 5

@@ -1,5 +1,6 @@
 """What-if analysis (issue 12, first part): the acceptance-trace form and the step plans of
 each speculation policy, pinned with hand-made traces whose answers are worked out by hand."""
+
 from __future__ import annotations
 
 import json
@@ -39,15 +40,19 @@ def test_ngram_is_perfect_on_a_copied_span():
     assert a.acc_len[0] == 1 and not a.proposed[0]
     assert a.acc_len[1] == 5 and a.proposed[1]
     assert a.acc_len[5] == 1
-    assert [(s.position, s.drafter, s.drafts, s.emitted) for s in policies.oracle("ngram", a)] == \
-        [(0, "", 0, 1), (1, "ngram", 4, 5)]
+    assert [(s.position, s.drafter, s.drafts, s.emitted) for s in policies.oracle("ngram", a)] == [
+        (0, "", 0, 1),
+        (1, "ngram", 4, 5),
+    ]
     assert a.proposed[1] == 6  # after the match "14": 15 16 17 18 19 14
     k3 = policies.fixed_k("ngram", a, 3)
     # 0: no match; 1: three drafts, all right, plus the bonus; 5: the last token, nothing to draft
     assert [(s.drafts, s.emitted) for s in k3] == [(0, 1), (3, 4), (0, 1)]
     # served, the prefill writes position 0 and decoding starts at 1
-    assert [(s.position, s.drafts, s.emitted) for s in policies.fixed_k("ngram", a, 3, start=1)] == \
-        [(1, 3, 4), (5, 0, 1)]
+    assert [(s.position, s.drafts, s.emitted) for s in policies.fixed_k("ngram", a, 3, start=1)] == [
+        (1, 3, 4),
+        (5, 0, 1),
+    ]
 
 
 def test_the_combination_takes_the_best_drafter_at_each_position():
@@ -74,6 +79,7 @@ def test_estimating_a_model_drafter_from_a_runs_steps():
     4 is exact, and inside it the same drafts are right; one that emitted 4 is censored, and
     its run goes on into the next step's accepted drafts."""
     from loadgen.whatif.traces import estimate
+
     a = estimate([1, 4, 2, 1, 4, 3], 15, 3)
     # pos 0: prefill. 1-4: censored, continued by the next step's 2 - 1 = 1 accepted draft.
     # 5-6: 2, 1. 7: 1. 8-11: censored, continued by the 3 - 1 = 2 of the step at 12. 12-14: 3 2 1
@@ -86,8 +92,15 @@ def test_estimating_a_model_drafter_from_a_runs_steps():
 
 
 def test_traces_round_trip_and_a_bad_line_is_named(tmp_path):
-    t = Trace("r0", [1, 2, 3], [4, 5, 6, 7], {"ngram": Acceptance(np.array([1, 3, 2, 1]), np.array([0, 2, 2, 1])),
-                                              "eagle": Acceptance(np.array([2, 2, 2, 1]), censored_at=1)})
+    t = Trace(
+        "r0",
+        [1, 2, 3],
+        [4, 5, 6, 7],
+        {
+            "ngram": Acceptance(np.array([1, 3, 2, 1]), np.array([0, 2, 2, 1])),
+            "eagle": Acceptance(np.array([2, 2, 2, 1]), censored_at=1),
+        },
+    )
     path = tmp_path / "traces.jsonl"
     write(path, [t, t])
     back, reading = read(path)
@@ -110,11 +123,12 @@ LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
 
 def _eagle(k: int) -> str:
-    return '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": %d}' % k
+    return f'{{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": {k}}}'
 
 
 def _policy(name: str, methods=("ngram", "eagle"), ks=(1, 3, 5)):
     from loadgen.whatif import evaluate as ev
+
     return next(p for p in ev.candidates(list(methods), ks) if p.name == name)
 
 
@@ -122,6 +136,7 @@ def test_one_request_at_batch_1_costs_what_the_profile_says():
     """Worked by hand from the cost model: prefill, then two steps of 2 drafts each emitting 3."""
     from loadgen.whatif import evaluate as ev
     from servers.emulator import profile as profiles
+
     prof = profiles.load(PROFILE)
     prompt, output = list(range(10)), list(range(100, 107))
     t = Trace("r", prompt, output, {"eagle": _every_position_accepts(2, 7)})
@@ -143,10 +158,13 @@ def test_one_request_at_batch_1_costs_what_the_profile_says():
 
 def test_the_combination_is_charged_per_drafter_and_at_the_ngram_price():
     from loadgen.whatif import evaluate as ev
+
     n = 40
     ngram_acc = Acceptance(np.minimum(6, n - np.arange(n)), np.full(n, 8))  # n-gram: 5 right everywhere
     eagle_acc = _every_position_accepts(1, n)
-    traces = [Trace(str(i), list(range(50)), list(range(n)), {"ngram": ngram_acc, "eagle": eagle_acc}) for i in range(4)]
+    traces = [
+        Trace(str(i), list(range(50)), list(range(n)), {"ngram": ngram_acc, "eagle": eagle_acc}) for i in range(4)
+    ]
     names = ["eagle k=1", "combination oracle (ngram+eagle)", "combination oracle (ngram+eagle), n-gram price"]
     out = {o.policy: o for o in ev.evaluate(traces, PROFILE, [4], [_policy("none")] + [_policy(p) for p in names])}
     own, cheap = out[names[1]], out[names[2]]
@@ -156,10 +174,22 @@ def test_the_combination_is_charged_per_drafter_and_at_the_ngram_price():
     assert own.output_tok_s == pytest.approx(cheap.output_tok_s, rel=1e-9)
     assert own.output_tok_s > out["eagle k=1"].output_tok_s > out["none"].output_tok_s
     # with EAGLE better everywhere the combination is EAGLE's oracle, and the n-gram price flatters it
-    traces = [Trace(str(i), list(range(50)), list(range(n)),
-                    {"ngram": Acceptance(np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)),
-                     "eagle": _every_position_accepts(3, n)}) for i in range(4)]
-    out = {o.policy: o for o in ev.evaluate(traces, PROFILE, [4], [_policy("eagle oracle <=5")] + [_policy(p) for p in names[1:]])}
+    traces = [
+        Trace(
+            str(i),
+            list(range(50)),
+            list(range(n)),
+            {
+                "ngram": Acceptance(np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)),
+                "eagle": _every_position_accepts(3, n),
+            },
+        )
+        for i in range(4)
+    ]
+    out = {
+        o.policy: o
+        for o in ev.evaluate(traces, PROFILE, [4], [_policy("eagle oracle <=5")] + [_policy(p) for p in names[1:]])
+    }
     assert out[names[1]].output_tok_s == pytest.approx(out["eagle oracle <=5"].output_tok_s, rel=1e-9)
     assert out[names[2]].output_tok_s > out[names[1]].output_tok_s * 1.05
 
@@ -169,6 +199,7 @@ def test_a_step_mixing_drafters_pays_each_once_or_the_ngram_price_once():
     both drafters' prices; priced as n-gram, it pays the n-gram price once for both."""
     from servers.emulator import profile as profiles
     from servers.emulator.replay import ReplayEngine
+
     prof = profiles.load(PROFILE)
     fwd, over = prof.forward, prof.step_overhead
     verify = fwd.time(8, 8)  # two prompts of 4 tokens, prefilled together
@@ -186,14 +217,47 @@ def test_a_step_mixing_drafters_pays_each_once_or_the_ngram_price_once():
 def test_replayed_fixed_k_reproduces_the_engine_at_that_k(tmp_path):
     """The simulator writes exact traces at k=3; replayed at k=1 and k=5 they give the
     throughput the simulator itself gives at k=1 and k=5 (one engine, one cost model)."""
-    from tests.conftest import cli, run_cli
-    common = ["--profile", PROFILE, "--concurrency", "8", "--num-requests", "48", "--workload", "synthetic:chat",
-              "--seed", "4"]
-    res = run_cli("simulate", *common, "--speculative-config", _eagle(3), "--acceptance-traces",
-                  str(tmp_path / "traces.jsonl"), "--output", str(tmp_path / "k3"))
+    from tests.conftest import run_cli
+
+    common = [
+        "--profile",
+        PROFILE,
+        "--concurrency",
+        "8",
+        "--num-requests",
+        "48",
+        "--workload",
+        "synthetic:chat",
+        "--seed",
+        "4",
+    ]
+    res = run_cli(
+        "simulate",
+        *common,
+        "--speculative-config",
+        _eagle(3),
+        "--acceptance-traces",
+        str(tmp_path / "traces.jsonl"),
+        "--output",
+        str(tmp_path / "k3"),
+    )
     assert res.returncode == 0, res.stderr
-    res = run_cli("whatif", str(tmp_path / "traces.jsonl"), "--profile", PROFILE, "--batch", "8",
-                  "--drafters", "eagle", "--k", "1,5", "--requests", "48", "--output", str(tmp_path))
+    res = run_cli(
+        "whatif",
+        str(tmp_path / "traces.jsonl"),
+        "--profile",
+        PROFILE,
+        "--batch",
+        "8",
+        "--drafters",
+        "eagle",
+        "--k",
+        "1,5",
+        "--requests",
+        "48",
+        "--output",
+        str(tmp_path),
+    )
     assert res.returncode == 0, res.stderr
     predicted = {r["policy"]: r["output_tok_s"] for r in json.loads((tmp_path / "whatif.json").read_text())["results"]}
     for k in (1, 5):
@@ -211,9 +275,21 @@ def test_whatif_predicts_an_unseen_k_of_the_real_time_emulator(tmp_path):
     """The acceptance line: traces written by the emulator serving EAGLE at k=3 over HTTP
     predict the throughput of k=1 and k=5 within 10% of the emulator actually serving them."""
     from servers.embedded import emulator_server
-    from tests.conftest import cli, run_cli
-    load = ["--concurrency", "8", "--num-requests", "32", "--workload", "synthetic:chat", "--output-len", "128",
-            "--seed", "2", "--quiet"]
+    from tests.conftest import run_cli
+
+    load = [
+        "--concurrency",
+        "8",
+        "--num-requests",
+        "32",
+        "--workload",
+        "synthetic:chat",
+        "--output-len",
+        "128",
+        "--seed",
+        "2",
+        "--quiet",
+    ]
     traces = tmp_path / "traces.jsonl"
 
     def serve_and_run(k: int, out: str, *extra: str) -> dict:
@@ -224,12 +300,29 @@ def test_whatif_predicts_an_unseen_k_of_the_real_time_emulator(tmp_path):
 
     recorded = serve_and_run(3, "k3", "--acceptance-traces", str(traces))
     assert len(read(traces)[0]) == 32
-    res = run_cli("whatif", str(traces), "--profile", PROFILE, "--batch", "8", "--drafters", "eagle",
-                  "--k", "1,3,5", "--requests", "32", "--output", str(tmp_path))
+    res = run_cli(
+        "whatif",
+        str(traces),
+        "--profile",
+        PROFILE,
+        "--batch",
+        "8",
+        "--drafters",
+        "eagle",
+        "--k",
+        "1,3,5",
+        "--requests",
+        "32",
+        "--output",
+        str(tmp_path),
+    )
     assert res.returncode == 0, res.stderr
     assert "Batch 8" in res.stdout and "eagle k=5" in res.stdout
     predicted = {r["policy"]: r["output_tok_s"] for r in json.loads((tmp_path / "whatif.json").read_text())["results"]}
-    print(f"whatif eagle k=3: predicted {predicted['eagle k=3']:.0f}, emulator {recorded['output_throughput_tok_s']:.0f} tok/s")
+    print(
+        f"whatif eagle k=3: predicted {predicted['eagle k=3']:.0f}, "
+        f"emulator {recorded['output_throughput_tok_s']:.0f} tok/s"
+    )
     assert predicted["eagle k=3"] == pytest.approx(recorded["output_throughput_tok_s"], rel=0.10)
     for k in (1, 5):
         actual = serve_and_run(k, f"k{k}")["output_throughput_tok_s"]
@@ -238,20 +331,37 @@ def test_whatif_predicts_an_unseen_k_of_the_real_time_emulator(tmp_path):
 
 
 def test_whatif_bad_input_is_one_line(tmp_path):
-    from tests.conftest import cli, run_cli
+    from tests.conftest import cli
+
     t = Trace("r0", [1, 2, 3], [4, 5, 6, 7], {"eagle": Acceptance(np.array([2, 2, 2, 1]))})
     write(tmp_path / "t.jsonl", [t])
     (tmp_path / "binary.parquet").write_bytes(b"PAR1\x80\x81\xfe")
     cases = [
         (["whatif", str(tmp_path / "binary.parquet"), "--profile", PROFILE], "is not a text file of JSON lines"),
-        (["simulate", "--profile", PROFILE, "--concurrency", "1", "--num-requests", "1", "--output",
-          str(tmp_path / "sim"), "--acceptance-traces", "/proc/no/traces.jsonl"], "cannot write --acceptance-traces"),
+        (
+            [
+                "simulate",
+                "--profile",
+                PROFILE,
+                "--concurrency",
+                "1",
+                "--num-requests",
+                "1",
+                "--output",
+                str(tmp_path / "sim"),
+                "--acceptance-traces",
+                "/proc/no/traces.jsonl",
+            ],
+            "cannot write --acceptance-traces",
+        ),
         (["whatif", str(tmp_path / "none.jsonl"), "--profile", PROFILE], "cannot read traces"),
         (["whatif", str(tmp_path / "t.jsonl"), "--profile", PROFILE, "--batch", "0,8"], "--batch '0,8'"),
         (["whatif", str(tmp_path / "t.jsonl"), "--profile", "nope"], "unknown profile 'nope'"),
         (["whatif", str(tmp_path / "t.jsonl")], "give --profile"),
-        (["whatif", str(tmp_path / "t.jsonl"), "--profile", PROFILE, "--drafters", "ngram"],
-         "not every trace has acc_ngram; the traces all have: eagle"),
+        (
+            ["whatif", str(tmp_path / "t.jsonl"), "--profile", PROFILE, "--drafters", "ngram"],
+            "not every trace has acc_ngram; the traces all have: eagle",
+        ),
         (["whatif", str(tmp_path / "t.jsonl"), "--profile", "h100-glm-4.5-air-tp4"], "has no cost for drafter 'eagle'"),
     ]
     for args, message in cases:
@@ -270,10 +380,28 @@ def test_traces_from_a_run_with_token_ids_match_the_emulators_exact_ones(tmp_pat
 
     from servers.embedded import emulator_server
     from tests.conftest import cli, run_cli
+
     exact_path, out = tmp_path / "exact.jsonl", tmp_path / "run"
     with emulator_server(LLAMA, "--speculative-config", _eagle(3), "--acceptance-traces", str(exact_path)) as srv:
-        res = run_cli("run", "--base-url", srv.url, "--endpoint", "chat", "--concurrency", "4", "--num-requests", "12",
-                      "--workload", "synthetic:chat", "--output-len", "96", "--token-ids", "--quiet", "--output", str(out))
+        res = run_cli(
+            "run",
+            "--base-url",
+            srv.url,
+            "--endpoint",
+            "chat",
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "12",
+            "--workload",
+            "synthetic:chat",
+            "--output-len",
+            "96",
+            "--token-ids",
+            "--quiet",
+            "--output",
+            str(out),
+        )
         assert res.returncode == 0, res.stderr
     res = cli("traces", str(out), "--drafter", "eagle:3")
     assert res.returncode == 0, res.stderr

@@ -1,6 +1,7 @@
 """`loadgen whatif --protocol offline` (loadgen/whatif/offline.py): the study's measurement, B
 copies of each request run together to the end. Pinned by hand from the cost model, and
 against the engine itself on emulator-made traces (bench/calibrate.py's offline batches)."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.whatif import evaluate as ev, offline
+from loadgen.whatif import evaluate as ev
+from loadgen.whatif import offline
 from loadgen.whatif.reading import read
 from loadgen.whatif.traces import Acceptance, Trace
 from servers.emulator import profile as profiles
@@ -36,8 +38,11 @@ def test_one_request_worked_by_hand():
         # the prefill writes token 0 and drafts 1 for position 1; position 1: 1 draft (KV 10 + 1 + 1),
         # acc_len 3 but k = 1: emits 2; position 3 is the last token: no draft, KV 10 + 3
         v0 = fwd.time(b * 10, b * 10)
-        return (v0 + over + eagle.time(1, b, b * 10, v0)) + (fwd.time(b * 12, b * 2) + over) + \
-            (fwd.time(b * 13, b * 1) + over)
+        return (
+            (v0 + over + eagle.time(1, b, b * 10, v0))
+            + (fwd.time(b * 12, b * 2) + over)
+            + (fwd.time(b * 13, b * 1) + over)
+        )
 
     def oracle(b):  # position 1: acc_len 3, so exactly 2 drafts, emits 3 and ends
         v0 = fwd.time(b * 10, b * 10)
@@ -57,8 +62,10 @@ def test_one_request_worked_by_hand():
 def test_the_speedup_is_the_mean_batch_throughput_over_no_speculations():
     """Two requests of different lengths: the ratio of the means, not the mean of the ratios."""
     prof = profiles.load(PROFILE)
-    traces = [Trace("a", [1] * 8, [2] * 3, {"eagle": Acceptance(np.array([3, 2, 1]))}),
-              Trace("b", [1] * 30, [2] * 6, {"eagle": Acceptance(np.array([1, 1, 1, 1, 1, 1]))})]
+    traces = [
+        Trace("a", [1] * 8, [2] * 3, {"eagle": Acceptance(np.array([3, 2, 1]))}),
+        Trace("b", [1] * 30, [2] * 6, {"eagle": Acceptance(np.array([1, 1, 1, 1, 1, 1]))}),
+    ]
     pols = _policies()
     out = {(o.policy, o.batch): o for o in offline.evaluate(traces, PROFILE, [2], [pols["none"], pols["eagle k=1"]])}
 
@@ -66,6 +73,7 @@ def test_the_speedup_is_the_mean_batch_throughput_over_no_speculations():
         p = pols[name]
         plan = [(s.drafter, s.drafts, s.emitted) for s in p.plan(t)]
         return 2 * len(t.generated_token_ids) / offline.step_times(prof, t, plan, np.array([2])).sum()
+
     base = np.mean([tput(t, "none") for t in traces])
     sd = np.mean([tput(t, "eagle k=1") for t in traces])
     assert out[("eagle k=1", 2)].speedup == pytest.approx(sd / base, rel=1e-9)
@@ -83,9 +91,11 @@ def test_agrees_with_the_engine_running_the_batches(tmp_path):
     offline batches), against the offline protocol over the engine's own traces: within 2%."""
     sys.path.insert(0, str(REPO / "bench"))
     import calibrate
+
     from servers.emulator.engine import Engine, EngineConfig
     from servers.emulator.spec import parse
     from workloads import kind_like
+
     prof = profiles.load(PROFILE)
     reqs = list(kind_like("math", 4, seed=7, output_len=256))
     traces = []
@@ -98,8 +108,10 @@ def test_agrees_with_the_engine_running_the_batches(tmp_path):
     loaded, _ = read(path)
     pols = {p.name: p for p in ev.candidates(["eagle"], (3,))}
     batches = [1, 4, 16]
-    ours = {(o.policy, o.batch): o.speedup for o in
-            offline.evaluate(loaded, PROFILE, batches, [pols["none"], pols["eagle k=3"]])}
+    ours = {
+        (o.policy, o.batch): o.speedup
+        for o in offline.evaluate(loaded, PROFILE, batches, [pols["none"], pols["eagle k=3"]])
+    }
     n = [len(t.generated_token_ids) for t in loaded]
     for b in batches:
         base = np.mean([b * k / calibrate._makespan(PROFILE, None, r, b) for r, k in zip(reqs, n)])

@@ -1,6 +1,7 @@
 """Trace files as they are found (loadgen/whatif/reading.py): each quirk of the study's own
 files is repaired as its simulator reads it and counted; a line that cannot be a trace is a
 counted skip; a file with nothing readable is one line. Answers worked by hand."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ import pytest
 
 from loadgen.whatif.reading import read
 from loadgen.whatif.traces import TraceError
-from tests.conftest import cli, run_cli
+from tests.conftest import cli
 
 PROFILE = "h100-llama-3.1-8b"
 
@@ -27,8 +28,17 @@ def _one(path, **kw):
 
 def test_drafts_counted_past_the_end_are_clipped(tmp_path):
     # n = 4: a step at i can emit at most n - i = 4, 3, 2, 1 tokens; the file says 2, 4, 3, 2
-    t, r = _one(_write(tmp_path / "t.jsonl", {"id": "a", "prompt_token_ids": [1, 2], "generated_token_ids": [3, 4, 5, 6],
-                                              "acc_eagle": {"acc_len": [2, 4, 3, 2]}}))
+    t, r = _one(
+        _write(
+            tmp_path / "t.jsonl",
+            {
+                "id": "a",
+                "prompt_token_ids": [1, 2],
+                "generated_token_ids": [3, 4, 5, 6],
+                "acc_eagle": {"acc_len": [2, 4, 3, 2]},
+            },
+        )
+    )
     assert t.drafters["eagle"].acc_len.tolist() == [2, 3, 2, 1]
     assert r.repairs["acc_len values clipped"] == 3
     assert r.repairs["requests with acc_len values past their end, clipped to n - i"] == 1
@@ -36,17 +46,30 @@ def test_drafts_counted_past_the_end_are_clipped(tmp_path):
 
 
 def test_the_output_length_is_the_methods_own_array_length(tmp_path):
-    longer = {"id": "long", "prompt_token_ids": [1], "generated_token_ids": [7, 8, 9],
-              "acc_eagle": {"acc_len": [1, 1, 1, 1, 1]}}
-    shorter = {"id": "short", "prompt_token_ids": [1], "generated_token_ids": [7, 8, 9],
-               "acc_eagle": {"acc_len": [2, 1]}}
+    longer = {
+        "id": "long",
+        "prompt_token_ids": [1],
+        "generated_token_ids": [7, 8, 9],
+        "acc_eagle": {"acc_len": [1, 1, 1, 1, 1]},
+    }
+    shorter = {
+        "id": "short",
+        "prompt_token_ids": [1],
+        "generated_token_ids": [7, 8, 9],
+        "acc_eagle": {"acc_len": [2, 1]},
+    }
     traces, r = read(_write(tmp_path / "t.jsonl", longer, shorter))
     assert traces[0].generated_token_ids == [7, 8, 9, 0, 0]  # two tokens past the known ids
     assert traces[1].generated_token_ids == [7, 8] and traces[1].drafters["eagle"].acc_len.tolist() == [2, 1]
     assert r.repairs["output length taken from acc_len (generated_token_ids of another length)"] == 2
     # drafters that disagree: cut to the shortest (3), then clipped (acc_ngram[0] = 3 <= 3 stays)
-    both = {"id": "b", "prompt_token_ids": [1], "generated_token_ids": [7, 8, 9, 10],
-            "acc_ngram": {"acc_len": [3, 1, 1, 1], "proposed": [2, 0, 0, 0]}, "acc_eagle": {"acc_len": [1, 2, 1]}}
+    both = {
+        "id": "b",
+        "prompt_token_ids": [1],
+        "generated_token_ids": [7, 8, 9, 10],
+        "acc_ngram": {"acc_len": [3, 1, 1, 1], "proposed": [2, 0, 0, 0]},
+        "acc_eagle": {"acc_len": [1, 2, 1]},
+    }
     t, r = _one(_write(tmp_path / "b.jsonl", both))
     assert len(t.generated_token_ids) == 3 and t.drafters["ngram"].acc_len.tolist() == [3, 1, 1]
     assert t.drafters["ngram"].proposed.tolist() == [2, 0, 0]
@@ -59,8 +82,12 @@ def test_a_missing_ngram_proposed_is_derived_by_prompt_lookup(tmp_path):
     # seen at 0: offers what followed it, 7 8 5 6 (4 drafts); i=3 ends (6, 7), seen at 1 (and
     # 5 6 7 at 0): offers 8 5 6 7. So proposed = 0, 0, 4, 4 (a step still proposes no more than
     # the tokens left after its bonus: policies.py caps it).
-    rec = {"id": "p", "prompt_token_ids": [5, 6, 7, 8], "generated_token_ids": [5, 6, 7, 9],
-           "acc_ngram": {"acc_len": [1, 1, 2, 1]}}
+    rec = {
+        "id": "p",
+        "prompt_token_ids": [5, 6, 7, 8],
+        "generated_token_ids": [5, 6, 7, 9],
+        "acc_ngram": {"acc_len": [1, 1, 2, 1]},
+    }
     t, r = _one(_write(tmp_path / "t.jsonl", rec), ngram_lookup=(2, 3))
     assert t.drafters["ngram"].proposed.tolist() == [0, 0, 4, 4]
     assert r.repairs["n-gram proposed derived by prompt lookup 2..3 over the token ids"] == 1
@@ -72,28 +99,42 @@ def test_a_missing_ngram_proposed_is_derived_by_prompt_lookup(tmp_path):
 
 
 def test_bare_acc_arrays_and_no_id(tmp_path):
-    t, r = _one(_write(tmp_path / "t.jsonl", {"prompt_token_ids": [1], "generated_token_ids": [2, 3],
-                                              "acc": [2, 1]}), acc_as="eagle3")
+    t, r = _one(
+        _write(tmp_path / "t.jsonl", {"prompt_token_ids": [1], "generated_token_ids": [2, 3], "acc": [2, 1]}),
+        acc_as="eagle3",
+    )
     assert t.id == "line-1" and t.drafters["eagle3"].acc_len.tolist() == [2, 1]
     assert r.repairs["'acc' without a method read as acc_eagle3"] == 1
     assert r.repairs["acc_<method> given as a bare array: read as its acc_len"] == 1
     assert r.repairs["no id: named by its line"] == 1
 
 
-GOOD = {"id": "g", "prompt_token_ids": [1, 2, 3], "generated_token_ids": [4, 5, 6, 7],
-        "acc_eagle": {"acc_len": [2, 2, 2, 1]}}
+GOOD = {
+    "id": "g",
+    "prompt_token_ids": [1, 2, 3],
+    "generated_token_ids": [4, 5, 6, 7],
+    "acc_eagle": {"acc_len": [2, 2, 2, 1]},
+}
 
 # a broken line beside a good one: skipped and counted under its reason
 SKIPPED = {
     "truncated": ('{"id": "t", "prompt_token_ids": [1, 2', "not valid JSON"),
-    "wrong types": ({"id": "w", "prompt_token_ids": "1 2", "generated_token_ids": [4], "acc_eagle": {"acc_len": [1]}},
-                    "wrong types"),
-    "NaN": ('{"id": "n", "prompt_token_ids": [1], "generated_token_ids": [4, 5], "acc_eagle": {"acc_len": [NaN, 1]}}',
-            "wrong types"),
-    "negative": ({"id": "m", "prompt_token_ids": [1], "generated_token_ids": [4, 5], "acc_eagle": {"acc_len": [-2, 1]}},
-                 "values out of range"),
-    "empty arrays": ({"id": "e", "prompt_token_ids": [1], "generated_token_ids": [], "acc_eagle": {"acc_len": []}},
-                     "no generated tokens"),
+    "wrong types": (
+        {"id": "w", "prompt_token_ids": "1 2", "generated_token_ids": [4], "acc_eagle": {"acc_len": [1]}},
+        "wrong types",
+    ),
+    "NaN": (
+        '{"id": "n", "prompt_token_ids": [1], "generated_token_ids": [4, 5], "acc_eagle": {"acc_len": [NaN, 1]}}',
+        "wrong types",
+    ),
+    "negative": (
+        {"id": "m", "prompt_token_ids": [1], "generated_token_ids": [4, 5], "acc_eagle": {"acc_len": [-2, 1]}},
+        "values out of range",
+    ),
+    "empty arrays": (
+        {"id": "e", "prompt_token_ids": [1], "generated_token_ids": [], "acc_eagle": {"acc_len": []}},
+        "no generated tokens",
+    ),
     "no acceptance": ({"id": "x", "prompt_token_ids": [1], "generated_token_ids": [4]}, "no acceptance"),
     "no prompt": ({"id": "y", "generated_token_ids": [4], "acc_eagle": {"acc_len": [1]}}, "no prompt_token_ids"),
     "a list": ([1, 2, 3], "not a JSON object"),
@@ -110,7 +151,7 @@ def test_a_broken_line_is_a_counted_skip(tmp_path, case):
 
 
 def test_huge_values_are_clipped_not_overflowed(tmp_path):
-    t, r = _one(_write(tmp_path / "t.jsonl", {**GOOD, "acc_eagle": {"acc_len": [10 ** 30, 1e300, 2, 1]}}))
+    t, r = _one(_write(tmp_path / "t.jsonl", {**GOOD, "acc_eagle": {"acc_len": [10**30, 1e300, 2, 1]}}))
     assert t.drafters["eagle"].acc_len.tolist() == [4, 3, 2, 1] and r.repairs["acc_len values clipped"] == 2
 
 
@@ -138,9 +179,11 @@ def test_no_broken_file_makes_the_cli_print_a_traceback(tmp_path):
     files["binary"] = str(tmp_path / "binary.jsonl")
     (tmp_path / "binary.jsonl").write_bytes(b"\x80\x81\xfe\xff")
     files["all bad"] = _write(tmp_path / "bad.jsonl", "{", "[]")
-    repaired = {"no id": {k: v for k, v in GOOD.items() if k != "id"},
-                "huge values": {**GOOD, "acc_eagle": {"acc_len": [10 ** 30, 1e300, 2, 1]}},
-                "bare acc": {**{k: v for k, v in GOOD.items() if k != "acc_eagle"}, "acc": [2, 2, 2, 1]}}
+    repaired = {
+        "no id": {k: v for k, v in GOOD.items() if k != "id"},
+        "huge values": {**GOOD, "acc_eagle": {"acc_len": [10**30, 1e300, 2, 1]}},
+        "bare acc": {**{k: v for k, v in GOOD.items() if k != "acc_eagle"}, "acc": [2, 2, 2, 1]},
+    }
     for name, record in repaired.items():
         files[name] = _write(tmp_path / f"{name.replace(' ', '-')}.jsonl", GOOD, record)
     for name, path in files.items():
@@ -156,8 +199,14 @@ def test_no_broken_file_makes_the_cli_print_a_traceback(tmp_path):
 
 def test_no_broken_results_directory_makes_traces_print_a_traceback(tmp_path):
     import pandas as pd
-    cases = {"missing": tmp_path / "none", "empty": tmp_path / "empty", "garbage": tmp_path / "garbage",
-             "columns": tmp_path / "columns", "summary": tmp_path / "summary"}
+
+    cases = {
+        "missing": tmp_path / "none",
+        "empty": tmp_path / "empty",
+        "garbage": tmp_path / "garbage",
+        "columns": tmp_path / "columns",
+        "summary": tmp_path / "summary",
+    }
     for name in ("empty", "garbage", "columns", "summary"):
         cases[name].mkdir()
     (cases["garbage"] / "requests.parquet").write_bytes(b"PAR1 not parquet")

@@ -2,6 +2,7 @@
 
 Against scripted servers (real processes over HTTP). The timing accuracy of merged runs is
 tested with the single-process runs' test (tests/test_timing.py, --workers 2)."""
+
 from __future__ import annotations
 
 import json
@@ -32,9 +33,28 @@ def test_an_open_loop_schedule_is_the_same_split_over_workers(server, tmp_path):
     runs = {}
     for workers in (1, 3):
         out = tmp_path / f"w{workers}"
-        res = run_cli("run", "--base-url", url, "--rate", "60", "--burstiness", "0.5",
-                      "--num-requests", "60", "--warmup", "6", "--output-len", "4", "--seed", "5",
-                      "--workers", str(workers), "--quiet", "--output", str(out))
+        res = run_cli(
+            "run",
+            "--base-url",
+            url,
+            "--rate",
+            "60",
+            "--burstiness",
+            "0.5",
+            "--num-requests",
+            "60",
+            "--warmup",
+            "6",
+            "--output-len",
+            "4",
+            "--seed",
+            "5",
+            "--workers",
+            str(workers),
+            "--quiet",
+            "--output",
+            str(out),
+        )
         assert res.returncode == 0, res.stderr
         runs[workers] = _load(out)
     (s1, f1), (s3, f3) = runs[1], runs[3]
@@ -63,8 +83,22 @@ def test_an_open_loop_schedule_is_the_same_split_over_workers(server, tmp_path):
 
 def test_closed_loop_users_are_split_and_every_request_is_sent_once(server, tmp_path):
     url = server("--ttft-ms", "5", "--step-ms", "5", "--chunk-tokens", "1")
-    res = run_cli("run", "--base-url", url, "--concurrency", "5", "--workers", "2",
-                  "--num-requests", "40", "--output-len", "6", "--quiet", "--output", str(tmp_path))
+    res = run_cli(
+        "run",
+        "--base-url",
+        url,
+        "--concurrency",
+        "5",
+        "--workers",
+        "2",
+        "--num-requests",
+        "40",
+        "--output-len",
+        "6",
+        "--quiet",
+        "--output",
+        str(tmp_path),
+    )
     assert res.returncode == 0, res.stderr
     s, f = _load(tmp_path)
     assert s["completed"] == 40 and sorted(f["index"]) == list(range(40))
@@ -72,8 +106,9 @@ def test_closed_loop_users_are_split_and_every_request_is_sent_once(server, tmp_
     # users 0, 2, 4 in worker 0 and 1, 3 in worker 1: never more in flight than its users
     for worker, users in ((0, 3), (1, 2)):
         mine = f[f["worker"] == worker]
-        events = sorted([(t, 1) for t in mine["t_send_ns"]] + [(t, -1) for t in mine["t_end_ns"]],
-                        key=lambda e: (e[0], e[1]))
+        events = sorted(
+            [(t, 1) for t in mine["t_send_ns"]] + [(t, -1) for t in mine["t_end_ns"]], key=lambda e: (e[0], e[1])
+        )
         assert max(np.cumsum([e[1] for e in events])) == users
     assert s["sending"]["ramp_s"] is not None and s["sending"]["ramp_s"] < 0.1
 
@@ -147,9 +182,28 @@ def _state(pid: int) -> str:
 
 
 def _start(url: str, out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "loadgen", "run", "--base-url", url, "--workers", "2",
-                             "--output-len", "10", "--quiet", "--output", str(out), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "run",
+            "--base-url",
+            url,
+            "--workers",
+            "2",
+            "--output-len",
+            "10",
+            "--quiet",
+            "--output",
+            str(out),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
 
 
 def test_a_worker_killed_mid_run_loses_only_its_requests_in_flight(server, tmp_path):
@@ -204,9 +258,24 @@ def test_an_interrupted_multi_worker_run_keeps_what_finished(server, tmp_path):
 def test_a_sweep_measures_each_cell_with_its_workers(tmp_path):
     """`loadgen sweep --workers 2` over the emulator: a cell with one user uses one process, a
     cell with four uses two; both cells are whole and the same in form."""
-    res = run_cli("sweep", "--variants", "baseline", "--workloads", "chat,output=fixed:16",
-                  "--concurrency", "1,4", "--num-requests", "8", "--warmup", "0", "--workers", "2",
-                  "--quiet", "--output", str(tmp_path))
+    res = run_cli(
+        "sweep",
+        "--variants",
+        "baseline",
+        "--workloads",
+        "chat,output=fixed:16",
+        "--concurrency",
+        "1,4",
+        "--num-requests",
+        "8",
+        "--warmup",
+        "0",
+        "--workers",
+        "2",
+        "--quiet",
+        "--output",
+        str(tmp_path),
+    )
     assert res.returncode == 0, res.stderr
     frames = {}
     for level, workers in (("c1", 1), ("c4", 2)):
@@ -226,6 +295,7 @@ def test_an_actors_times_are_moved_onto_the_drivers_clock():
     difference; durations (what latencies are made of) do not change."""
     from loadgen.backends.fanout import shift
     from loadgen.load.execute import RunResult
+
     rec = _rec(0, 1, [1_000, 1_500, 2_500])
     result = RunResult([rec], [900, 2_000], [0, 5], 0, 0.0, load_info={"first_sends_ns": [990, 990]})
     shift(result, 10_000)
@@ -256,6 +326,22 @@ FAILING = ("--ttft-ms", "2", "--step-ms", "2", "--faults", "http500_html", "--fa
 
 def test_max_error_rate_is_one_judgement_over_all_workers(server, tmp_path):
     url = server(*FAILING)
-    res = run_cli("run", "--base-url", url, "--concurrency", "4", "--workers", "2", "--num-requests", "2000",
-                  "--output-len", "4", "--max-error-rate", "0.5", "--quiet", "--output", str(tmp_path))
+    res = run_cli(
+        "run",
+        "--base-url",
+        url,
+        "--concurrency",
+        "4",
+        "--workers",
+        "2",
+        "--num-requests",
+        "2000",
+        "--output-len",
+        "4",
+        "--max-error-rate",
+        "0.5",
+        "--quiet",
+        "--output",
+        str(tmp_path),
+    )
     assert_stopped_once(res, tmp_path, 2000)

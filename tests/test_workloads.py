@@ -1,5 +1,6 @@
 """Workloads: every data set in ../shared/datasets read in place, deterministic samples,
 synthetic generators, the catalog, bad data, and sensitive text that never reaches results."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -25,14 +26,17 @@ def load(spec: str, **kw):
     return open_workload(spec.format(d=DATA), **kw)
 
 
-@pytest.mark.parametrize("spec,count,categories", [
-    ("spec_bench:{d}/spec_bench/question.jsonl", 480, 13),
-    ("mt_bench:{d}/mt_bench/question.jsonl", 80, 8),
-    ("gsm8k:{d}/gsm8k/test.jsonl", 1319, 1),
-    ("humaneval:{d}/humaneval/HumanEval.jsonl.gz", 164, 1),
-    ("instructcoder:{d}/instructcoder/edit_eval.jsonl", 194, 1),
-    ("sharegpt:{d}/sharegpt/ShareGPT_V3_filtered_500.json", 500, 1),
-])
+@pytest.mark.parametrize(
+    "spec,count,categories",
+    [
+        ("spec_bench:{d}/spec_bench/question.jsonl", 480, 13),
+        ("mt_bench:{d}/mt_bench/question.jsonl", 80, 8),
+        ("gsm8k:{d}/gsm8k/test.jsonl", 1319, 1),
+        ("humaneval:{d}/humaneval/HumanEval.jsonl.gz", 164, 1),
+        ("instructcoder:{d}/instructcoder/edit_eval.jsonl", 194, 1),
+        ("sharegpt:{d}/sharegpt/ShareGPT_V3_filtered_500.json", 500, 1),
+    ],
+)
 def test_every_shared_data_set_loads_completely(spec, count, categories):
     w = load(spec)
     assert len(w.records) == count and w.skipped == 0
@@ -114,20 +118,25 @@ def _lookup_share(requests) -> float:
 
 def test_ngram_finds_far_more_of_the_answer_in_code_edit_prompts_than_in_chat():
     code = load("instructcoder:{d}/instructcoder/edit_eval.jsonl").records
-    chat = [r for r in load("spec_bench:{d}/spec_bench/question.jsonl").records
-            if r.category in ("writing", "roleplay", "reasoning", "stem", "humanities", "extraction")
-            and r.reference]
+    chat = [
+        r
+        for r in load("spec_bench:{d}/spec_bench/question.jsonl").records
+        if r.category in ("writing", "roleplay", "reasoning", "stem", "humanities", "extraction") and r.reference
+    ]
     assert len(code) == 194 and len(chat) >= 15
     code_share, chat_share = _lookup_share(code), _lookup_share(chat)
     assert code_share > 0.3 and chat_share < 0.1, (code_share, chat_share)
 
 
-@pytest.mark.parametrize("content,spec,expect", [
-    ('{"question": "a", "answer": "b"}\n{"question": "c",\n', "gsm8k", ":2: not valid JSON"),
-    ('{"question": "a", "answer": "b"}\n{"answer": "b"}\n', "gsm8k", ":2: missing field 'question'"),
-    ("", "gsm8k", "is empty"),
-    ('{"category": "writing", "question_id": 1}\n', "spec_bench", ":1: field 'turns' must be a non-empty list"),
-])
+@pytest.mark.parametrize(
+    "content,spec,expect",
+    [
+        ('{"question": "a", "answer": "b"}\n{"question": "c",\n', "gsm8k", ":2: not valid JSON"),
+        ('{"question": "a", "answer": "b"}\n{"answer": "b"}\n', "gsm8k", ":2: missing field 'question'"),
+        ("", "gsm8k", "is empty"),
+        ('{"category": "writing", "question_id": 1}\n', "spec_bench", ":1: field 'turns' must be a non-empty list"),
+    ],
+)
 def test_bad_data_names_the_file_and_line(tmp_path, content, spec, expect):
     path = tmp_path / "data.jsonl"
     path.write_text(content)
@@ -144,14 +153,17 @@ def test_skip_bad_counts_and_skips(tmp_path):
     assert ":2: not valid JSON" in w.bad[0] and ":3: missing field" in w.bad[1]
 
 
-@pytest.mark.parametrize("spec,expect", [
-    ("poem:x.jsonl", "unknown workload format 'poem'"),
-    ("nonesuch", "unknown workload 'nonesuch'; the catalog has agentic, chat"),
-    ("synthetic:dance", "unknown synthetic kind 'dance'"),
-    ("synthetic:random,input_len=many", "input_len='many' is not a valid value"),
-    ("gsm8k:{d}/gsm8k/test.jsonl,turns=all", "unknown option 'turns'"),
-    ("gsm8k:/no/such/file.jsonl", "no such file"),
-])
+@pytest.mark.parametrize(
+    "spec,expect",
+    [
+        ("poem:x.jsonl", "unknown workload format 'poem'"),
+        ("nonesuch", "unknown workload 'nonesuch'; the catalog has agentic, chat"),
+        ("synthetic:dance", "unknown synthetic kind 'dance'"),
+        ("synthetic:random,input_len=many", "input_len='many' is not a valid value"),
+        ("gsm8k:{d}/gsm8k/test.jsonl,turns=all", "unknown option 'turns'"),
+        ("gsm8k:/no/such/file.jsonl", "no such file"),
+    ],
+)
 def test_bad_specs_are_clear(spec, expect):
     with pytest.raises(WorkloadError, match=expect.replace("(", r"\(").replace(")", r"\)")):
         load(spec)
@@ -201,10 +213,13 @@ def test_exact_token_lengths_with_a_tokenizer(tmp_path):
     from tokenizers.models import BPE
     from tokenizers.pre_tokenizers import Whitespace
     from tokenizers.trainers import BpeTrainer
+
     tok = tokenizers.Tokenizer(BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = Whitespace()
-    tok.train_from_iterator(["the of and to in is it that for on was with he as at by this"] * 3,
-                            BpeTrainer(vocab_size=60, special_tokens=["[UNK]"]))
+    tok.train_from_iterator(
+        ["the of and to in is it that for on was with he as at by this"] * 3,
+        BpeTrainer(vocab_size=60, special_tokens=["[UNK]"]),
+    )
     w = open_workload("synthetic:random,input_len=80,input_dist=fixed", tokenizer=tok)
     rs = list(w.requests(30, 0))
     assert [len(tok.encode(r.prompt).ids) for r in rs] == [80] * 30  # exact, in tokens
@@ -218,10 +233,19 @@ SECRET = "Which isotope of xenorium decays by quadruple beta emission"
 
 def _gpqa_csv(tmp_path):
     path = tmp_path / "gpqa_main.csv"
-    rows = [{"Record ID": f"rec{i}", "Question": f"{SECRET} number {i}?", "Correct Answer": "X-1",
-             "Incorrect Answer 1": "X-2", "Incorrect Answer 2": "X-3", "Incorrect Answer 3": "X-4"}
-            for i in range(6)]
+    rows = [
+        {
+            "Record ID": f"rec{i}",
+            "Question": f"{SECRET} number {i}?",
+            "Correct Answer": "X-1",
+            "Incorrect Answer 1": "X-2",
+            "Incorrect Answer 2": "X-3",
+            "Incorrect Answer 3": "X-4",
+        }
+        for i in range(6)
+    ]
     import csv
+
     with open(path, "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=list(rows[0]))
         wr.writeheader()
@@ -234,8 +258,19 @@ def test_gpqa_text_never_reaches_results_logs_or_screens(tmp_path):
     w = open_workload(f"gpqa:{path}")
     assert w.sensitive and SECRET not in repr(w.records[0])
     out = tmp_path / "out"
-    res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--workload", f"gpqa:{path}",
-                  "--concurrency", "2", "--num-requests", "6", "--output", str(out))
+    res = run_cli(
+        "simulate",
+        "--profile",
+        "h100-llama-3.1-8b",
+        "--workload",
+        f"gpqa:{path}",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "6",
+        "--output",
+        str(out),
+    )
     assert res.returncode == 0, res.stderr
     for f in out.rglob("*"):
         assert SECRET.encode() not in f.read_bytes()
@@ -258,9 +293,23 @@ def test_workloads_cli(tmp_path):
     assert "records    480" in shown.stdout and "translation 80" in shown.stdout
     bad = cli("workloads", "show", "poem:x.jsonl")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown workload format" in bad.stderr
-    run = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--workload",
-                  f"mt_bench:{DATA}/mt_bench/question.jsonl,turns=all", "--endpoint", "chat",
-                  "--concurrency", "4", "--num-requests", "20", "--seed", "2", "--output", str(tmp_path))
+    run = run_cli(
+        "simulate",
+        "--profile",
+        "h100-llama-3.1-8b",
+        "--workload",
+        f"mt_bench:{DATA}/mt_bench/question.jsonl,turns=all",
+        "--endpoint",
+        "chat",
+        "--concurrency",
+        "4",
+        "--num-requests",
+        "20",
+        "--seed",
+        "2",
+        "--output",
+        str(tmp_path),
+    )
     assert run.returncode == 0, run.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["completed"] == 20 and summary["config"]["workload"]["records"] == 160
@@ -269,24 +318,34 @@ def test_workloads_cli(tmp_path):
 def test_formats_without_shared_samples_read_their_layouts(tmp_path):
     """CNN/DailyMail, AIME and the generic formats, on small files in their layouts."""
     import pandas as pd
+
     cnn = tmp_path / "cnn.jsonl"
-    cnn.write_text("\n".join(json.dumps({"id": f"c{i}", "article": f"Article {i} text " * 20,
-                                         "highlights": "A short summary."}) for i in range(5)))
+    cnn.write_text(
+        "\n".join(
+            json.dumps({"id": f"c{i}", "article": f"Article {i} text " * 20, "highlights": "A short summary."})
+            for i in range(5)
+        )
+    )
     w = open_workload(f"cnn_dailymail:{cnn},output=reference")
     r = next(w.requests(1, 0))
     assert len(w.records) == 5 and r.prompt.startswith("Summarize") and r.max_tokens == 3
     aime = tmp_path / "aime.parquet"
-    pd.DataFrame({"id": [1, 2], "problem": ["Find x if 2x = 4.", "Count the primes below 20."],
-                  "answer": ["2", "8"]}).to_parquet(aime)
+    pd.DataFrame(
+        {"id": [1, 2], "problem": ["Find x if 2x = 4.", "Count the primes below 20."], "answer": ["2", "8"]}
+    ).to_parquet(aime)
     a = open_workload(f"aime:{aime}")
     assert len(a.records) == 2 and a.records[0].max_tokens == 32768 and "\\boxed" in a.records[0].prompt
     csv_path = tmp_path / "mine.csv"
-    pd.DataFrame({"q": ["hello", "bye"], "kind": ["greet", "farewell"], "ans": ["hi", "ciao"]}).to_csv(csv_path, index=False)
+    pd.DataFrame({"q": ["hello", "bye"], "kind": ["greet", "farewell"], "ans": ["hi", "ciao"]}).to_csv(
+        csv_path, index=False
+    )
     g = open_workload(f"csv:{csv_path},prompt=q,reference=ans,category_field=kind", category="greet")
     assert [r.prompt for r in g.records] == ["hello"] and g.records[0].reference == "hi"
     chat = tmp_path / "chat.jsonl"
-    chat.write_text(json.dumps({"id": "x", "conv": [{"role": "system", "content": "be brief"},
-                                                     {"role": "user", "content": "hi"}]}) + "\n")
+    chat.write_text(
+        json.dumps({"id": "x", "conv": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]})
+        + "\n"
+    )
     m = open_workload(f"jsonl:{chat},messages=conv")
     assert m.records[0].prompt is None and len(m.records[0].messages) == 2
     with pytest.raises(WorkloadError, match="missing field 'text'"):
@@ -297,13 +356,16 @@ def test_optional_metadata_empty_or_absent_is_read_and_counted(tmp_path, capsys)
     """Spec-Bench-style files as others publish them: `"category": ""` or no category at all is
     not an error (the request has no category); what a request needs (turns) still is."""
     path = tmp_path / "question.jsonl"
-    path.write_text('{"question_id": 1, "category": "", "turns": ["a b"]}\n'
-                    '{"question_id": 2, "turns": ["c d"]}\n'
-                    '{"question_id": 3, "category": "math", "turns": ["e f"]}\n')
+    path.write_text(
+        '{"question_id": 1, "category": "", "turns": ["a b"]}\n'
+        '{"question_id": 2, "turns": ["c d"]}\n'
+        '{"question_id": 3, "category": "math", "turns": ["e f"]}\n'
+    )
     w = open_workload(f"spec_bench:{path}")
     assert [r.category for r in w.records] == ["", "", "math"] and w.repairs == {"no category": 2}
     assert w.skipped == 0
     assert len(open_workload(f"spec_bench:{path},category=math").records) == 1
     from workloads.describe import workload_lines
+
     lines = "\n".join(workload_lines(w, 3))
     assert "repaired   2 records read with no category (optional)" in lines and "(none) 2" in lines

@@ -10,6 +10,7 @@ INPUT: {"responses": [{"model": "CompletionStreamResponse", "obj": {...}}, ...],
 OUTPUT: {"vllm": version, "responses": [error or null, ...], "serve_lines": [...],
          "synthetic": [rates or error, ...], "models": [error or null, ...]}
 """
+
 from __future__ import annotations
 
 import json
@@ -23,6 +24,7 @@ def _extras(model, where: str) -> list[str]:
     """Fields a pydantic model kept as extras (vLLM's models allow them, so validation alone
     would not notice a misspelt field), recursively."""
     from pydantic import BaseModel
+
     out = [f"{where}.{k}" for k in (model.model_extra or {})]
     for name in type(model).model_fields:
         v = getattr(model, name)
@@ -36,9 +38,16 @@ def _extras(model, where: str) -> list[str]:
 def responses(items: list[dict]) -> list[str | None]:
     from vllm.entrypoints.openai.chat_completion import protocol as chat
     from vllm.entrypoints.openai.completion import protocol as completion
-    models = {name: getattr(chat, name, None) or getattr(completion, name) for name in
-              ("CompletionResponse", "CompletionStreamResponse", "ChatCompletionResponse",
-               "ChatCompletionStreamResponse")}
+
+    models = {
+        name: getattr(chat, name, None) or getattr(completion, name)
+        for name in (
+            "CompletionResponse",
+            "CompletionStreamResponse",
+            "ChatCompletionResponse",
+            "ChatCompletionStreamResponse",
+        )
+    }
     out = []
     for item in items:
         try:
@@ -58,6 +67,7 @@ def responses(items: list[dict]) -> list[str | None]:
 def serve_lines(lines: list[list[str]]) -> list[str | None]:
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
     parser = FlexibleArgumentParser(prog="vllm")
     ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
     out = []
@@ -71,6 +81,7 @@ def serve_lines(lines: list[list[str]]) -> list[str | None]:
                 raise ValueError("--speculative-config did not parse into a dict")
             if full:  # a local model: vLLM builds its whole engine config (every check it makes)
                 from vllm.engine.arg_utils import EngineArgs
+
                 args.model = args.model_tag
                 EngineArgs.from_cli_args(args).create_engine_config()
             out.append(None)
@@ -88,6 +99,7 @@ def models(paths: list[str]) -> list[str | None]:
         try:
             from transformers import AutoConfig
             from vllm.tokenizers import get_tokenizer
+
             config = AutoConfig.from_pretrained(path, local_files_only=True)
             tok = get_tokenizer(path)
             ids = tok.encode("the quick and the dead", add_special_tokens=False)
@@ -102,6 +114,7 @@ def models(paths: list[str]) -> list[str | None]:
 
 def synthetic(items: list[dict]) -> list:
     from vllm.config.speculative import SpeculativeConfig
+
     out = []
     for item in items:
         try:
@@ -115,9 +128,18 @@ def main() -> None:
     with open(sys.argv[1]) as f:
         job = json.load(f)
     import vllm
-    print(json.dumps({"vllm": vllm.__version__, "responses": responses(job.get("responses", [])),
-                      "serve_lines": serve_lines(job.get("serve_lines", [])),
-                      "synthetic": synthetic(job.get("synthetic", [])), "models": models(job.get("models", []))}))
+
+    print(
+        json.dumps(
+            {
+                "vllm": vllm.__version__,
+                "responses": responses(job.get("responses", [])),
+                "serve_lines": serve_lines(job.get("serve_lines", [])),
+                "synthetic": synthetic(job.get("synthetic", [])),
+                "models": models(job.get("models", [])),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

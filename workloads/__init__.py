@@ -4,10 +4,10 @@
 synthetic:KIND; see workloads/spec.py) into a `Workload`, whose `requests(num, seed)` is a
 deterministic sample of `Request`s, the one form every source produces.
 """
+
 from workloads.errors import BadRecord, WorkloadError
 from workloads.request import Request
 from workloads.synthetic import KINDS, kind_like, random_lengths
 from workloads.workload import Workload, open_workload
 
-__all__ = ["KINDS", "BadRecord", "Request", "Workload", "WorkloadError", "kind_like", "open_workload",
-           "random_lengths"]
+__all__ = ["KINDS", "BadRecord", "Request", "Workload", "WorkloadError", "kind_like", "open_workload", "random_lengths"]

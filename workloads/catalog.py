@@ -1,12 +1,13 @@
 """Named workloads (catalog/*.toml): the study's six, each with its sources in order of
 preference, an offline synthetic stand-in, a sample size and an output-length policy."""
+
 from __future__ import annotations
 
 import importlib.util
 import os
 import tomllib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from workloads.errors import WorkloadError
@@ -25,20 +26,23 @@ class Entry:
     output: str | None
 
 
-@lru_cache(maxsize=None)
+@cache
 def entries() -> dict[str, Entry]:
     out = {}
     for path in sorted(CATALOG_DIR.glob("*.toml")):
         raw = tomllib.loads(path.read_text())
-        out[path.stem] = Entry(path.stem, raw["description"], tuple(raw["sources"]), raw["standin"],
-                               int(raw["sample"]), raw.get("output"))
+        out[path.stem] = Entry(
+            path.stem, raw["description"], tuple(raw["sources"]), raw["standin"], int(raw["sample"]), raw.get("output")
+        )
     return out
 
 
 def entry(name: str) -> Entry:
     if name not in entries():
-        raise WorkloadError(f"unknown workload {name!r}; the catalog has {', '.join(entries())} "
-                            "(or give FORMAT:PATH, hf:ID or synthetic:KIND)")
+        raise WorkloadError(
+            f"unknown workload {name!r}; the catalog has {', '.join(entries())} "
+            "(or give FORMAT:PATH, hf:ID or synthetic:KIND)"
+        )
     return entries()[name]
 
 

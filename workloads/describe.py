@@ -1,5 +1,6 @@
 """Workloads in words: the catalog as a table (`loadgen workloads list`), and what one
 workload spec reads as (`loadgen workloads show`)."""
+
 from __future__ import annotations
 
 from workloads import catalog
@@ -25,9 +26,11 @@ def catalog_lines(data_dir: str | None, tokenizer=None) -> list[str]:
         except WorkloadError as err:
             lines.append(f"{e.name:<16}{'?':>8}  {'':<30}{e.output or '':<12}{spec}: {err}")
             continue
-        reqs = w.records[:e.sample] if w.records is not None else list(w.requests(e.sample, 0))
+        reqs = w.records[: e.sample] if w.records is not None else list(w.requests(e.sample, 0))
         s = summary(reqs, tokenizer)
-        where = spec if local else (f"{usable[0]} (hub, not loaded here)" if usable else f"{e.standin} (offline stand-in)")
+        where = (
+            spec if local else (f"{usable[0]} (hub, not loaded here)" if usable else f"{e.standin} (offline stand-in)")
+        )
         lines.append(f"{e.name:<16}{s['requests']:>8}  {_fmt(s['prompt']):<30}{e.output or 'data':<12}{where}")
     return lines
 
@@ -37,8 +40,11 @@ def workload_lines(w, num: int, tokenizer=None) -> list[str]:
     from a data set whose text must not be shown)."""
     reqs = w.records if w.records is not None else list(w.requests(num, 0))
     s = summary(reqs, tokenizer)
-    lines = [f"workload   {w.spec}", f"source     {w.source}" + (f"\nnote       {w.notice}" if w.notice else ""),
-             f"records    {len(w.records)}" if w.records is not None else f"generator  (described over {num} requests)"]
+    lines = [
+        f"workload   {w.spec}",
+        f"source     {w.source}" + (f"\nnote       {w.notice}" if w.notice else ""),
+        f"records    {len(w.records)}" if w.records is not None else f"generator  (described over {num} requests)",
+    ]
     if w.skipped:
         lines.append(f"skipped    {w.skipped} bad records; first: {w.bad[0]}")
     for what, n in w.repairs.items():
@@ -51,8 +57,11 @@ def workload_lines(w, num: int, tokenizer=None) -> list[str]:
         d = s[key]
         if d is not None:
             lines.append(f"  {key:<10} {d['mean']:.0f} / {d['p50']:.0f} / {d['p99']:.0f} / {d['max']}")
-    lines.append(f"output     {w.policy.mode}" + (f":{w.policy.tokens}" if w.policy.tokens else "")
-                 + "  (data: as the data set's loader sets it)" * (w.policy.mode == "data"))
+    lines.append(
+        f"output     {w.policy.mode}"
+        + (f":{w.policy.tokens}" if w.policy.tokens else "")
+        + "  (data: as the data set's loader sets it)" * (w.policy.mode == "data")
+    )
     if w.sensitive:
         lines.append("examples   withheld: this data set's text must not be shown or stored")
         return lines

@@ -1,4 +1,5 @@
 """Workload errors: each names the input (file and line where there is one) and the fix."""
+
 from __future__ import annotations
 
 

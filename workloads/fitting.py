@@ -14,9 +14,10 @@ Trace lines with `hash_ids` (Mooncake): the prompt is one block of `block` token
 naming it, so requests sharing a prefix of hash ids share exactly that many blocks of prompt
 and no more (prefix caching sees what production saw).
 """
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -57,8 +58,9 @@ def _block(hash_id: int, n: int, seed: int) -> list[str]:
     return [f"blk{hash_id}"] + _words(rng, n - 1).split()
 
 
-def trace_requests(trace: Trace, content=None, *, seed: int = 0, block: int = BLOCK,
-                   tokenizer=None, stats: dict | None = None) -> Iterator[Request]:
+def trace_requests(
+    trace: Trace, content=None, *, seed: int = 0, block: int = BLOCK, tokenizer=None, stats: dict | None = None
+) -> Iterator[Request]:
     """One request per trace line, in the trace's order (see the module docstring). `stats`
     collects counts (`inexact_token_fits`)."""
     stream = _texts(content, seed)
@@ -84,12 +86,20 @@ def trace_requests(trace: Trace, content=None, *, seed: int = 0, block: int = BL
             if prompt is None:
                 if exact is None:
                     from workloads.lengths import for_tokenizer
+
                     exact = for_tokenizer(tokenizer, _WORDS_TUPLE)
                 prompt = exact.prompt(np.random.default_rng([seed, i]), n)
                 if stats is not None:
                     stats["inexact_token_fits"] = stats.get("inexact_token_fits", 0) + 1
-        yield Request(id=f"trace-{i}", prompt=prompt, max_tokens=out, ignore_eos=True,
-                      sampling={"temperature": 0.0}, workload=f"trace+{name}", category="")
+        yield Request(
+            id=f"trace-{i}",
+            prompt=prompt,
+            max_tokens=out,
+            ignore_eos=True,
+            sampling={"temperature": 0.0},
+            workload=f"trace+{name}",
+            category="",
+        )
 
 
 def _fit_tokens(tokenizer, text: str, n: int) -> str | None:

@@ -1,6 +1,7 @@
 """Prompts of an exact token length, given a tokenizer (`tokenizers.Tokenizer`, e.g. a model's
 tokenizer.json). Without one, lengths are counted in words: an approximation (1 word ~ 1 token
 for common English words), and results say so."""
+
 from __future__ import annotations
 
 from functools import lru_cache

@@ -1,12 +1,13 @@
 """Reading records from files: JSON lines (optionally gzipped), a JSON list, CSV, parquet.
 Each record comes with where it came from (`file:line` or `file:record N`), for errors."""
+
 from __future__ import annotations
 
 import csv
 import gzip
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from workloads.errors import BadRecord, WorkloadError
 
@@ -74,6 +75,7 @@ def csv_rows(path: str | Path) -> Iterator[tuple[str, dict]]:
 
 def parquet_rows(path: str | Path) -> Iterator[tuple[str, dict]]:
     import pyarrow.parquet as pq
+
     p = check_file(path)
     try:
         table = pq.read_table(p)

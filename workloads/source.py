@@ -1,8 +1,9 @@
 """Records from a file or the hub, converted by their format, bad ones raised or skipped."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 from workloads import readers
 from workloads.errors import BadRecord, WorkloadError
@@ -48,14 +49,18 @@ def hub_rows(hub_id: str, config: str | None, split: str) -> Iterator[tuple[str,
     try:
         import datasets
     except ImportError:
-        raise WorkloadError(f"hf:{hub_id} needs the 'datasets' package: pip install 'loadgen[hf]'; "
-                            "or download the data and pass FORMAT:PATH") from None
+        raise WorkloadError(
+            f"hf:{hub_id} needs the 'datasets' package: pip install 'loadgen[hf]'; "
+            "or download the data and pass FORMAT:PATH"
+        ) from None
     try:
         ds = datasets.load_dataset(hub_id, config, split=split)
     except Exception as e:  # network, access and naming errors all land here
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise WorkloadError(f"cannot load hf:{hub_id} ({first}); check the network and access "
-                            "(gated data sets need `huggingface-cli login`), or pass FORMAT:PATH") from None
+        raise WorkloadError(
+            f"cannot load hf:{hub_id} ({first}); check the network and access "
+            "(gated data sets need `huggingface-cli login`), or pass FORMAT:PATH"
+        ) from None
     for i, row in enumerate(ds):
         yield f"hf:{hub_id}[{i}]", dict(row)
 
@@ -71,5 +76,7 @@ def hub_format(hub_id: str, opts: dict) -> tuple[Format, str | None, str]:
             config, split = fmt.hub[hub_id]
             return fmt, opts.get("config", config), opts.get("split", split)
     known = sorted(k for f in FORMATS.values() for k in f.hub)
-    raise WorkloadError(f"hf:{hub_id}: not a data set loadgen knows ({', '.join(known)}); "
-                        "add format=NAME (and a field mapping for jsonl)")
+    raise WorkloadError(
+        f"hf:{hub_id}: not a data set loadgen knows ({', '.join(known)}); "
+        "add format=NAME (and a field mapping for jsonl)"
+    )

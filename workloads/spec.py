@@ -9,6 +9,7 @@ Options every kind takes: `output=cap:N|fixed:N|reference` (max_tokens: N with t
 stopping on its own; exactly N with ignore_eos; the data's reference answer length) and
 `category=NAME` where records have categories. Paths cannot contain commas.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -20,8 +21,8 @@ COMMON_OPTIONS = frozenset({"output", "category"})
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    kind: str            # catalog | file | hub | synthetic
-    name: str            # catalog name, format name, hub id, or synthetic kind
+    kind: str  # catalog | file | hub | synthetic
+    name: str  # catalog name, format name, hub id, or synthetic kind
     path: str | None = None
     options: dict = field(default_factory=dict)
     text: str = ""
@@ -69,7 +70,7 @@ class OutputPolicy:
     tokens: int | None = None
 
     @classmethod
-    def parse(cls, value: str | None) -> "OutputPolicy":
+    def parse(cls, value: str | None) -> OutputPolicy:
         if value is None:
             return cls()
         if value == "reference":

@@ -1,4 +1,5 @@
 """Length statistics of a workload, in tokens with a tokenizer, else in words (~tokens)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,14 +15,23 @@ def lengths(texts: list[str], tokenizer=None) -> np.ndarray:
 
 def summary(requests: list[Request], tokenizer=None) -> dict:
     """Counts and length statistics (prompt; reference answer where the data has one)."""
+
     def describe(a: np.ndarray) -> dict | None:
         if a.size == 0:
             return None
-        return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)),
-                "p90": float(np.percentile(a, 90)), "p99": float(np.percentile(a, 99)), "max": int(a.max())}
+        return {
+            "mean": float(a.mean()),
+            "p50": float(np.percentile(a, 50)),
+            "p90": float(np.percentile(a, 90)),
+            "p99": float(np.percentile(a, 99)),
+            "max": int(a.max()),
+        }
+
     refs = [r.reference for r in requests if r.reference]
-    return {"requests": len(requests),
-            "unit": "tokens" if tokenizer is not None else "words (approximate tokens)",
-            "prompt": describe(lengths([r.text() for r in requests], tokenizer)),
-            "reference": describe(lengths(refs, tokenizer)) if refs else None,
-            "max_tokens": describe(np.array([r.max_tokens for r in requests]))}
+    return {
+        "requests": len(requests),
+        "unit": "tokens" if tokenizer is not None else "words (approximate tokens)",
+        "prompt": describe(lengths([r.text() for r in requests], tokenizer)),
+        "reference": describe(lengths(refs, tokenizer)) if refs else None,
+        "max_tokens": describe(np.array([r.max_tokens for r in requests])),
+    }

@@ -1,8 +1,9 @@
 """Synthetic workloads that need no data set: offline, seeded, reproducible."""
+
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -25,8 +26,7 @@ _WORDS = (
 DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal")
 
 
-def lengths(rng: np.random.Generator, mean: int, dist: str, *, range_ratio: float = 0.25,
-            sigma: float = 0.5) -> int:
+def lengths(rng: np.random.Generator, mean: int, dist: str, *, range_ratio: float = 0.25, sigma: float = 0.5) -> int:
     """One length >= 1 around `mean`: fixed; uniform within +-range_ratio; normal or lognormal
     with relative spread `sigma` (lognormal: mean preserved)."""
     if dist == "fixed":
@@ -38,7 +38,7 @@ def lengths(rng: np.random.Generator, mean: int, dist: str, *, range_ratio: floa
     if dist == "normal":
         return max(1, int(round(rng.normal(mean, sigma * mean))))
     if dist == "lognormal":
-        s = math.sqrt(math.log(1.0 + sigma ** 2))
+        s = math.sqrt(math.log(1.0 + sigma**2))
         return max(1, int(round(rng.lognormal(math.log(mean) - s * s / 2, s))))
     raise ValueError(f"unknown length distribution {dist!r}; valid: {', '.join(DISTRIBUTIONS)}")
 
@@ -108,23 +108,46 @@ def _code(rng: np.random.Generator, n_words: int) -> str:
 KINDS = {
     "chat": (lambda rng, n: "Please help me with this: " + _words(rng, n - 5) + "?", 355, 728),
     "summarization": (lambda rng, n: "Summarize the following article.\n" + _words(rng, n - 4), 838, 323),
-    "math": (lambda rng, n: ("Solve the following math problem step by step. "
-                             + " ".join(f"{_words(rng, 6)} {int(rng.integers(2, 500))}"
-                                        for _ in range(max(2, (n - 15) // 7)))
-                             + " How many are left in total?"), 94, 166),
-    "code_edit": (lambda rng, n: ("Edit the following code as instructed.\n```python\n"
-                                  + _code(rng, n - 26) + "\n```\nInstruction: add type hints "
-                                  "and a docstring to every function."), 171, 262),
-    "reasoning": (lambda rng, n: ("Think carefully, step by step, before you answer. "
-                                  + " ".join(f"{_words(rng, 6)} {int(rng.integers(2, 500))}"
-                                             for _ in range(max(2, (n - 12) // 7)))
-                                  + " How many are there in total?"), 110, 12000),
+    "math": (
+        lambda rng, n: (
+            "Solve the following math problem step by step. "
+            + " ".join(f"{_words(rng, 6)} {int(rng.integers(2, 500))}" for _ in range(max(2, (n - 15) // 7)))
+            + " How many are left in total?"
+        ),
+        94,
+        166,
+    ),
+    "code_edit": (
+        lambda rng, n: (
+            "Edit the following code as instructed.\n```python\n"
+            + _code(rng, n - 26)
+            + "\n```\nInstruction: add type hints "
+            "and a docstring to every function."
+        ),
+        171,
+        262,
+    ),
+    "reasoning": (
+        lambda rng, n: (
+            "Think carefully, step by step, before you answer. "
+            + " ".join(f"{_words(rng, 6)} {int(rng.integers(2, 500))}" for _ in range(max(2, (n - 12) // 7)))
+            + " How many are there in total?"
+        ),
+        110,
+        12000,
+    ),
 }
 
 
-def kind_like(kind: str, num: int | None, *, input_len: int | None = None,
-              output_len: int | None = None, ignore_eos: bool = False,
-              seed: int = 0) -> Iterator[Request]:
+def kind_like(
+    kind: str,
+    num: int | None,
+    *,
+    input_len: int | None = None,
+    output_len: int | None = None,
+    ignore_eos: bool = False,
+    seed: int = 0,
+) -> Iterator[Request]:
     """Prompts of one kind (chat, summarization, math, code_edit, reasoning) whose length and
     markers resemble the data sets of that kind; `max_tokens` = `output_len` (default: the
     study's cap, 8192, or 32768 for reasoning, with the model stopping on its own)."""
@@ -137,14 +160,27 @@ def kind_like(kind: str, num: int | None, *, input_len: int | None = None,
     while num is None or i < num:
         prompt = make(rng, max(20, int(rng.integers(int(n_in * 0.8), int(n_in * 1.2) + 1))))
         cap = 32768 if kind == "reasoning" else 8192
-        yield Request(id=f"{kind}-{i}", prompt=prompt, max_tokens=output_len or cap,
-                      ignore_eos=ignore_eos, sampling={"temperature": 0.0}, workload=kind,
-                      category=kind)
+        yield Request(
+            id=f"{kind}-{i}",
+            prompt=prompt,
+            max_tokens=output_len or cap,
+            ignore_eos=ignore_eos,
+            sampling={"temperature": 0.0},
+            workload=kind,
+            category=kind,
+        )
         i += 1
 
 
-def shared_prefix(num: int | None, *, prefix_len: int = 1000, suffix_len: int = 100,
-                  prefixes: int = 4, output_len: int = 128, seed: int = 0) -> Iterator[Request]:
+def shared_prefix(
+    num: int | None,
+    *,
+    prefix_len: int = 1000,
+    suffix_len: int = 100,
+    prefixes: int = 4,
+    output_len: int = 128,
+    seed: int = 0,
+) -> Iterator[Request]:
     """Requests in `prefixes` groups; each group shares a `prefix_len`-word prefix (a system
     prompt, a document), then a distinct `suffix_len`-word question; `output_len` tokens each
     with ignore_eos. What a prefix cache can reuse."""
@@ -155,18 +191,42 @@ def shared_prefix(num: int | None, *, prefix_len: int = 1000, suffix_len: int = 
     i = 0
     while num is None or i < num:
         g = int(rng.integers(0, prefixes))
-        yield Request(id=f"shared_prefix-{i}", prompt=heads[g] + "\n" + _words(rng, suffix_len),
-                      max_tokens=output_len, ignore_eos=True, sampling={"temperature": 0.0},
-                      workload="shared_prefix", category=f"prefix-{g}")
+        yield Request(
+            id=f"shared_prefix-{i}",
+            prompt=heads[g] + "\n" + _words(rng, suffix_len),
+            max_tokens=output_len,
+            ignore_eos=True,
+            sampling={"temperature": 0.0},
+            workload="shared_prefix",
+            category=f"prefix-{g}",
+        )
         i += 1
 
 
-_TOOLS = ("search_code", "read_file", "write_file", "run_tests", "list_dir", "apply_patch", "query_db",
-          "fetch_url", "send_message", "create_ticket")
+_TOOLS = (
+    "search_code",
+    "read_file",
+    "write_file",
+    "run_tests",
+    "list_dir",
+    "apply_patch",
+    "query_db",
+    "fetch_url",
+    "send_message",
+    "create_ticket",
+)
 
 
-def agentic(num: int | None, *, tasks: int = 8, template_len: int = 200, input_len: int = 60,
-            output_len: int | None = None, ignore_eos: bool = False, seed: int = 0) -> Iterator[Request]:
+def agentic(
+    num: int | None,
+    *,
+    tasks: int = 8,
+    template_len: int = 200,
+    input_len: int = 60,
+    output_len: int | None = None,
+    ignore_eos: bool = False,
+    seed: int = 0,
+) -> Iterator[Request]:
     """Repeated agentic tasks: `tasks` task templates (an instruction of about `template_len`
     words and a tool list), each request one of them (uniformly) with its own input of about
     `input_len` words after a blank line. Requests of a task share the template, so a model
@@ -178,19 +238,29 @@ def agentic(num: int | None, *, tasks: int = 8, template_len: int = 200, input_l
     templates = []
     for g in range(tasks):
         tools = " ".join(rng.choice(_TOOLS, size=4, replace=False).tolist())
-        templates.append(f"You are an agent working on task {g}. {_words(rng, template_len)}\n"
-                         f"Available tools: {tools}\nAnswer with one tool call per step, as JSON.")
+        templates.append(
+            f"You are an agent working on task {g}. {_words(rng, template_len)}\n"
+            f"Available tools: {tools}\nAnswer with one tool call per step, as JSON."
+        )
     i = 0
     while num is None or i < num:
         g = int(rng.integers(0, tasks))
         prompt = f"{templates[g]}\n\nInput: {_words(rng, input_len)} case {int(rng.integers(0, 10**6))}"
-        yield Request(id=f"agentic-{i}", prompt=prompt, max_tokens=output_len or 8192, ignore_eos=ignore_eos,
-                      sampling={"temperature": 0.0}, workload="agentic", category=f"task-{g}")
+        yield Request(
+            id=f"agentic-{i}",
+            prompt=prompt,
+            max_tokens=output_len or 8192,
+            ignore_eos=ignore_eos,
+            sampling={"temperature": 0.0},
+            workload="agentic",
+            category=f"task-{g}",
+        )
         i += 1
 
 
-def sessions(num: int | None, *, turns: int = 3, input_len: int = 100, output_len: int = 128,
-             seed: int = 0) -> Iterator[Request]:
+def sessions(
+    num: int | None, *, turns: int = 3, input_len: int = 100, output_len: int = 128, seed: int = 0
+) -> Iterator[Request]:
     """Multi-turn conversations: `turns` user turns of about `input_len` words each (a chat
     question), each reply `output_len` tokens with ignore_eos. Turn n+1 is sent with the whole
     history, the server's replies included (loadgen.executors.conversation). Category: chat."""
@@ -200,13 +270,24 @@ def sessions(num: int | None, *, turns: int = 3, input_len: int = 100, output_le
 
     def question() -> str:
         return "Please help me with this: " + _words(rng, max(1, input_len - 5)) + "?"
+
     i = 0
     while num is None or i < num:
         first = question()
         rid = f"session-{i}"
-        yield Request(id=rid, prompt=first, messages=({"role": "user", "content": first},), max_tokens=output_len,
-                      ignore_eos=True, sampling={"temperature": 0.0}, workload="session", category="chat", turn=1,
-                      followups=tuple(question() for _ in range(turns - 1)), session=rid)
+        yield Request(
+            id=rid,
+            prompt=first,
+            messages=({"role": "user", "content": first},),
+            max_tokens=output_len,
+            ignore_eos=True,
+            sampling={"temperature": 0.0},
+            workload="session",
+            category="chat",
+            turn=1,
+            followups=tuple(question() for _ in range(turns - 1)),
+            session=rid,
+        )
         i += 1
 
 
@@ -229,13 +310,23 @@ def _bool(v: str) -> bool:
 
 KIND_OPTIONS = {"input_len": _int, "output_len": _int, "ignore_eos": _bool}
 SYNTHETIC = {
-    "random": (random_lengths, {"input_len": _int, "output_len": _int, "range_ratio": _float,
-                                "input_dist": str, "output_dist": str, "sigma": _float}),
-    "shared_prefix": (shared_prefix, {"prefix_len": _int, "suffix_len": _int, "prefixes": _int,
-                                      "output_len": _int}),
+    "random": (
+        random_lengths,
+        {
+            "input_len": _int,
+            "output_len": _int,
+            "range_ratio": _float,
+            "input_dist": str,
+            "output_dist": str,
+            "sigma": _float,
+        },
+    ),
+    "shared_prefix": (shared_prefix, {"prefix_len": _int, "suffix_len": _int, "prefixes": _int, "output_len": _int}),
     "session": (sessions, {"turns": _int, "input_len": _int, "output_len": _int}),
-    "agentic": (agentic, {"tasks": _int, "template_len": _int, "input_len": _int, "output_len": _int,
-                          "ignore_eos": _bool}),
+    "agentic": (
+        agentic,
+        {"tasks": _int, "template_len": _int, "input_len": _int, "output_len": _int, "ignore_eos": _bool},
+    ),
     **{k: (lambda num, k=k, **kw: kind_like(k, num, **kw), KIND_OPTIONS) for k in KINDS},
 }
 
@@ -256,6 +347,7 @@ def generator(kind: str, options: dict[str, str], seed: int, tokenizer=None):
             raise ValueError(f"synthetic:{kind}: {key}={value!r} is not a valid value") from None
     if tokenizer is not None and kind == "random":
         from workloads.lengths import for_tokenizer
+
         kwargs["exact"] = for_tokenizer(tokenizer, _WORDS_TUPLE)
     next(make(1, seed=seed, **kwargs))  # validate now, not at the first request
     return lambda s: make(None, seed=s, **kwargs)

@@ -15,6 +15,7 @@ back, a negative length, a length that is not a whole number) is an error naming
 line and the fix, or with `skip_bad` is skipped and counted. A length of 0 is read as 1 (a
 request needs a prompt token and asks for at least one), counted as a repair.
 """
+
 from __future__ import annotations
 
 import csv
@@ -44,7 +45,7 @@ class TraceError(WorkloadError):
 @dataclass
 class Trace:
     source: str
-    t_s: np.ndarray                    # seconds from the trace's first request (before any window)
+    t_s: np.ndarray  # seconds from the trace's first request (before any window)
     input_len: np.ndarray
     output_len: np.ndarray
     hash_ids: list[list[int]] | None = None
@@ -55,16 +56,20 @@ class Trace:
     def __len__(self) -> int:
         return len(self.t_s)
 
-    def window(self, start_s: float = 0.0, duration_s: float | None = None,
-               max_requests: int | None = None) -> "Trace":
+    def window(self, start_s: float = 0.0, duration_s: float | None = None, max_requests: int | None = None) -> Trace:
         """The requests from `start_s` (trace time) for `duration_s`, at most `max_requests`;
         their times still counted from the trace's start."""
         keep = self.t_s >= start_s
         if duration_s is not None:
             keep &= self.t_s < start_s + duration_s
         idx = np.flatnonzero(keep)[:max_requests]
-        return replace(self, t_s=self.t_s[idx], input_len=self.input_len[idx], output_len=self.output_len[idx],
-                       hash_ids=None if self.hash_ids is None else [self.hash_ids[i] for i in idx])
+        return replace(
+            self,
+            t_s=self.t_s[idx],
+            input_len=self.input_len[idx],
+            output_len=self.output_len[idx],
+            hash_ids=None if self.hash_ids is None else [self.hash_ids[i] for i in idx],
+        )
 
 
 def _time(value, unit: str, where: str, col: str) -> float:
@@ -101,7 +106,11 @@ def _hash_ids(value, where: str, col: str) -> list[int] | None:
     if isinstance(value, str):
         text = value.strip()
         try:
-            value = json.loads(text) if text.startswith("[") else [int(x) for x in text.replace(";", " ").replace("|", " ").split()]
+            value = (
+                json.loads(text)
+                if text.startswith("[")
+                else [int(x) for x in text.replace(";", " ").replace("|", " ").split()]
+            )
         except ValueError:
             value = None
     if not (isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in value)):
@@ -143,14 +152,18 @@ def read_trace(text: str, *, skip_bad: bool = False) -> Trace:
     for p in pairs:
         k, sep, v = p.partition("=")
         if not sep or k not in ("time", "input", "output", "unit", "hash_ids"):
-            raise TraceError(f"trace {text!r}: options are time=COL, input=COL, output=COL, unit=s|ms|us|datetime, "
-                             f"hash_ids=COL; got {p!r}")
+            raise TraceError(
+                f"trace {text!r}: options are time=COL, input=COL, output=COL, unit=s|ms|us|datetime, "
+                f"hash_ids=COL; got {p!r}"
+            )
         opts[k] = v
     kind, tcol, unit, icol, ocol, hcol = FORMATS[fmt]
     tcol, icol, ocol = opts.get("time", tcol), opts.get("input", icol), opts.get("output", ocol)
     unit, hcol = opts.get("unit", unit), opts.get("hash_ids", hcol)
     if None in (tcol, icol, ocol):
-        raise TraceError(f"trace {text!r}: a {fmt} trace needs its fields named: {fmt}:{path},time=COL,input=COL,output=COL")
+        raise TraceError(
+            f"trace {text!r}: a {fmt} trace needs its fields named: {fmt}:{path},time=COL,input=COL,output=COL"
+        )
     if unit not in (*UNITS, "datetime"):
         raise TraceError(f"trace {text!r}: unit must be s, ms, us or datetime, got {unit!r}")
     times, ins, outs, hashes, bad = [], [], [], [], []
@@ -162,8 +175,11 @@ def read_trace(text: str, *, skip_bad: bool = False) -> Trace:
         if hcol and "hash_ids" in opts and hcol not in header:
             missing.append(hcol)
         if missing:
-            fix = (f"name them: {fmt}:{path},time=COL,input=COL,output=COL" if fmt in ("csv", "jsonl") else
-                   f"is it a {fmt} trace? (csv:PATH,time=COL,input=COL,output=COL reads any CSV)")
+            fix = (
+                f"name them: {fmt}:{path},time=COL,input=COL,output=COL"
+                if fmt in ("csv", "jsonl")
+                else f"is it a {fmt} trace? (csv:PATH,time=COL,input=COL,output=COL reads any CSV)"
+            )
             raise TraceError(f"{path}:1: no column {', '.join(map(repr, missing))} (it has {', '.join(header)}); {fix}")
     last = None
     for no, row in rows:
@@ -177,8 +193,10 @@ def read_trace(text: str, *, skip_bad: bool = False) -> Trace:
             t = _time(row[tcol], unit, where, tcol)
             n_in, n_out = _length(row[icol], where, icol), _length(row[ocol], where, ocol)
             if last is not None and t < last:
-                raise TraceError(f"{where}: {tcol} goes back in time ({t - last:+.3f} s after the line before); "
-                                 "sort the trace by time, or give --skip-bad to drop such lines")
+                raise TraceError(
+                    f"{where}: {tcol} goes back in time ({t - last:+.3f} s after the line before); "
+                    "sort the trace by time, or give --skip-bad to drop such lines"
+                )
             h = _hash_ids(row.get(hcol), where, hcol) if hcol else None
         except TraceError as e:
             if not skip_bad:
@@ -196,5 +214,13 @@ def read_trace(text: str, *, skip_bad: bool = False) -> Trace:
     if not times:
         raise TraceError(f"trace {text!r} has no readable requests" + (f" (first problem: {bad[0]})" if bad else ""))
     t = np.asarray(times, float)
-    return Trace(text, t - t[0], np.asarray(ins, np.int64), np.asarray(outs, np.int64),
-                 hashes if any(hashes) else None, len(bad), bad, repairs)
+    return Trace(
+        text,
+        t - t[0],
+        np.asarray(ins, np.int64),
+        np.asarray(outs, np.int64),
+        hashes if any(hashes) else None,
+        len(bad),
+        bad,
+        repairs,
+    )

@@ -1,12 +1,13 @@
 """A workload ready to send: its requests (or a generator), the output-length policy, and a
 deterministic sample for a seed. `open_workload` turns any workload spec into one."""
+
 from __future__ import annotations
 
 import dataclasses
 import itertools
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import numpy as np
 
@@ -23,8 +24,8 @@ class Workload:
     spec: str
     name: str
     source: str
-    records: list[Request] | None = None                      # a data set
-    make: Callable[[int], Iterator[Request]] | None = None    # a generator: seed -> requests
+    records: list[Request] | None = None  # a data set
+    make: Callable[[int], Iterator[Request]] | None = None  # a generator: seed -> requests
     policy: OutputPolicy = field(default_factory=OutputPolicy)
     skipped: int = 0
     bad: list[str] = field(default_factory=list)
@@ -76,10 +77,16 @@ class Workload:
                 yield req if epoch == 1 else dataclasses.replace(req, id=f"{req.id}#{epoch}")
 
     def describe(self) -> dict:
-        return {"spec": self.spec, "name": self.name, "source": self.source,
-                "records": None if self.records is None else len(self.records),
-                "skipped_bad_records": self.skipped, "output_policy": dataclasses.asdict(self.policy),
-                "notice": self.notice, "token_lengths": self.token_lengths}
+        return {
+            "spec": self.spec,
+            "name": self.name,
+            "source": self.source,
+            "records": None if self.records is None else len(self.records),
+            "skipped_bad_records": self.skipped,
+            "output_policy": dataclasses.asdict(self.policy),
+            "notice": self.notice,
+            "token_lengths": self.token_lengths,
+        }
 
     @property
     def token_lengths(self) -> str:
@@ -93,11 +100,15 @@ class Workload:
 def _check_options(spec, allowed: frozenset) -> None:
     unknown = set(spec.options) - allowed - COMMON_OPTIONS
     if unknown:
-        raise WorkloadError(f"workload {spec.text!r}: unknown option {sorted(unknown)[0]!r}; valid: "
-                            f"{', '.join(sorted(allowed | COMMON_OPTIONS))}")
+        raise WorkloadError(
+            f"workload {spec.text!r}: unknown option {sorted(unknown)[0]!r}; valid: "
+            f"{', '.join(sorted(allowed | COMMON_OPTIONS))}"
+        )
     if spec.options.get("turns", "first") not in ("first", "all", "session"):
-        raise WorkloadError(f"workload {spec.text!r}: turns={spec.options['turns']!r}; use turns=first (the first "
-                            "turn), all (every turn, earlier answers from the data) or session (conversations)")
+        raise WorkloadError(
+            f"workload {spec.text!r}: turns={spec.options['turns']!r}; use turns=first (the first "
+            "turn), all (every turn, earlier answers from the data) or session (conversations)"
+        )
 
 
 def _filter(w: Workload, category: str | None, has_categories: bool) -> None:
@@ -107,13 +118,16 @@ def _filter(w: Workload, category: str | None, has_categories: bool) -> None:
         raise WorkloadError(f"workload {w.spec!r} has no categories to filter by; drop --category")
     kept = [r for r in w.records if r.category == category]
     if not kept:
-        raise WorkloadError(f"workload {w.spec!r} has no records in category {category!r}; "
-                            f"categories: {', '.join(sorted(w.categories()))}")
+        raise WorkloadError(
+            f"workload {w.spec!r} has no records in category {category!r}; "
+            f"categories: {', '.join(sorted(w.categories()))}"
+        )
     w.records = kept
 
 
-def open_workload(text: str, *, data_dir: str | None = None, skip_bad: bool = False,
-                  category: str | None = None, tokenizer=None) -> Workload:
+def open_workload(
+    text: str, *, data_dir: str | None = None, skip_bad: bool = False, category: str | None = None, tokenizer=None
+) -> Workload:
     spec = parse(text)
     policy = OutputPolicy.parse(spec.options.get("output"))
     category = spec.options.get("category", category)
@@ -130,6 +144,7 @@ def open_workload(text: str, *, data_dir: str | None = None, skip_bad: bool = Fa
         exact = None
         if tokenizer is not None and spec.name == "random":
             from workloads.lengths import for_tokenizer
+
             exact = for_tokenizer(tokenizer, synthetic._WORDS_TUPLE)
         return Workload(text, f"synthetic:{spec.name}", text, make=make, policy=policy, exact=exact)
     if spec.kind == "hub":
@@ -139,15 +154,16 @@ def open_workload(text: str, *, data_dir: str | None = None, skip_bad: bool = Fa
     else:
         fmt = FORMATS.get(spec.name)
         if fmt is None:
-            raise WorkloadError(f"unknown workload format {spec.name!r} in {text!r}; formats: "
-                                f"{', '.join(FORMATS)} (or hf:ID, synthetic:KIND, a catalog name)")
+            raise WorkloadError(
+                f"unknown workload format {spec.name!r} in {text!r}; formats: "
+                f"{', '.join(FORMATS)} (or hf:ID, synthetic:KIND, a catalog name)"
+            )
         _check_options(spec, fmt.options)
         try:
             loaded = convert(file_rows(fmt, spec.path), fmt, spec.options, skip_bad)
         except WorkloadError as e:
             raise WorkloadError(f"{e} (workload {text!r})" if str(e).startswith("no ") else str(e)) from None
-    w = Workload(text, fmt.name, text, records=loaded.requests, policy=policy,
-                 skipped=loaded.skipped, bad=loaded.bad)
+    w = Workload(text, fmt.name, text, records=loaded.requests, policy=policy, skipped=loaded.skipped, bad=loaded.bad)
     if fmt.categories:
         missing = sum(1 for r in w.records if not r.category)
         if missing:
@@ -175,10 +191,9 @@ def _from_catalog(spec, data_dir: str | None, skip_bad: bool, category: str | No
         break
     else:
         w = open_workload(e.standin, category=category)
-        w.notice = (f"{e.name}: using the offline stand-in {e.standin} ("
-                    + "; ".join(dict.fromkeys(reasons)) + ")")
+        w.notice = f"{e.name}: using the offline stand-in {e.standin} (" + "; ".join(dict.fromkeys(reasons)) + ")"
     if w.records is not None and len(w.records) > e.sample:  # the catalog's sample, fixed
-        keep = np.random.default_rng(0).permutation(len(w.records))[:e.sample]
+        keep = np.random.default_rng(0).permutation(len(w.records))[: e.sample]
         w.records = [w.records[i] for i in sorted(keep.tolist())]
     w.spec, w.name = spec.text, e.name
     w.policy = OutputPolicy.parse(output)

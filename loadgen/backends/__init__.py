@@ -9,6 +9,7 @@ and returns one `RunResult` of the same form, whatever processes or nodes sent t
 `choose` picks one from what the user asked for; `run`, `check`, `capacity` and the sweep's
 cells all go through it (loadgen.run.measurement, loadgen.sweep.cell). A new backend is one module
 with a `Backend` subclass, and a line in `choose`."""
+
 from __future__ import annotations
 
 from loadgen.backends.base import Backend, Progress

@@ -11,6 +11,7 @@ one host and stays exact; only how runs on different hosts line up (the steady w
 rate) depends on their clocks agreeing (NTP within a data centre: well under a millisecond).
 Actors on the driver's own host share its clock and are not moved.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,7 +19,7 @@ import dataclasses
 import socket
 import time
 from array import array
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -46,11 +47,15 @@ class Worker:
 
     async def prepare(self) -> dict:
         import ray
+
         self.requests = self.workload.open().requests(None, self.spec.seed)
         self.session = session_for(self.spec.load, self.share)
         self.stop = asyncio.Event()
-        return {"host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(),
-                "offset_ns": _offset_ns()}
+        return {
+            "host": socket.gethostname(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "offset_ns": _offset_ns(),
+        }
 
     async def run(self, t0_unix_ns: int) -> RunResult:
         def counted(rec) -> None:
@@ -58,9 +63,17 @@ class Worker:
             self.failed += not rec.ok
             if self.outcomes and (o := ErrorRate.outcome(rec)) is not None:
                 self.ended.append(o)
+
         try:
-            return await execute(self.spec, self.requests, session=self.session, stop=self.stop,
-                                 on_record=counted, share=self.share, t0_ns=t0_unix_ns - _offset_ns())
+            return await execute(
+                self.spec,
+                self.requests,
+                session=self.session,
+                stop=self.stop,
+                on_record=counted,
+                share=self.share,
+                t0_ns=t0_unix_ns - _offset_ns(),
+            )
         finally:
             await self.session.close()
 
@@ -89,10 +102,16 @@ def shift(result: RunResult, delta_ns: int) -> RunResult:
     return result
 
 
-async def execute_on_ray(ray, spec: RunSpec, workload: WorkloadRef, workers: int, *,
-                         stop: asyncio.Event | None = None,
-                         on_progress: Callable[[int, int], None] | None = None,
-                         start_timeout_s: float = 300.0) -> RunResult:
+async def execute_on_ray(
+    ray,
+    spec: RunSpec,
+    workload: WorkloadRef,
+    workers: int,
+    *,
+    stop: asyncio.Event | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    start_timeout_s: float = 300.0,
+) -> RunResult:
     """`execute` with the load split over `workers` Ray actors; one merged result on this
     process's clock. An actor lost mid-run (its node gone) loses only its own requests
     (`load_info["workers_lost"]`). --max-error-rate is judged here, once, over every actor's
@@ -103,12 +122,15 @@ async def execute_on_ray(ray, spec: RunSpec, workload: WorkloadRef, workers: int
     # cannot write to this host's results directory)
     worker_spec = dataclasses.replace(spec, metrics_url=None, journal=None, max_error_rate=None)
     errors = ErrorRate(spec.max_error_rate, asyncio.Event())
-    actors = [actor.options(num_cpus=1, scheduling_strategy="SPREAD", name=None).remote(
-        worker_spec, workload, Share(w, workers), spec.max_error_rate is not None) for w in range(workers)]
+    actors = [
+        actor.options(num_cpus=1, scheduling_strategy="SPREAD", name=None).remote(
+            worker_spec, workload, Share(w, workers), spec.max_error_rate is not None
+        )
+        for w in range(workers)
+    ]
     window = RunWindow(spec, from_start=True)  # the actors do not say when warm-up ends
     try:
-        infos = await asyncio.wait_for(asyncio.gather(*[_get(a.prepare.remote()) for a in actors]),
-                                       start_timeout_s)
+        infos = await asyncio.wait_for(asyncio.gather(*[_get(a.prepare.remote()) for a in actors]), start_timeout_s)
         await window.start()
         here, mine = socket.gethostname(), _offset_ns()
         t0_unix = time.time_ns() + int(START_MARGIN_S * 1e9)
@@ -123,10 +145,14 @@ async def execute_on_ray(ray, spec: RunSpec, workload: WorkloadRef, workers: int
                         info = infos[w]
                         results[w] = shift(fut.result(), 0 if info["host"] == here else info["offset_ns"] - mine)
                     except Exception as e:  # the actor died (its node lost, its process killed)
-                        lost[w] = f"worker {w} on {infos[w]['host']} was lost mid-run ({type(e).__name__}); its requests are lost"
+                        lost[w] = (
+                            f"worker {w} on {infos[w]['host']} was lost mid-run ({type(e).__name__}); "
+                            "its requests are lost"
+                        )
             if (on_progress is not None or errors.bound is not None) and runs:
-                for got in await asyncio.gather(*[_get(actors[w].progress.remote()) for w in runs],
-                                                return_exceptions=True):
+                for got in await asyncio.gather(
+                    *[_get(actors[w].progress.remote()) for w in runs], return_exceptions=True
+                ):
                     if not isinstance(got, BaseException):
                         if on_progress is not None:
                             on_progress(got[0], got[1])

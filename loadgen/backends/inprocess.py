@@ -1,4 +1,5 @@
 """The load from this process's event loop."""
+
 from __future__ import annotations
 
 import aiohttp

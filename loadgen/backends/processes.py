@@ -1,4 +1,5 @@
 """The load from N worker processes on this host (`--workers N`): loadgen.backends.workers."""
+
 from __future__ import annotations
 
 from loadgen.backends.base import Backend

@@ -1,4 +1,5 @@
 """The load from N Ray actors spread over a cluster's nodes (`--workers N --ray`): loadgen.backends.fanout."""
+
 from __future__ import annotations
 
 from loadgen.backends.base import Backend
@@ -16,4 +17,5 @@ class RayActors(Backend):
 
     async def execute(self, spec, requests, *, stop=None, on_progress=None, on_start=None, on_record=None):
         from loadgen.backends.fanout import execute_on_ray
+
         return await execute_on_ray(self.ray, spec, self.workload, self.workers, stop=stop, on_progress=on_progress)

@@ -1,5 +1,6 @@
 """Joining a Ray cluster (`--ray [ADDRESS]`), for sweeps across nodes (loadgen.sweep.cluster)
 and for one run's load from several client nodes (loadgen.backends.fanout). Ray is an optional extra."""
+
 from __future__ import annotations
 
 import socket
@@ -36,24 +37,35 @@ def resource_request(resource: str, n: int) -> dict:
     return {"num_cpus": 1, "resources": {resource: n}}
 
 
-def connect(address: str | None, resource: str, per_server: int, what: str = "each server",
-            fix: str = "add nodes with that resource, or name the resource its nodes have with --ray-resource"):
+def connect(
+    address: str | None,
+    resource: str,
+    per_server: int,
+    what: str = "each server",
+    fix: str = "add nodes with that resource, or name the resource its nodes have with --ray-resource",
+):
     """Join the cluster at `address` (None: RAY_ADDRESS, a cluster already running on this
     host, else a new local one), which must have `per_server` of `resource` in all."""
     ray = _ray()
     _reachable(address)
     try:
-        ray.init(address=address, ignore_reinit_error=True, logging_level="WARNING",
-                 log_to_driver=False, configure_logging=False)
+        ray.init(
+            address=address,
+            ignore_reinit_error=True,
+            logging_level="WARNING",
+            log_to_driver=False,
+            configure_logging=False,
+        )
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = address or "RAY_ADDRESS / this host"
-        raise ClusterError(f"--ray {where}: cannot join the Ray cluster ({str(e).splitlines()[0]}); "
-                           "start one with `ray start --head`, or give its address") from None
+        raise ClusterError(
+            f"--ray {where}: cannot join the Ray cluster ({str(e).splitlines()[0]}); "
+            "start one with `ray start --head`, or give its address"
+        ) from None
     have = ray.cluster_resources().get(resource, 0)
     if have < per_server:
         ray.shutdown()
-        raise ClusterError(f"--ray: the cluster has {have:g} {resource!r} in all and {what} needs "
-                           f"{per_server}; {fix}")
+        raise ClusterError(f"--ray: the cluster has {have:g} {resource!r} in all and {what} needs {per_server}; {fix}")
     return ray
 
 
@@ -66,5 +78,7 @@ def _reachable(address: str | None) -> None:
         with socket.create_connection((host, int(port)), timeout=5.0):
             pass
     except (OSError, ValueError) as e:
-        raise ClusterError(f"--ray {address}: no Ray cluster answers there ({getattr(e, 'strerror', None) or e}); "
-                           "start one with `ray start --head`, or give its HOST:PORT") from None
+        raise ClusterError(
+            f"--ray {address}: no Ray cluster answers there ({getattr(e, 'strerror', None) or e}); "
+            "start one with `ray start --head`, or give its HOST:PORT"
+        ) from None

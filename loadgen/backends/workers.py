@@ -15,6 +15,7 @@ metrics around the whole run and merges the workers' records into one `RunResult
 in form to a single process's (`worker` says whose a record is), with each worker's loop-lag
 ticks kept apart, so the self-check matches every chunk to the loop that took it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,8 +23,8 @@ import dataclasses
 import multiprocessing
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from loadgen.executors import Share
 from loadgen.load.execute import ErrorRate, RunResult, RunSpec, execute, session_for
@@ -40,6 +41,7 @@ class WorkerError(Exception):
 class WorkloadRef:
     """How a worker opens the run's workload itself (workload objects hold generators, which
     do not cross processes)."""
+
     spec: str
     data_dir: str | None = None
     skip_bad: bool = False
@@ -48,12 +50,15 @@ class WorkloadRef:
 
     def open(self):
         from workloads import open_workload
+
         tok = None
         if self.tokenizer:
             from loadgen.measures.tokens import load_tokenizer
+
             tok = load_tokenizer(self.tokenizer)
-        return open_workload(self.spec, data_dir=self.data_dir, skip_bad=self.skip_bad,
-                             category=self.category, tokenizer=tok)
+        return open_workload(
+            self.spec, data_dir=self.data_dir, skip_bad=self.skip_bad, category=self.category, tokenizer=tok
+        )
 
 
 def check_workers(workers: int, spec: RunSpec) -> None:
@@ -63,14 +68,17 @@ def check_workers(workers: int, spec: RunSpec) -> None:
     cap = spec.load.max_in_flight
     if cap is not None and workers > cap:
         what = "concurrency" if spec.load.closed else "max_concurrency"
-        raise ValueError(f"workers ({workers}) must be at most the {what} ({cap}): each worker "
-                         "needs a user (a slot) of its own")
+        raise ValueError(
+            f"workers ({workers}) must be at most the {what} ({cap}): each worker needs a user (a slot) of its own"
+        )
 
 
 # -- in the worker process ---------------------------------------------------------------------
 
+
 def _worker_main(conn, spec: RunSpec, workload: WorkloadRef, share: Share, outcomes: bool = False) -> None:
     from servers.launcher import die_with_parent
+
     die_with_parent()  # the parent killed outright: this worker goes too
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the loop handles it (a Ctrl-C reaches all)
     try:
@@ -111,8 +119,18 @@ async def _work(conn, spec: RunSpec, workload: WorkloadRef, share: Share, outcom
     conn.send(("result", result))
 
 
-async def _measure(conn, spec: RunSpec, requests, session, share: Share, t0_ns: int, inbox: asyncio.Queue,
-                   stop: asyncio.Event, loop, outcomes: bool) -> tuple:
+async def _measure(
+    conn,
+    spec: RunSpec,
+    requests,
+    session,
+    share: Share,
+    t0_ns: int,
+    inbox: asyncio.Queue,
+    stop: asyncio.Event,
+    loop,
+    outcomes: bool,
+) -> tuple:
     """The worker's share of the run from `t0_ns`, reporting progress twice a second (with
     `outcomes`, each finished request's ErrorRate.outcome too, for the parent's one judgement of
     --max-error-rate); the result and the progress not yet reported."""
@@ -141,9 +159,16 @@ async def _measure(conn, spec: RunSpec, requests, session, share: Share, t0_ns: 
     ticker = [loop.call_later(0.5, report)]
     listener = loop.create_task(listen())
     try:
-        result = await execute(spec, requests, session=session, stop=stop, on_record=on_record,
-                               share=share, t0_ns=t0_ns,
-                               on_measure_start=lambda: conn.send(("measuring",)))
+        result = await execute(
+            spec,
+            requests,
+            session=session,
+            stop=stop,
+            on_record=on_record,
+            share=share,
+            t0_ns=t0_ns,
+            on_measure_start=lambda: conn.send(("measuring",)),
+        )
     finally:
         ticker[0].cancel()
         listener.cancel()
@@ -153,10 +178,16 @@ async def _measure(conn, spec: RunSpec, requests, session, share: Share, t0_ns: 
 
 # -- in the parent -----------------------------------------------------------------------------
 
-async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
-                          stop: asyncio.Event | None = None,
-                          on_progress: Callable[[int, int], None] | None = None,
-                          start_timeout_s: float = 120.0) -> RunResult:
+
+async def execute_workers(
+    spec: RunSpec,
+    workload: WorkloadRef,
+    workers: int,
+    *,
+    stop: asyncio.Event | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    start_timeout_s: float = 120.0,
+) -> RunResult:
     """`execute` with the load split over `workers` processes; one merged result. A worker
     that dies mid-run loses only its own requests, and the result says so
     (`load_info["workers_lost"]`); one that cannot start raises WorkerError. --max-error-rate is
@@ -177,6 +208,7 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
             except (EOFError, OSError):
                 loop.remove_reader(conn.fileno())
                 inbox.put_nowait((w, None))
+
         return readable
 
     def send_all(msg: tuple) -> None:
@@ -191,9 +223,12 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
     try:
         for w in range(workers):
             mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_worker_main, args=(theirs, worker_spec, workload, Share(w, workers),
-                                                          spec.max_error_rate is not None),
-                               name=f"loadgen-worker-{w}", daemon=True)
+            proc = ctx.Process(
+                target=_worker_main,
+                args=(theirs, worker_spec, workload, Share(w, workers), spec.max_error_rate is not None),
+                name=f"loadgen-worker-{w}",
+                daemon=True,
+            )
             proc.start()
             theirs.close()
             procs.append(proc)
@@ -204,13 +239,16 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
         while len(ready) < workers:
             try:
                 w, msg = await asyncio.wait_for(inbox.get(), max(0.0, deadline - time.monotonic()))
-            except asyncio.TimeoutError:
-                raise WorkerError(f"--workers: {workers - len(ready)} worker(s) not ready after "
-                                  f"{start_timeout_s:g} s") from None
+            except TimeoutError:
+                raise WorkerError(
+                    f"--workers: {workers - len(ready)} worker(s) not ready after {start_timeout_s:g} s"
+                ) from None
             if msg is None:
                 procs[w].join(1.0)
-                raise WorkerError(f"--workers: worker {w} exited (code {procs[w].exitcode}) before it "
-                                  "was ready; run with --workers 1 to see its error")
+                raise WorkerError(
+                    f"--workers: worker {w} exited (code {procs[w].exitcode}) before it "
+                    "was ready; run with --workers 1 to see its error"
+                )
             ready.add(w)
         if stop is not None and stop.is_set():
             send_all(("stop",))
@@ -230,9 +268,9 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
             if msg is None:
                 if w not in results:
                     procs[w].join(1.0)
-                    lost[w] = (f"worker {w} exited (code {procs[w].exitcode}) mid-run; "
-                               + ("its requests journaled by then are kept" if spec.journal
-                                  else "its requests are lost"))
+                    lost[w] = f"worker {w} exited (code {procs[w].exitcode}) mid-run; " + (
+                        "its requests journaled by then are kept" if spec.journal else "its requests are lost"
+                    )
             elif msg[0] == "progress":
                 if on_progress is not None:
                     on_progress(msg[1], msg[2])
@@ -265,8 +303,15 @@ async def execute_workers(spec: RunSpec, workload: WorkloadRef, workers: int, *,
                 proc.join()
 
 
-def merge(results: dict[int, RunResult], lost: dict[int, str], workers: int, t0_ns: int,
-          t0_unix: float, window: Window | None, stopped_early: str | None = None) -> RunResult:
+def merge(
+    results: dict[int, RunResult],
+    lost: dict[int, str],
+    workers: int,
+    t0_ns: int,
+    t0_unix: float,
+    window: Window | None,
+    stopped_early: str | None = None,
+) -> RunResult:
     """The workers' results as one run: records in numbering order, loop-lag ticks with whose
     loop each was, the ramp over every worker's first sends; `stopped_early`: why the parent
     stopped them all (--max-error-rate), which is not an interruption."""
@@ -281,12 +326,23 @@ def merge(results: dict[int, RunResult], lost: dict[int, str], workers: int, t0_
         where.add(r.load_info.get("chunk_times"))
     records.sort(key=lambda rec: rec.index)
     where.discard(None)
-    load_info = {"ramp_s": (max(firsts) - min(firsts)) / 1e9 if firsts else None,
-                 "chunk_times": where.pop() if len(where) == 1 else ("mixed" if where else None),
-                 "workers": workers, "workers_lost": [lost[w] for w in sorted(lost)]}
+    load_info = {
+        "ramp_s": (max(firsts) - min(firsts)) / 1e9 if firsts else None,
+        "chunk_times": where.pop() if len(where) == 1 else ("mixed" if where else None),
+        "workers": workers,
+        "workers_lost": [lost[w] for w in sorted(lost)],
+    }
     if stopped_early:
         load_info["stopped_early"] = stopped_early
-    return RunResult(records, at, lag, t0_ns, t0_unix,
-                     interrupted=stopped_early is None and any(r.interrupted for r in results.values()),
-                     load_info=load_info, server_window=window, loop_lag_worker=who,
-                     journaled=any(r.journaled for r in results.values()))
+    return RunResult(
+        records,
+        at,
+        lag,
+        t0_ns,
+        t0_unix,
+        interrupted=stopped_early is None and any(r.interrupted for r in results.values()),
+        load_info=load_info,
+        server_window=window,
+        loop_lag_worker=who,
+        journaled=any(r.journaled for r in results.values()),
+    )

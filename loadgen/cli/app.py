@@ -1,4 +1,5 @@
 """The `loadgen` command group and its error handling: every failure is one line."""
+
 from __future__ import annotations
 
 import sys
@@ -24,8 +25,7 @@ class Failure(click.ClickException):
 class _Group(click.Group):
     def main(self, args=None, prog_name=None, **kwargs):
         try:
-            return super().main(args=args, prog_name=prog_name or "loadgen",
-                                standalone_mode=False, **kwargs)
+            return super().main(args=args, prog_name=prog_name or "loadgen", standalone_mode=False, **kwargs)
         except click.UsageError as e:
             click.echo(f"loadgen: error: {e.format_message()}", err=True)
             sys.exit(EXIT_USAGE)

@@ -1,5 +1,6 @@
 """`loadgen check`: does this server hold this load within these SLOs? Exit 0 when every SLO
 holds, 1 when any fails, 2 on a usage or infrastructure error (docs/check.md)."""
+
 from __future__ import annotations
 
 import sys
@@ -17,6 +18,7 @@ EXIT_SLO_FAILED = 1
 def report(suites: dict[str, list], junit: Path | None, as_json: bool) -> None:
     """Print the verdicts (loadgen.measures.slo.Verdict per SLO, per suite), write --junit, exit."""
     from loadgen.measures import slo
+
     if as_json:
         click.echo(slo.as_json(suites))
     else:
@@ -36,21 +38,32 @@ def report(suites: dict[str, list], junit: Path | None, as_json: bool) -> None:
 
 @main.command()
 @run_options
-@click.option("--servers", help="Start this catalog deployment's --variant for the check (instead of "
-              "--base-url).")
+@click.option("--servers", help="Start this catalog deployment's --variant for the check (instead of --base-url).")
 @click.option("--variant", help="The variant of --servers to start.")
-@click.option("--engine", type=click.Choice(["vllm", "emulator", "llama.cpp"]),
-              help="Override the deployment's engine (emulator: no GPU).")
-@click.option("--slo", "slo_texts", multiple=True, help="An SLO, e.g. 'ttft_p99<=2s', 'tpot_p50<=40ms', "
-              "'error_rate<=0.1%', 'goodput>=95%' (goodput needs --goodput objectives). Repeat for more.")
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "emulator", "llama.cpp"]),
+    help="Override the deployment's engine (emulator: no GPU).",
+)
+@click.option(
+    "--slo",
+    "slo_texts",
+    multiple=True,
+    help="An SLO, e.g. 'ttft_p99<=2s', 'tpot_p50<=40ms', "
+    "'error_rate<=0.1%', 'goodput>=95%' (goodput needs --goodput objectives). Repeat for more.",
+)
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON instead of a table.")
-@click.option("--results", type=click.Path(path_type=Path), help="Judge recorded results (a run's or a "
-              "sweep's directory) instead of running anything.")
+@click.option(
+    "--results",
+    type=click.Path(path_type=Path),
+    help="Judge recorded results (a run's or a sweep's directory) instead of running anything.",
+)
 def check(**o) -> None:
     """Run a load (as `loadgen run`) and judge it against SLOs: exit 0 when all hold, 1 when
     any fails, 2 on a usage or infrastructure error."""
     from loadgen.measures import slo
+
     targets = slo.parse_all(o["slo_texts"])
     if any(s.metric == "goodput" for s in targets) and not o["goodput_specs"] and not o["results"]:
         raise click.UsageError("--slo goodput needs per-request objectives: add --goodput 'ttft<=2s,tpot<=50ms'")

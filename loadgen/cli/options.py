@@ -1,4 +1,5 @@
 """Options and steps `run`, `check` and `simulate` share: the load, the workload, the results."""
+
 from __future__ import annotations
 
 import sys
@@ -30,56 +31,115 @@ def build(model: type, params: dict):
     that only the command line reads (--quiet, --output, ...) stay the CLI's."""
     values = {f.name: params[f.name] for f in fields(model) if f.name in params}
     if any(f.name == "shape" for f in fields(model)):
-        values["shape"] = api.shape_options(**{flag.name: params[flag.name] for flag in shape_flags()
-                                               if flag.name in params and (params[flag.name] is not None)})
+        values["shape"] = api.shape_options(
+            **{
+                flag.name: params[flag.name]
+                for flag in shape_flags()
+                if flag.name in params and (params[flag.name] is not None)
+            }
+        )
     return model(**values)
 
 
 def load_options(f):
-    for opt in reversed([
-        click.option("--think-time", metavar="S|exp:S", help="Conversations (workloads with turns=session, "
-                     "synthetic:session): seconds between a reply and the next turn, constant or exp:MEAN [0]."),
-        click.option("--num-requests", "--max-requests", "num_requests", type=int, help="Requests to measure (after "
-                     "warm-up; conversations, for a conversation workload) [default: 200 unless --duration is "
-                     "given; a trace: its window's]."),
-        click.option("--duration", type=float, help="Stop sending after S seconds."),
-        click.option("--warmup", type=int, default=0, show_default=True,
-                     help="Requests sent first and left out of the statistics."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seeds arrivals and workload."),
-    ]):
+    for opt in reversed(
+        [
+            click.option(
+                "--think-time",
+                metavar="S|exp:S",
+                help="Conversations (workloads with turns=session, "
+                "synthetic:session): seconds between a reply and the next turn, constant or exp:MEAN [0].",
+            ),
+            click.option(
+                "--num-requests",
+                "--max-requests",
+                "num_requests",
+                type=int,
+                help="Requests to measure (after "
+                "warm-up; conversations, for a conversation workload) [default: 200 unless --duration is "
+                "given; a trace: its window's].",
+            ),
+            click.option("--duration", type=float, help="Stop sending after S seconds."),
+            click.option(
+                "--warmup",
+                type=int,
+                default=0,
+                show_default=True,
+                help="Requests sent first and left out of the statistics.",
+            ),
+            click.option("--seed", type=int, default=0, show_default=True, help="Seeds arrivals and workload."),
+        ]
+    ):
         f = opt(f)
     return shape_options(f)
 
 
 def workload_options(f):
-    for opt in reversed([
-        click.option("--workload", default="synthetic:random", show_default=True,
-                     help="A catalog name (loadgen workloads list), FORMAT:PATH[,key=value...], "
-                          "hf:DATASET_ID or synthetic:KIND[,key=value...]; docs/workloads.md."),
-        click.option("--category", help="Only records of this category (formats with categories)."),
-        click.option("--skip-bad", is_flag=True, help="Count and skip records that cannot be read."),
-        click.option("--data-dir", envvar="LOADGEN_DATA_DIR", show_envvar=True,
-                     help="Where catalog workloads find local data sets."),
-        click.option("--input-len", type=int, default=None,
-                     help="Synthetic shorthand: input_len (words ~ tokens) [random: 256; kinds: their data set's mean]."),
-        click.option("--output-len", type=int, default=None,
-                     help="Synthetic shorthand: output_len [random: 128, with ignore_eos; kinds: the model stops]."),
-        click.option("--range-ratio", type=float, default=None,
-                     help="Synthetic random shorthand: prompt lengths uniform within +-ratio [0.25]."),
-    ]):
+    for opt in reversed(
+        [
+            click.option(
+                "--workload",
+                default="synthetic:random",
+                show_default=True,
+                help="A catalog name (loadgen workloads list), FORMAT:PATH[,key=value...], "
+                "hf:DATASET_ID or synthetic:KIND[,key=value...]; docs/workloads.md.",
+            ),
+            click.option("--category", help="Only records of this category (formats with categories)."),
+            click.option("--skip-bad", is_flag=True, help="Count and skip records that cannot be read."),
+            click.option(
+                "--data-dir",
+                envvar="LOADGEN_DATA_DIR",
+                show_envvar=True,
+                help="Where catalog workloads find local data sets.",
+            ),
+            click.option(
+                "--input-len",
+                type=int,
+                default=None,
+                help="Synthetic shorthand: input_len (words ~ tokens) [random: 256; kinds: their data set's mean].",
+            ),
+            click.option(
+                "--output-len",
+                type=int,
+                default=None,
+                help="Synthetic shorthand: output_len [random: 128, with ignore_eos; kinds: the model stops].",
+            ),
+            click.option(
+                "--range-ratio",
+                type=float,
+                default=None,
+                help="Synthetic random shorthand: prompt lengths uniform within +-ratio [0.25].",
+            ),
+        ]
+    ):
         f = opt(f)
     return f
 
 
 def result_options(f):
-    for opt in reversed([
-        click.option("--goodput", "goodput_specs", multiple=True,
-                     help="Per-request objectives, e.g. 'ttft<=500ms,tpot<=50ms'."),
-        click.option("--output", "output_dir", type=click.Path(), default=None,
-                     help="Results directory [default: results/<command>-YYYYmmdd-HHMMSS]."),
-        click.option("--steady-state", is_flag=True, help="Figures over the steady state only: requests sent once "
-                     "the load is up and finished before the drain (the summary says which; docs/metrics.md)."),
-    ]):
+    for opt in reversed(
+        [
+            click.option(
+                "--goodput",
+                "goodput_specs",
+                multiple=True,
+                help="Per-request objectives, e.g. 'ttft<=500ms,tpot<=50ms'.",
+            ),
+            click.option(
+                "--output",
+                "output_dir",
+                type=click.Path(),
+                default=None,
+                help="Results directory [default: results/<command>-YYYYmmdd-HHMMSS].",
+            ),
+            click.option(
+                "--steady-state",
+                is_flag=True,
+                help="Figures over the steady state only: requests sent once "
+                "the load is up and finished before the drain (the summary says which; docs/metrics.md).",
+            ),
+        ]
+    ):
         f = opt(f)
     return f
 
@@ -93,8 +153,9 @@ def prepare_output(o: dict, command: str) -> Path:
     return api.prepare(o["output_dir"] or time.strftime(f"results/{command}-%Y%m%d-%H%M%S"))
 
 
-def report(summary: dict, out: Path, *, interrupted: bool, nothing_code: int = EXIT_NOTHING_SUCCEEDED,
-           to_stderr: bool = False) -> dict:
+def report(
+    summary: dict, out: Path, *, interrupted: bool, nothing_code: int = EXIT_NOTHING_SUCCEEDED, to_stderr: bool = False
+) -> dict:
     """Print a written run's summary and warnings; exit non-zero when interrupted or nothing
     succeeded."""
     click.echo(console.render(summary), err=to_stderr)

@@ -1,4 +1,5 @@
 """`loadgen report DIR` and `loadgen compare A B`: a sweep's results as answers."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,23 +11,30 @@ from loadgen.cli.app import Failure, main
 
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
-              help="Where to write the report [default: DIRECTORY/report].")
+@click.option(
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to write the report [default: DIRECTORY/report].",
+)
 def report(directory: Path, output: Path | None) -> None:
     """Turn a sweep's results (its --output DIRECTORY) into report.html, report.md, PNG plots
     and CSV/parquet tables: speedup and break-even load, latency, acceptance, waste."""
     from loadgen.report.builder import ReportError, build
+
     try:
         built = build(directory, output)
     except ReportError as e:
         raise Failure(str(e)) from None
     except OSError as e:
-        raise Failure(f"cannot write the report to {output or directory / 'report'}: {e.strerror or e}; "
-                      "choose another --output") from None
+        raise Failure(
+            f"cannot write the report to {output or directory / 'report'}: {e.strerror or e}; choose another --output"
+        ) from None
     for note in built.notes:
         click.echo(f"note: {note}", err=True)
-    click.echo(f"Report: {built.html} (self-contained), {built.markdown}, "
-               f"{len(built.figures)} plots and {len(built.tables)} tables (CSV, parquet) in {built.out}")
+    click.echo(
+        f"Report: {built.html} (self-contained), {built.markdown}, "
+        f"{len(built.figures)} plots and {len(built.tables)} tables (CSV, parquet) in {built.out}"
+    )
 
 
 @main.command()
@@ -34,15 +42,21 @@ def report(directory: Path, output: Path | None) -> None:
 @click.argument("dir_b", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the bootstrap.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table as CSV.")
-@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write the comparison as a self-contained HTML page (verdict, chart, table).")
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the comparison as a self-contained HTML page (verdict, chart, table).",
+)
 def compare(dir_a: Path, dir_b: Path, seed: int, output: Path | None, html_out: Path | None) -> None:
     """The change from sweep DIR_A to sweep DIR_B in every cell both measured, with 95%
     intervals: from the repeats where both swept with --repeats (run-to-run variation
     included), else a bootstrap of the requests; '*' marks changes significant after Holm's
     correction."""
-    from loadgen.report.compare import compare as run_compare, html_page, render
+    from loadgen.report.compare import compare as run_compare
+    from loadgen.report.compare import html_page, render
     from loadgen.report.data import ReportError
+
     try:
         frame = run_compare(str(dir_a), str(dir_b), seed)
     except ReportError as e:

@@ -1,5 +1,6 @@
 """`loadgen summarize DIR`: a run's summary.json and requests.parquet recomputed from its
 journal, also when the run was killed before it could write them."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,6 +23,9 @@ def summarize(directory: Path) -> None:
     api.write(directory, frame, lambda: summary)
     cut = summary["journal"]
     if cut["cut"]:
-        click.echo(f"note: the run was cut: {cut['records']} requests journaled, the last ending "
-                   f"{cut['last_request_end_s'] or 0:.1f} s in; {cut['unreadable_lines']} unreadable lines skipped", err=True)
+        click.echo(
+            f"note: the run was cut: {cut['records']} requests journaled, the last ending "
+            f"{cut['last_request_end_s'] or 0:.1f} s in; {cut['unreadable_lines']} unreadable lines skipped",
+            err=True,
+        )
     options.report(summary, directory, interrupted=False)

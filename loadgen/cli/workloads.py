@@ -1,4 +1,5 @@
 """`loadgen workloads list | show`: what the catalog holds, and what a workload spec reads as."""
+
 from __future__ import annotations
 
 import click

@@ -1,8 +1,10 @@
 """Request bodies for the two OpenAI-compatible endpoints."""
+
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from workloads import Request
 
@@ -18,8 +20,9 @@ def stream_options(continuous_usage: bool) -> dict[str, bool]:
     return opts
 
 
-def build_body(req: Request, *, endpoint: str, model: str, options: Mapping[str, bool],
-               extra: Mapping[str, Any] | None = None) -> bytes:
+def build_body(
+    req: Request, *, endpoint: str, model: str, options: Mapping[str, bool], extra: Mapping[str, Any] | None = None
+) -> bytes:
     body: dict[str, Any] = {"model": model}
     if endpoint == "chat":
         body["messages"] = req.as_messages()

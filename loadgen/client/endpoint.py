@@ -1,5 +1,6 @@
 """The server under test: its API base URL and which model to ask for, checked before any
 load is sent so a wrong URL or model name fails in one line, not in a thousand records."""
+
 from __future__ import annotations
 
 import asyncio
@@ -37,8 +38,9 @@ def api_base(url: str) -> str:
     OpenAI-style base ending in /v1."""
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise EndpointError(f"--base-url {url!r} is not an http(s) URL; "
-                            "give e.g. http://127.0.0.1:8000 or http://127.0.0.1:8000/v1")
+        raise EndpointError(
+            f"--base-url {url!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000 or http://127.0.0.1:8000/v1"
+        )
     path = parts.path.rstrip("/")
     if not path.endswith("/v1"):
         path += "/v1"
@@ -54,8 +56,9 @@ def metrics_url(base: str, given: str | None = None) -> str | None:
     return urlunsplit((parts.scheme, parts.netloc, root + "/metrics", "", ""))
 
 
-async def probe(session: aiohttp.ClientSession, base: str, headers: dict[str, str],
-                model: str | None, timeout_s: float = 10.0) -> Served:
+async def probe(
+    session: aiohttp.ClientSession, base: str, headers: dict[str, str], model: str | None, timeout_s: float = 10.0
+) -> Served:
     """The model to send (`model` if the server serves it, else the server's first) and who
     serves it."""
     url = f"{base}/models"
@@ -65,18 +68,17 @@ async def probe(session: aiohttp.ClientSession, base: str, headers: dict[str, st
                 status = resp.status
                 body = await resp.json(content_type=None) if status == 200 else None
     except TimeoutError:
-        raise EndpointError(f"cannot reach {base}: no answer from {url} within "
-                            f"{timeout_s:g} s; check --base-url") from None
+        raise EndpointError(
+            f"cannot reach {base}: no answer from {url} within {timeout_s:g} s; check --base-url"
+        ) from None
     except aiohttp.ClientConnectorError as e:
         errno_ = getattr(e.os_error, "errno", None)
         reason = os.strerror(errno_) if errno_ else str(e)
-        raise EndpointError(f"cannot reach {base}: {reason}; is the server running? "
-                            "check --base-url") from None
+        raise EndpointError(f"cannot reach {base}: {reason}; is the server running? check --base-url") from None
     except (aiohttp.ClientError, ValueError) as e:
         raise EndpointError(f"cannot read {url}: {type(e).__name__}: {e}") from None
     if status in (401, 403):
-        raise EndpointError(f"{url} refused the API key (HTTP {status}); set --api-key or "
-                            "LOADGEN_API_KEY")
+        raise EndpointError(f"{url} refused the API key (HTTP {status}); set --api-key or LOADGEN_API_KEY")
     if status != 200:
         if model:  # some servers have no model list; trust the user
             return Served(model)
@@ -88,7 +90,8 @@ async def probe(session: aiohttp.ClientSession, base: str, headers: dict[str, st
             raise EndpointError(f"{url} lists no models; pass --model NAME")
         model = served[0]
     elif model not in served:
-        raise EndpointError(f"model {model!r} is not served at {base} (served: "
-                            f"{', '.join(map(str, served)) or 'none'}); fix --model")
+        raise EndpointError(
+            f"model {model!r} is not served at {base} (served: {', '.join(map(str, served)) or 'none'}); fix --model"
+        )
     owner = next(m.get("owned_by") for m in data if m.get("id") == model)
     return Served(model, owner if isinstance(owner, str) else None)

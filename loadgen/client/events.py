@@ -6,6 +6,7 @@ are escaped), and that count is all a usage-counted chunk needs. Every other eve
 an error key, a payload not framed as an object, or a run keeping text for a tokenizer) is
 parsed as JSON.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,13 @@ def on_events(rec: RequestRecord, payloads: list[bytes], t: int) -> None:
     usages = rec.chunk_usage
     done = bool(payloads) and payloads[-1] == b"[DONE]"
     body = payloads[:-1] if done else payloads
-    if len(body) > 1 and not rec.done and rec.chunk_text is None and rec.token_ids is None \
-            and not (usages and usages[-1] < 0):
+    if (
+        len(body) > 1
+        and not rec.done
+        and rec.chunk_text is None
+        and rec.token_ids is None
+        and not (usages and usages[-1] < 0)
+    ):
         if _all_counted(rec, body, t):
             body = ()
         elif _all_counted(rec, body[:-1], t):
@@ -95,8 +101,13 @@ def on_event(rec: RequestRecord, payload: bytes, t: int) -> None:
         rec.done = True
         rec.t_end_ns = t
         return
-    if rec.chunk_text is None and rec.token_ids is None and payload[:1] == b"{" \
-            and payload[-1:] == b"}" and b'"error"' not in payload:
+    if (
+        rec.chunk_text is None
+        and rec.token_ids is None
+        and payload[:1] == b"{"
+        and payload[-1:] == b"}"
+        and b'"error"' not in payload
+    ):
         m = _COMPLETION_TOKENS.search(payload)
         if m is not None:
             _on_usage_chunk(rec, payload, int(m.group(1)), t)

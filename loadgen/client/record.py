@@ -1,4 +1,5 @@
 """What the client records about one request, as it happens (no derived figures here)."""
+
 from __future__ import annotations
 
 from array import array
@@ -26,7 +27,7 @@ class RequestRecord:
     queue_delay_ns: int = 0
     worker: int = 0  # which load-generating process sent it (loadgen.backends.workers; 0 when one)
     session: str = ""  # the conversation it is a turn of ("" for a single request) ...
-    turn: int = 0      # ... and which turn (1 = the first; 0 when the workload numbers none)
+    turn: int = 0  # ... and which turn (1 = the first; 0 when the workload numbers none)
     t_session_send_ns: int = 0  # a later turn: when its conversation's first turn was sent
     t_call_ns: int = 0  # the client began sending (called the HTTP library)
     t_send_ns: int = 0  # the request's bytes were handed to the socket (t_call_ns if never)

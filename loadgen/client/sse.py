@@ -1,4 +1,5 @@
 """Server-sent events, split from whole socket reads (no per-line awaits)."""
+
 from __future__ import annotations
 
 _FIELDS = (b"data", b"event", b"id", b"retry")

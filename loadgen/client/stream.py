@@ -12,9 +12,11 @@ scheduled (under load the loop runs many reads before any reader task: that wait
 the client's timing error). The time is when the event loop's select() returned with the
 socket readable (`SelectClock`): a burst of streams whose chunks arrive together (a server
 writes a whole engine step's chunks at once) is read one socket after another, and the last
-of a burst of 64 would otherwise be stamped milliseconds after its bytes arrived. The request's task only waits for the body's end. Every failure becomes an error type on the
+of a burst of 64 would otherwise be stamped milliseconds after its bytes arrived. The request's task only
+waits for the body's end. Every failure becomes an error type on the
 record; nothing but cancellation escapes `send`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -23,7 +25,7 @@ import functools
 import json
 import re
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -99,7 +101,7 @@ class _StampingHandler(ResponseHandler):
     headers), each read is noted as (the body's bytes so far, its time)."""
 
     loadgen_stamps: tuple = ()  # ((payload, [(bytes so far, t, blind), ...]), the previous one)
-    loadgen_reader: "_BodyReader | None" = None
+    loadgen_reader: _BodyReader | None = None
 
     def data_received(self, data: bytes) -> None:
         t, blind = _read_time(self._loop)
@@ -170,24 +172,39 @@ def make_session(max_in_flight: int | None) -> aiohttp.ClientSession:
     no request ever waits silently inside the connection pool. Call it in the loop that runs the
     requests: it puts the select clock on that loop."""
     _install_select_clock()
-    connector = aiohttp.TCPConnector(limit=max_in_flight or 0, limit_per_host=0,
-                                     ttl_dns_cache=300, enable_cleanup_closed=True)
-    if isinstance(getattr(connector, "_factory", None), functools.partial) \
-            and connector._factory.func is ResponseHandler:  # else: stamped per buffered read
-        connector._factory = functools.partial(_StampingHandler, *connector._factory.args,
-                                               **connector._factory.keywords)
+    connector = aiohttp.TCPConnector(
+        limit=max_in_flight or 0, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True
+    )
+    if (
+        isinstance(getattr(connector, "_factory", None), functools.partial)
+        and connector._factory.func is ResponseHandler
+    ):  # else: stamped per buffered read
+        connector._factory = functools.partial(
+            _StampingHandler, *connector._factory.args, **connector._factory.keywords
+        )
     trace = aiohttp.TraceConfig()
     trace.on_request_chunk_sent.append(_on_request_bytes)
-    return aiohttp.ClientSession(connector=connector, trust_env=False,
-                                 cookie_jar=aiohttp.DummyCookieJar(), trace_configs=[trace],
-                                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
+    return aiohttp.ClientSession(
+        connector=connector,
+        trust_env=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trace_configs=[trace],
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+    )
 
 
 class StreamClient:
     """Streams requests to `{api_base}{endpoint}` over one shared aiohttp session."""
 
-    def __init__(self, session: aiohttp.ClientSession, api_base: str, endpoint: str,
-                 headers: Mapping[str, str], timeout_s: float, keep_text: bool = False) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        api_base: str,
+        endpoint: str,
+        headers: Mapping[str, str],
+        timeout_s: float,
+        keep_text: bool = False,
+    ) -> None:
         self.session = session
         self.url = URL(api_base.rstrip("/") + ENDPOINTS[endpoint])  # parsed once, not per request
         self.headers = {"Content-Type": "application/json", **headers}
@@ -200,23 +217,29 @@ class StreamClient:
         rec.t_call_ns = rec.t_send_ns = _monotonic_ns()
         try:
             async with asyncio.timeout(self.timeout_s):
-                async with self.session.post(self.url, data=body, headers=self.headers,
-                                             trace_request_ctx=rec) as resp:
+                async with self.session.post(self.url, data=body, headers=self.headers, trace_request_ctx=rec) as resp:
                     rec.t_headers_ns = _monotonic_ns()
                     rec.status = resp.status
                     if resp.status != 200:
                         await _http_error(rec, resp)
                     elif "text/event-stream" not in resp.headers.get("Content-Type", ""):
-                        _fail(rec, "not_streaming", "response is not text/event-stream "
-                              f"(Content-Type: {resp.headers.get('Content-Type', 'none')})")
+                        _fail(
+                            rec,
+                            "not_streaming",
+                            "response is not text/event-stream "
+                            f"(Content-Type: {resp.headers.get('Content-Type', 'none')})",
+                        )
                     else:
                         await self._read_stream(rec, resp)
         except StreamFault as f:
             _fail(rec, f.kind, f.message)
         except TimeoutError:
             if not rec.done:  # a server that sent [DONE] but never closed is not a failure
-                _fail(rec, "timeout", f"no complete response within {self.timeout_s:g} s "
-                      f"({len(rec.chunk_t_ns)} chunks received)")
+                _fail(
+                    rec,
+                    "timeout",
+                    f"no complete response within {self.timeout_s:g} s ({len(rec.chunk_t_ns)} chunks received)",
+                )
         except aiohttp.ClientError as e:
             _fail(rec, *_classify(e, mid_response=rec.status is not None))
         except ConnectionResetError as e:
@@ -309,7 +332,8 @@ def _classify(e: aiohttp.ClientError, mid_response: bool) -> tuple[str, str]:
     if isinstance(e, aiohttp.ClientPayloadError):
         return "reset", f"response cut off: {e}"
     reset = isinstance(e, aiohttp.ServerDisconnectedError) or (
-        isinstance(e, OSError) and e.errno in (errno.ECONNRESET, errno.EPIPE))
+        isinstance(e, OSError) and e.errno in (errno.ECONNRESET, errno.EPIPE)
+    )
     if reset:
         where = "mid-response" if mid_response else "before responding"
         return ("reset" if mid_response else "disconnected"), f"server closed the connection {where}: {e}"

@@ -10,6 +10,7 @@ Both take a `Feed` (what to send) and a `Sender` (how to send one; it keeps the 
 return what they observed of the sending itself (the closed loop: the spread of its users'
 first sends), which the run reports as `load_info`.
 """
+
 from loadgen.executors.feed import Feed, Item, Sender, Share
 
 __all__ = ["Feed", "Item", "Sender", "Share"]

@@ -14,6 +14,7 @@ as scheduled when it is sent; the spread of the first sends is reported as the r
 (`sending.ramp_s` in the summary). When each user joins is the load shape's (a ramp's users
 join over its seconds). A worker's share of the users (loadgen.backends.workers) are those
 numbered worker, worker + workers, ..., each joining at its own number's time."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,8 +25,7 @@ from loadgen.executors.feed import Feed, Sender, Share
 JOIN_GAP_S = 0.001
 
 
-async def run(feed: Feed, send: Sender, *, join_s: list[float], t0_ns: int,
-              share: Share = Share()) -> dict:
+async def run(feed: Feed, send: Sender, *, join_s: list[float], t0_ns: int, share: Share = Share()) -> dict:
     """One user per entry of `join_s`, user k joining `join_s[k]` seconds after `t0_ns` (the
     shape's schedule: loadgen.shapes). Returns {"ramp_s": spread of the users' first sends,
     "first_sends_ns": [first, last]}."""
@@ -56,5 +56,7 @@ async def run(feed: Feed, send: Sender, *, join_s: list[float], t0_ns: int,
             task.cancel()
     if not first_sends:
         return {"ramp_s": None, "first_sends_ns": None}
-    return {"ramp_s": (max(first_sends) - min(first_sends)) / 1e9,
-            "first_sends_ns": [min(first_sends), max(first_sends)]}
+    return {
+        "ramp_s": (max(first_sends) - min(first_sends)) / 1e9,
+        "first_sends_ns": [min(first_sends), max(first_sends)],
+    }

@@ -10,13 +10,14 @@ turn ends its conversation (recorded; the later turns are not sent: they would c
 On the completions endpoint the history is one prompt: the previous prompt, the reply, a blank
 line, the next user turn.
 """
+
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -34,7 +35,7 @@ class Think:
     exponential: bool = False
 
     @classmethod
-    def parse(cls, text: str | float | None) -> "Think":
+    def parse(cls, text: str | float | None) -> Think:
         """`S` (constant) or `exp:S` (exponential with mean S), seconds."""
         if text is None:
             return cls()
@@ -64,8 +65,16 @@ def next_turn(prev: Request, reply: str, user_text: str) -> Request:
     messages = (*prev.as_messages(), {"role": "assistant", "content": reply}, {"role": "user", "content": user_text})
     prompt = None if prev.prompt is None else f"{prev.prompt}{reply}\n\n{user_text}"
     session = prev.session or prev.id
-    return dataclasses.replace(prev, id=f"{session}-t{k}", prompt=prompt, messages=messages, turn=k,
-                               followups=prev.followups[1:], session=session, reference=None)
+    return dataclasses.replace(
+        prev,
+        id=f"{session}-t{k}",
+        prompt=prompt,
+        messages=messages,
+        turn=k,
+        followups=prev.followups[1:],
+        session=session,
+        reference=None,
+    )
 
 
 def turn_seed(seed: int, index: int) -> np.random.Generator:
@@ -73,8 +82,16 @@ def turn_seed(seed: int, index: int) -> np.random.Generator:
     return np.random.default_rng([seed, index, 7])
 
 
-def conversing(send: Sender, encode: Callable[[Request], bytes], feed: Feed, *,
-               think: Think, seed: int, scale: float = 1.0, keep_text: bool = False) -> Sender:
+def conversing(
+    send: Sender,
+    encode: Callable[[Request], bytes],
+    feed: Feed,
+    *,
+    think: Think,
+    seed: int,
+    scale: float = 1.0,
+    keep_text: bool = False,
+) -> Sender:
     """A sender that sends a conversation's turns one after another (anything else as `send`
     does), returning the last turn's record. `scale`: real seconds per emulated second (think
     times stretch with a dilated emulator's clock); `keep_text`: keep every turn's text (else

@@ -1,11 +1,12 @@
 """What executors hand out: the workload's requests, numbered, with warm-up marked, bounded
 by count and/or a deadline; or one worker's share of them (every `workers`-th, from its own)."""
+
 from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Iterator
 
 from loadgen.client.record import RequestRecord
 from workloads import Request
@@ -28,6 +29,7 @@ Sender = Callable[[Item, "int | None", int], Awaitable[RequestRecord]]
 class Share:
     """Worker `worker` of `workers` (loadgen.backends.workers): it sends items worker, worker +
     workers, worker + 2 workers, ... of the one numbering, each at its own scheduled time."""
+
     worker: int = 0
     workers: int = 1
 
@@ -46,9 +48,17 @@ class Feed:
     the first item past warm-up is handed out. With a `share`, only that worker's items (the
     request sequence is the same in every worker, numbered the same)."""
 
-    def __init__(self, requests: Iterator[Request], encode: Callable[[Request], bytes], *,
-                 num: int | None, warmup: int = 0, deadline_ns: int | None = None,
-                 on_measure_start: Callable[[], None] | None = None, share: Share = Share()) -> None:
+    def __init__(
+        self,
+        requests: Iterator[Request],
+        encode: Callable[[Request], bytes],
+        *,
+        num: int | None,
+        warmup: int = 0,
+        deadline_ns: int | None = None,
+        on_measure_start: Callable[[], None] | None = None,
+        share: Share = Share(),
+    ) -> None:
         self._requests = itertools.islice(requests, share.worker, None, share.workers)
         self._stride = share.workers
         self._encode = encode

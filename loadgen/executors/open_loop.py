@@ -2,6 +2,7 @@
 `max_concurrency`, a request that finds every slot busy waits for one; that wait is recorded
 as queue delay (client-side queueing, part of what a user would see), not hidden. A worker's
 share (loadgen.backends.workers) sends every `workers`-th scheduled request, under its part of the cap."""
+
 from __future__ import annotations
 
 import asyncio
@@ -12,8 +13,15 @@ import numpy as np
 from loadgen.executors.feed import Feed, Item, Sender, Share
 
 
-async def run(feed: Feed, send: Sender, *, offsets_s: np.ndarray, t0_ns: int,
-              max_concurrency: int | None = None, share: Share = Share()) -> dict:
+async def run(
+    feed: Feed,
+    send: Sender,
+    *,
+    offsets_s: np.ndarray,
+    t0_ns: int,
+    max_concurrency: int | None = None,
+    share: Share = Share(),
+) -> dict:
     cap = share.split(max_concurrency) if max_concurrency else None
     slots = asyncio.Semaphore(cap) if cap else None
     loop = asyncio.get_running_loop()
@@ -36,7 +44,7 @@ async def run(feed: Feed, send: Sender, *, offsets_s: np.ndarray, t0_ns: int,
             slots.release()
 
     try:
-        for offset in offsets_s[share.worker::share.workers].tolist():
+        for offset in offsets_s[share.worker :: share.workers].tolist():
             t_sched = t0_ns + int(offset * 1e9)
             if feed.expired(t_sched):
                 break

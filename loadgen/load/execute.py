@@ -1,8 +1,10 @@
 """One measured run: a workload sent to one server under one load shape.
 
 Wires the pieces (feed -> executor -> client -> records) and returns the raw records plus
-the client's own lag samples. Nothing here computes a figure; `loadgen.measures.frame` and `loadgen.measures.summary` do.
+the client's own lag samples. Nothing here computes a figure; `loadgen.measures.frame` and
+`loadgen.measures.summary` do.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -12,16 +14,17 @@ import os
 import resource
 import signal
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from loadgen.client.bodies import build_body, stream_options
 from loadgen.client.record import RequestRecord
 from loadgen.executors import Feed, Item, Share, closed_loop, open_loop
 from loadgen.executors.conversation import Think, conversing
-from loadgen.outputs.journal import Journal, path_for
-from loadgen.load.scrape import RunWindow, Window
 from loadgen.load.looplag import LoopLagMonitor
+from loadgen.load.scrape import RunWindow, Window
+from loadgen.outputs.journal import Journal, path_for
 from loadgen.shapes import LoadShape, Shape  # noqa: F401 - LoadShape: the steady shapes by their numbers
 from workloads import Request
 
@@ -98,7 +101,7 @@ class RunSpec:
 class RunResult:
     records: list[RequestRecord]
     loop_lag_at_ns: list[int]  # when each loop-lag tick woke ...
-    loop_lag_ns: list[int]     # ... and how late
+    loop_lag_ns: list[int]  # ... and how late
     t0_ns: int
     t0_unix: float
     interrupted: bool = False
@@ -147,16 +150,22 @@ def session_for(load: LoadShape, share: Share = Share()) -> aiohttp.ClientSessio
     limit = share.split(load.max_in_flight) if load.max_in_flight else None
     _prepare_fds(2 * (limit or 4096) + 64)
     from loadgen.client import make_session
+
     return make_session(limit)
 
 
-async def execute(spec: RunSpec, requests: Iterator[Request], *,
-                  session: aiohttp.ClientSession | None = None,
-                  stop: asyncio.Event | None = None,
-                  on_record: Callable[[RequestRecord], None] | None = None,
-                  on_start: Callable[[RequestRecord], None] | None = None,
-                  share: Share = Share(), t0_ns: int | None = None,
-                  on_measure_start: Callable[[], None] | None = None) -> RunResult:
+async def execute(
+    spec: RunSpec,
+    requests: Iterator[Request],
+    *,
+    session: aiohttp.ClientSession | None = None,
+    stop: asyncio.Event | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    on_start: Callable[[RequestRecord], None] | None = None,
+    share: Share = Share(),
+    t0_ns: int | None = None,
+    on_measure_start: Callable[[], None] | None = None,
+) -> RunResult:
     """Run the load; `stop` ends it early (in-flight requests are cancelled and recorded as
     such; finished ones are all kept). `on_start` and `on_record` see each request as it is
     sent and when it is done; `on_measure_start` hears when the first request past warm-up
@@ -169,8 +178,10 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     headers = spec.headers if spec.keep_alive else {**spec.headers, "Connection": "close"}
     scale = spec.time_scale
     from loadgen.client.stream import StreamClient, chunk_times  # aiohttp: loaded by a real run only
-    client = StreamClient(session, spec.api_base, spec.endpoint, headers,
-                          spec.request_timeout_s * scale, keep_text=spec.keep_text)
+
+    client = StreamClient(
+        session, spec.api_base, spec.endpoint, headers, spec.request_timeout_s * scale, keep_text=spec.keep_text
+    )
 
     extra = {**(spec.extra_body or {}), "return_token_ids": True} if spec.token_ids else spec.extra_body
 
@@ -184,10 +195,19 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
 
     async def send(item: Item, t_sched: int | None, queue_delay: int) -> RequestRecord:
         req = item.request
-        rec = RequestRecord(index=item.index, request_id=req.id, warmup=item.warmup,
-                            t_scheduled_ns=t_sched or 0, workload=req.workload,
-                            category=req.category, max_tokens=req.max_tokens,
-                            queue_delay_ns=queue_delay, worker=share.worker, session=req.session, turn=req.turn)
+        rec = RequestRecord(
+            index=item.index,
+            request_id=req.id,
+            warmup=item.warmup,
+            t_scheduled_ns=t_sched or 0,
+            workload=req.workload,
+            category=req.category,
+            max_tokens=req.max_tokens,
+            queue_delay_ns=queue_delay,
+            worker=share.worker,
+            session=req.session,
+            turn=req.turn,
+        )
         if spec.token_ids and not req.sensitive:
             rec.token_ids = []
         if req.followups:
@@ -228,19 +248,26 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
     t0_unix = time.time() + (t0 - now) / 1e9
     deadline = None if spec.duration_s is None else t0 + int(spec.duration_s * scale * 1e9)
     if spec.journal is not None:
-        journal = Journal(path_for(spec.journal, share.worker),
-                          {"t0_ns": t0, "t0_unix": t0_unix, "worker": share.worker, "workers": share.workers,
-                           "time_scale": scale})
-    feed = Feed(requests, encode, num=spec.num_requests, warmup=spec.warmup, deadline_ns=deadline,
-                on_measure_start=_both(window.measuring, on_measure_start),
-                share=share)
-    sender = conversing(send, encode, feed, think=spec.think, seed=spec.seed, scale=scale,
-                        keep_text=spec.keep_text)
+        journal = Journal(
+            path_for(spec.journal, share.worker),
+            {"t0_ns": t0, "t0_unix": t0_unix, "worker": share.worker, "workers": share.workers, "time_scale": scale},
+        )
+    feed = Feed(
+        requests,
+        encode,
+        num=spec.num_requests,
+        warmup=spec.warmup,
+        deadline_ns=deadline,
+        on_measure_start=_both(window.measuring, on_measure_start),
+        share=share,
+    )
+    sender = conversing(send, encode, feed, think=spec.think, seed=spec.seed, scale=scale, keep_text=spec.keep_text)
     if load.closed:
         work = closed_loop.run(feed, sender, join_s=joins, t0_ns=t0, share=share)
     else:
-        work = open_loop.run(feed, sender, offsets_s=offsets, t0_ns=t0,
-                             max_concurrency=load.max_concurrency, share=share)
+        work = open_loop.run(
+            feed, sender, offsets_s=offsets, t0_ns=t0, max_concurrency=load.max_concurrency, share=share
+        )
     monitor.start()
     if journal is not None:
         journal.start(monitor)
@@ -269,8 +296,17 @@ async def execute(spec: RunSpec, requests: Iterator[Request], *,
         server_window = await window.close()
         if own_session:
             await session.close()
-    return RunResult(records, list(monitor.at_ns), list(monitor.lag_ns), t0, t0_unix,
-                     interrupted, load_info, server_window, journaled=journal is not None)
+    return RunResult(
+        records,
+        list(monitor.at_ns),
+        list(monitor.lag_ns),
+        t0,
+        t0_unix,
+        interrupted,
+        load_info,
+        server_window,
+        journaled=journal is not None,
+    )
 
 
 ERROR_WINDOW = 20  # finished requests the error rate is judged over
@@ -285,6 +321,7 @@ class ErrorRate:
 
     def __init__(self, bound: float | None, stop: asyncio.Event) -> None:
         from collections import deque
+
         self.bound, self.stop = bound, stop
         self.last: deque[bool] = deque(maxlen=ERROR_WINDOW)
         self.tripped: str | None = None
@@ -311,8 +348,10 @@ class ErrorRate:
         failed = sum(self.last)
         if len(self.last) == ERROR_WINDOW and failed / ERROR_WINDOW > self.bound:
             kinds = error_type or "errors"
-            self.tripped = (f"{failed} of the last {ERROR_WINDOW} requests failed (last: {kinds}), over "
-                            f"--max-error-rate {self.bound:g}: the server looks down; stopped early")
+            self.tripped = (
+                f"{failed} of the last {ERROR_WINDOW} requests failed (last: {kinds}), over "
+                f"--max-error-rate {self.bound:g}: the server looks down; stopped early"
+            )
             self.stop.set()
 
 
@@ -323,4 +362,5 @@ def _both(first: Callable[[], None], then: Callable[[], None] | None) -> Callabl
     def both() -> None:
         first()
         then()
+
     return both

@@ -1,6 +1,7 @@
 """The client watching its own event loop: a task sleeps `interval_s` over and over and records
 when it woke and how much later than asked. The ticks are plain data for the judgement
 (loadgen.measures.selfcheck), which needs no running loop."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,7 +12,7 @@ from array import array
 class LoopLagMonitor:
     def __init__(self, interval_s: float = 0.01) -> None:
         self.interval_s = interval_s
-        self.at_ns = array("q")   # when each tick woke
+        self.at_ns = array("q")  # when each tick woke
         self.lag_ns = array("q")  # how late it woke
         self._task: asyncio.Task | None = None
 

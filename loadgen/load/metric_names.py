@@ -2,6 +2,7 @@
 ../shared/reference/vllm.md) and llama.cpp's llama-server (`llamacpp:`, with `--metrics`).
 For each key the names are tried in order and the first present is used: vLLM's current name,
 its older names, then llama.cpp's. A key llama.cpp has no metric for reads as absent."""
+
 from __future__ import annotations
 
 # counter key -> sample name(s), with the `_total` suffix as scraped
@@ -13,12 +14,15 @@ COUNTERS = {
     "prefix_cache_queries": ("vllm:prefix_cache_queries_total",),
     "prefix_cache_hits": ("vllm:prefix_cache_hits_total",),
     "spec_drafts": ("vllm:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_drafts_total"),
-    "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",
-                          "llamacpp:spec_decode_num_draft_tokens_total"),
-    "spec_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",
-                             "llamacpp:spec_decode_num_accepted_tokens_total"),
-    "spec_accepted_per_pos": ("vllm:spec_decode_num_accepted_tokens_per_pos_total",
-                              "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"),  # by position
+    "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total", "llamacpp:spec_decode_num_draft_tokens_total"),
+    "spec_accepted_tokens": (
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "llamacpp:spec_decode_num_accepted_tokens_total",
+    ),
+    "spec_accepted_per_pos": (
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        "llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
+    ),  # by position
     # the emulated engine only (servers/emulator/realtime.py), in emulated seconds
     "emulator_modeled": ("emulator:modeled_seconds_total",),  # modeled time of the steps run
     "emulator_lost": ("emulator:lost_seconds_total",),  # lost where its schedule restarted late

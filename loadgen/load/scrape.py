@@ -8,6 +8,7 @@ value after, and the window is flagged. Derived as vLLM derives them (vllm.md): 
 = accepted / draft tokens, mean acceptance length = 1 + accepted / drafts, per-position
 acceptance = accepted at position i / drafts.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -47,6 +48,7 @@ async def fetch(session: aiohttp.ClientSession, url: str, timeout_s: float = 5.0
     """(time.monotonic(), text) of `url` (…/metrics), or None when the server has none or
     cannot answer."""
     import aiohttp
+
     try:
         async with asyncio.timeout(timeout_s):
             async with session.get(url) as resp:
@@ -91,22 +93,23 @@ class Window:
         """A counter went down: the server restarted inside the window, and counts from before
         the restart are missing."""
         names = {n for aliases in COUNTERS.values() for n in aliases}
-        return any(v < self.before.samples.get(key, 0.0)
-                   for key, v in self.after.samples.items() if key[0] in names)
+        return any(v < self.before.samples.get(key, 0.0) for key, v in self.after.samples.items() if key[0] in names)
 
     def delta(self, names: tuple[str, ...], suffix: str = "") -> dict[tuple, float]:
         """After minus before, per label set; after alone where the counter went down."""
         a, b = _values(self.after, names, suffix), _values(self.before, names, suffix)
-        return {labels: v - b.get(labels, 0.0) if v >= b.get(labels, 0.0) else v
-                for labels, v in a.items()}
+        return {labels: v - b.get(labels, 0.0) if v >= b.get(labels, 0.0) else v for labels, v in a.items()}
 
     def total(self, key: str) -> float:
         return sum(self.delta(COUNTERS[key]).values())
 
     def timeline(self, key: str) -> list[list[float]]:
         """[seconds since the window opened, value] for every snapshot that has the gauge."""
-        return [[s.t - self.before.t, sum(_values(s, GAUGES[key]).values())]
-                for s in (self.before, *self.during, self.after) if _values(s, GAUGES[key])]
+        return [
+            [s.t - self.before.t, sum(_values(s, GAUGES[key]).values())]
+            for s in (self.before, *self.during, self.after)
+            if _values(s, GAUGES[key])
+        ]
 
     def series(self, key: str, *, before: bool = True) -> list[float]:
         snaps = (self.before, *self.during, self.after) if before else (*self.during, self.after)
@@ -122,41 +125,57 @@ class Window:
             le = dict(labels).get("le")
             by_le[le] = by_le.get(le, 0.0) + v
         order = sorted(by_le, key=lambda le: float("inf") if le == "+Inf" else float(le))
-        return {"buckets": {le: by_le[le] for le in order},
-                "count": sum(self.delta(names, "_count").values()),
-                "sum": sum(self.delta(names, "_sum").values())}
+        return {
+            "buckets": {le: by_le[le] for le in order},
+            "count": sum(self.delta(names, "_count").values()),
+            "sum": sum(self.delta(names, "_sum").values()),
+        }
 
 
 def spec_decode(w: Window) -> dict | None:
     """vLLM's acceptance summaries over the window; None without speculative decoding."""
     if not _values(w.after, COUNTERS["spec_drafts"]):
         return None
-    drafts, draft_tokens, accepted = (w.total("spec_drafts"), w.total("spec_draft_tokens"),
-                                      w.total("spec_accepted_tokens"))
+    drafts, draft_tokens, accepted = (
+        w.total("spec_drafts"),
+        w.total("spec_draft_tokens"),
+        w.total("spec_accepted_tokens"),
+    )
     per_pos = w.delta(COUNTERS["spec_accepted_per_pos"])
     positions = sorted(per_pos, key=lambda labels: int(dict(labels).get("position", 0)))
-    return {"acceptance_rate": accepted / draft_tokens if draft_tokens else None,
-            "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
-            "per_position": [per_pos[p] / drafts for p in positions] if drafts else [],
-            "drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
-            "drafts_per_s": drafts / w.seconds if w.seconds > 0 else None}
+    return {
+        "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+        "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+        "per_position": [per_pos[p] / drafts for p in positions] if drafts else [],
+        "drafts": drafts,
+        "draft_tokens": draft_tokens,
+        "accepted_tokens": accepted,
+        "drafts_per_s": drafts / w.seconds if w.seconds > 0 else None,
+    }
 
 
 def server(w: Window) -> dict:
     """Everything else over the window: throughput, load and the server's own latency
     histograms (bucket deltas)."""
+
     def stats(values: list[float]) -> dict | None:
         return {"mean": sum(values) / len(values), "max": max(values), "samples": len(values)} if values else None
+
     gen = w.total("generation_tokens")
     success = w.delta(COUNTERS["request_success"])
     return {
-        "window_s": w.seconds, "samples": 2 + len(w.during),
-        "generation_tokens": gen, "generation_tok_s": gen / w.seconds if w.seconds > 0 else None,
-        "prompt_tokens": w.total("prompt_tokens"), "preemptions": w.total("preemptions"),
-        "prefix_cache_hit_rate": (w.total("prefix_cache_hits") / w.total("prefix_cache_queries")
-                                  if w.total("prefix_cache_queries") else None),
+        "window_s": w.seconds,
+        "samples": 2 + len(w.during),
+        "generation_tokens": gen,
+        "generation_tok_s": gen / w.seconds if w.seconds > 0 else None,
+        "prompt_tokens": w.total("prompt_tokens"),
+        "preemptions": w.total("preemptions"),
+        "prefix_cache_hit_rate": (
+            w.total("prefix_cache_hits") / w.total("prefix_cache_queries") if w.total("prefix_cache_queries") else None
+        ),
         "requests_finished": {dict(labels).get("finished_reason", "?"): v for labels, v in success.items()},
-        "kv_usage": stats(w.series("kv_usage")), "running": stats(w.series("running")),
+        "kv_usage": stats(w.series("kv_usage")),
+        "running": stats(w.series("running")),
         "waiting": stats(w.series("waiting")),
         "gauges": {k: w.timeline(k) for k in ("running", "waiting", "kv_usage")},
         "histograms": {k: h for k in HISTOGRAMS if (h := w.histogram(k)) is not None},
@@ -176,8 +195,8 @@ def quantile_bound(hist: dict, q: float) -> float | None:
     return float("inf")
 
 
-LAG_LIMIT_S = 0.005   # emulated seconds: chunks written later than this at p99 (what figures carry)
-LOST_LIMIT = 0.02     # share of the model's throughput lost to a schedule that fell behind
+LAG_LIMIT_S = 0.005  # emulated seconds: chunks written later than this at p99 (what figures carry)
+LOST_LIMIT = 0.02  # share of the model's throughput lost to a schedule that fell behind
 
 
 def _emulator(w: Window) -> dict | None:
@@ -193,11 +212,17 @@ def _emulator(w: Window) -> dict | None:
     modeled, lost = w.total("emulator_modeled"), w.total("emulator_lost")
     delivered = modeled / (modeled + lost) if modeled + lost > 0 else None
     scales = sorted(set(w.series("emulator_time_scale")))
-    return {"step_lag_p99_s_at_most": p99, "slowdown_max": max(slow) if slow else None,
-            "modeled_s": modeled, "lost_s": lost, "delivered_of_model": delivered,
-            "time_scales": scales,
-            "behind": bool((p99 is not None and p99 > LAG_LIMIT_S)
-                           or (delivered is not None and delivered < 1 - LOST_LIMIT))}
+    return {
+        "step_lag_p99_s_at_most": p99,
+        "slowdown_max": max(slow) if slow else None,
+        "modeled_s": modeled,
+        "lost_s": lost,
+        "delivered_of_model": delivered,
+        "time_scales": scales,
+        "behind": bool(
+            (p99 is not None and p99 > LAG_LIMIT_S) or (delivered is not None and delivered < 1 - LOST_LIMIT)
+        ),
+    }
 
 
 _GAUGE_NAMES = frozenset(n for names in GAUGES.values() for n in names)
@@ -234,6 +259,7 @@ class Recorder:
         """Take the snapshot before; False when the server has no /metrics."""
         if self._session is None:
             import aiohttp
+
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1))
         self._before = await fetch(self._session, self.url)
         if self._before is not None and self.interval_s > 0:

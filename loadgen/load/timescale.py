@@ -15,6 +15,7 @@ emulated terms. The self-check judges those converted delays.
 The scale a server runs at is read from its own /metrics (`emulator:time_scale`): an emulator
 started by hand with --time-scale is measured right without being told.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -85,6 +86,7 @@ def to_emulated(result: RunResult, scale: float) -> RunResult:
 def _window(w: Window, t0_s: float, scale: float) -> Window:
     def snap(s: Snapshot) -> Snapshot:
         return dataclasses.replace(s, t=t0_s + (s.t - t0_s) / scale)
+
     return Window(snap(w.before), snap(w.after), [snap(s) for s in w.during])
 
 
@@ -103,12 +105,10 @@ def window_scales(w: Window | None) -> list[float]:
     """The time scales the server reported over a window (before, during, after)."""
     if w is None:
         return []
-    return [v for s in (w.before, *w.during, w.after)
-            for (name, _), v in s.samples.items() if name == GAUGE]
+    return [v for s in (w.before, *w.during, w.after) for (name, _), v in s.samples.items() if name == GAUGE]
 
 
-async def server_scale(session: aiohttp.ClientSession, metrics_url: str | None,
-                       timeout_s: float = 5.0) -> float | None:
+async def server_scale(session: aiohttp.ClientSession, metrics_url: str | None, timeout_s: float = 5.0) -> float | None:
     """The scale the server runs at, from its /metrics; None when it reports none."""
     if not metrics_url:
         return None
@@ -127,8 +127,13 @@ def control_url(api_base: str) -> str:
     return (root[: -len("/v1")] if root.endswith("/v1") else root) + CONTROL
 
 
-async def set_server_scale(session: aiohttp.ClientSession, api_base: str, scale: float,
-                           headers: dict[str, str] | None = None, timeout_s: float = 10.0) -> None:
+async def set_server_scale(
+    session: aiohttp.ClientSession,
+    api_base: str,
+    scale: float,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 10.0,
+) -> None:
     """Ask the emulator at `api_base` to run at `scale` from its next step on; TimeScaleError
     with the reason when it cannot (not an emulator, refused)."""
     url = control_url(api_base)
@@ -137,7 +142,9 @@ async def set_server_scale(session: aiohttp.ClientSession, api_base: str, scale:
             async with session.post(url, json={"time_scale": scale}, headers=headers or {}) as resp:
                 body = await resp.text()
                 if resp.status != 200:
-                    raise TimeScaleError(f"the server at {url} did not take time scale {scale:g} "
-                                         f"(HTTP {resp.status}: {body[:200]}); only the emulator runs dilated")
+                    raise TimeScaleError(
+                        f"the server at {url} did not take time scale {scale:g} "
+                        f"(HTTP {resp.status}: {body[:200]}); only the emulator runs dilated"
+                    )
     except (aiohttp.ClientError, TimeoutError) as e:
         raise TimeScaleError(f"cannot set the time scale at {url}: {e or type(e).__name__}") from None

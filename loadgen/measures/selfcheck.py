@@ -7,6 +7,7 @@ client's own delay. Per-sample statistics undercount long stalls (a 40 ms stall 
 so the lag is also judged per chunk: each chunk timestamp gets the lag of the tick that covered
 it, and the p99 of that says how many timestamps the client may have delayed.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,19 +27,22 @@ def lag_at(times_ns: np.ndarray, at_ns, lag_ns) -> np.ndarray:
 def _chunk_lag(frame: pd.DataFrame, lag_at_ns, lag_ns, lag_worker) -> np.ndarray:
     """The loop lag that covered each chunk timestamp, each chunk matched to the ticks of the
     loop (worker process) that took it."""
+
     def chunks(f: pd.DataFrame) -> np.ndarray:
         return f["chunk_t_ns"].explode().dropna().to_numpy(dtype=np.int64)
 
     if lag_worker is None:
         return lag_at(chunks(frame), lag_at_ns, lag_ns)
     at, lag, who = (np.asarray(x, dtype=np.int64) for x in (lag_at_ns, lag_ns, lag_worker))
-    parts = [lag_at(chunks(frame[frame["worker"] == w]), at[who == w], lag[who == w])
-             for w in np.unique(frame["worker"])]
+    parts = [
+        lag_at(chunks(frame[frame["worker"] == w]), at[who == w], lag[who == w]) for w in np.unique(frame["worker"])
+    ]
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
-def self_check(frame: pd.DataFrame, lag_at_ns, lag_ns, threshold_ms: float,
-               timing_threshold_ms: float = 4.0, lag_worker=None) -> dict:
+def self_check(
+    frame: pd.DataFrame, lag_at_ns, lag_ns, threshold_ms: float, timing_threshold_ms: float = 4.0, lag_worker=None
+) -> dict:
     """Is the client itself the bottleneck? Four views, any over its bound flags the run:
     send lateness (every sent request) and loop lag per tick over `threshold_ms`; loop lag per
     chunk timestamp (the lag that covered each chunk's arrival, over every chunk received) and
@@ -52,23 +56,40 @@ def self_check(frame: pd.DataFrame, lag_at_ns, lag_ns, threshold_ms: float,
     checks = {
         "lateness_ms": ("send lateness", describe(sent["lateness_ms"]), threshold_ms),
         "loop_lag_ms": ("event-loop lag", describe(np.asarray(lag_ns, dtype=float), scale=1e-6), threshold_ms),
-        "chunk_lag_ms": ("loop lag over chunk timestamps",
-                         describe(_chunk_lag(frame, lag_at_ns, lag_ns, lag_worker).astype(float), scale=1e-6),
-                         timing_threshold_ms),
-        "read_delay_ms": ("first-chunk read delay", describe(frame.loc[frame["n_chunks"] > 0, "read_delay_ms"]
-                                                            if "read_delay_ms" in frame else []),
-                          timing_threshold_ms),
+        "chunk_lag_ms": (
+            "loop lag over chunk timestamps",
+            describe(_chunk_lag(frame, lag_at_ns, lag_ns, lag_worker).astype(float), scale=1e-6),
+            timing_threshold_ms,
+        ),
+        "read_delay_ms": (
+            "first-chunk read delay",
+            describe(frame.loc[frame["n_chunks"] > 0, "read_delay_ms"] if "read_delay_ms" in frame else []),
+            timing_threshold_ms,
+        ),
     }
-    reasons = [f"{name} p99 {d['p99']:.1f} ms > {bound:g} ms"
-               for name, d, bound in checks.values() if d["count"] and d["p99"] > bound]
-    out = {"threshold_ms": threshold_ms, "timing_threshold_ms": timing_threshold_ms,
-           "client_bound": bool(reasons), "reasons": reasons,
-           **{key: d for key, (_, d, _) in checks.items()}}
+    reasons = [
+        f"{name} p99 {d['p99']:.1f} ms > {bound:g} ms"
+        for name, d, bound in checks.values()
+        if d["count"] and d["p99"] > bound
+    ]
+    out = {
+        "threshold_ms": threshold_ms,
+        "timing_threshold_ms": timing_threshold_ms,
+        "client_bound": bool(reasons),
+        "reasons": reasons,
+        **{key: d for key, (_, d, _) in checks.items()},
+    }
     if lag_worker is not None:
         who = np.asarray(lag_worker)
         at, lag = np.asarray(lag_at_ns), np.asarray(lag_ns)
-        out["workers"] = {int(w): {k: v for k, v in self_check(
-            frame[frame["worker"] == w], at[who == w], lag[who == w], threshold_ms,
-            timing_threshold_ms).items() if k in ("client_bound", *checks)}
-            for w in np.unique(who)}
+        out["workers"] = {
+            int(w): {
+                k: v
+                for k, v in self_check(
+                    frame[frame["worker"] == w], at[who == w], lag[who == w], threshold_ms, timing_threshold_ms
+                ).items()
+                if k in ("client_bound", *checks)
+            }
+            for w in np.unique(who)
+        }
     return out

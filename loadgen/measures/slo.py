@@ -8,6 +8,7 @@ the first.
 SLO gates over a run's summary (`loadgen check --slo`, docs/check.md): `ttft_p99<=2s`,
 `tpot_p50<=40ms`, `error_rate<=0.1%`, `goodput>=95%`. Each SLO gives a row: target, measured,
 margin, verdict; a missing figure (no successful request) fails."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,8 @@ import pandas as pd
 
 LATENCY = ("ttft", "tpot", "itl", "e2e")
 STATS = ("mean", "min", "p50", "p90", "p95", "p99", "p99.9", "max")
-RATIOS = ("error_rate", "goodput")                               # fractions; % allowed
-RATES = ("output_throughput", "request_throughput")              # tok/s, req/s
+RATIOS = ("error_rate", "goodput")  # fractions; % allowed
+RATES = ("output_throughput", "request_throughput")  # tok/s, req/s
 _EXPR = re.compile(r"^\s*([a-z0-9_.]+)\s*(<=|>=|<|>)\s*([0-9]*\.?[0-9]+)\s*(ms|s|%)?\s*$")
 
 
@@ -40,8 +41,10 @@ def objectives(specs: list[str]) -> dict[str, float]:
         for part in filter(None, (p.strip() for p in spec.split(","))):
             m = _EXPR.match(part)
             if not m or m.group(1) not in OBJECTIVES or m.group(2) != "<=" or m.group(4) not in ("ms", "s"):
-                raise SLOError(f"bad goodput objective {part!r}: write METRIC<=VALUE(ms|s) "
-                               f"with METRIC one of {', '.join(OBJECTIVES)}, e.g. ttft<=500ms")
+                raise SLOError(
+                    f"bad goodput objective {part!r}: write METRIC<=VALUE(ms|s) "
+                    f"with METRIC one of {', '.join(OBJECTIVES)}, e.g. ttft<=500ms"
+                )
             out[m.group(1)] = float(m.group(3)) * (1000.0 if m.group(4) == "s" else 1.0)
     return out
 
@@ -63,7 +66,7 @@ class SLO:
     text: str
     metric: str
     op: str
-    target: float   # ms for latency, a fraction for ratios, per second for rates
+    target: float  # ms for latency, a fraction for ratios, per second for rates
 
     @property
     def unit(self) -> str:
@@ -74,8 +77,10 @@ def parse(text: str) -> SLO:
     m = _EXPR.match(text)
     valid = ", ".join(metric_names())
     if not m or m.group(1) not in metric_names():
-        raise SLOError(f"bad --slo {text!r}: write METRIC OP VALUE, e.g. ttft_p99<=2s, error_rate<=0.1%, "
-                       f"goodput>=95%; METRIC is one of {valid}")
+        raise SLOError(
+            f"bad --slo {text!r}: write METRIC OP VALUE, e.g. ttft_p99<=2s, error_rate<=0.1%, "
+            f"goodput>=95%; METRIC is one of {valid}"
+        )
     metric, op, value, unit = m.group(1), m.group(2), float(m.group(3)), m.group(4)
     if metric.split("_")[0] in LATENCY:
         if unit not in ("ms", "s"):
@@ -93,6 +98,7 @@ def parse(text: str) -> SLO:
 def parse_all(texts) -> list[SLO]:
     """The --slo options, at least one; a bad one is a LoadgenError."""
     from loadgen.errors import LoadgenError
+
     if not texts:
         raise LoadgenError("give at least one --slo, e.g. --slo 'ttft_p99<=2s' --slo 'error_rate<=0.1%'")
     try:
@@ -120,7 +126,7 @@ class Verdict:
     metric: str
     target: float
     measured: float | None
-    margin: float | None      # how far inside the target (negative: outside), in the metric's unit
+    margin: float | None  # how far inside the target (negative: outside), in the metric's unit
     unit: str
     passed: bool
 
@@ -150,8 +156,10 @@ def table(verdicts: list[Verdict], title: str = "") -> str:
     lines = [title] if title else []
     lines.append(f"{'SLO':<24} {'target':>12} {'measured':>12} {'margin':>12}  verdict")
     for v in verdicts:
-        lines.append(f"{v.slo:<24} {_fmt(v.target, v.unit):>12} {_fmt(v.measured, v.unit):>12} "
-                     f"{_fmt(v.margin, v.unit):>12}  {'pass' if v.passed else 'FAIL'}")
+        lines.append(
+            f"{v.slo:<24} {_fmt(v.target, v.unit):>12} {_fmt(v.measured, v.unit):>12} "
+            f"{_fmt(v.margin, v.unit):>12}  {'pass' if v.passed else 'FAIL'}"
+        )
     return "\n".join(lines)
 
 
@@ -160,17 +168,26 @@ def junit(suites: dict[str, list[Verdict]]) -> str:
     root = ET.Element("testsuites", name="loadgen check")
     for name, verdicts in suites.items():
         failures = sum(not v.passed for v in verdicts)
-        suite = ET.SubElement(root, "testsuite", name=name, tests=str(len(verdicts)), failures=str(failures),
-                              errors="0")
+        suite = ET.SubElement(
+            root, "testsuite", name=name, tests=str(len(verdicts)), failures=str(failures), errors="0"
+        )
         for v in verdicts:
             case = ET.SubElement(suite, "testcase", classname=f"loadgen.measures.objectives.{name}", name=v.slo)
             if not v.passed:
-                what = "no figure (no successful request)" if v.measured is None else \
-                    f"measured {_fmt(v.measured, v.unit)}, target {v.slo}"
+                what = (
+                    "no figure (no successful request)"
+                    if v.measured is None
+                    else f"measured {_fmt(v.measured, v.unit)}, target {v.slo}"
+                )
                 ET.SubElement(case, "failure", message=what, type="SLO")
     return ET.tostring(root, encoding="unicode", xml_declaration=True)
 
 
 def as_json(suites: dict[str, list[Verdict]]) -> str:
-    return json.dumps({"passed": all(v.passed for vs in suites.values() for v in vs),
-                       "checks": {name: [asdict(v) for v in vs] for name, vs in suites.items()}}, indent=2)
+    return json.dumps(
+        {
+            "passed": all(v.passed for vs in suites.values() for v in vs),
+            "checks": {name: [asdict(v) for v in vs] for name, vs in suites.items()},
+        },
+        indent=2,
+    )

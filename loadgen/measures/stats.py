@@ -1,4 +1,5 @@
 """Distribution summaries: one shape for every latency figure loadgen prints."""
+
 from __future__ import annotations
 
 import numpy as np

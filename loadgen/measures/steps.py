@@ -16,11 +16,12 @@ acceptance; a server that spaces a step's tokens out by more than 1/RATIO of a s
 which reads as less; and a request with too few decode chunks (< MIN_GAPS gaps) is taken
 chunk by chunk.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-RATIO = 8.0               # a gap this many times shorter than the request's typical step is in a step
+RATIO = 8.0  # a gap this many times shorter than the request's typical step is in a step
 STEP_FLOOR_NS = 1_000_000  # gaps from 1 ms up may be steps (a forward pass); shorter ones never are
 MIN_GAPS = 4
 
@@ -54,6 +55,6 @@ def request_steps(t_ns, tokens, counted_per_chunk: bool = False) -> tuple[list[i
     cut = _split(gaps)
     if cut is None:
         return n.tolist(), "chunks"
-    starts = np.concatenate([[True], gaps > cut])   # a decode chunk after a long gap opens a step
+    starts = np.concatenate([[True], gaps > cut])  # a decode chunk after a long gap opens a step
     groups = np.add.reduceat(n[1:], np.flatnonzero(starts))
     return [int(n[0]), *groups.tolist()], "bursts"

@@ -1,4 +1,5 @@
 """The run summary (`summary.json`): every figure defined in docs/metrics.md."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -8,8 +9,8 @@ import pandas as pd
 
 from loadgen.measures import slo
 from loadgen.measures.frame import measured, token_gaps
-from loadgen.measures.stats import describe
 from loadgen.measures.selfcheck import self_check
+from loadgen.measures.stats import describe
 
 _NS = 1e9
 
@@ -64,11 +65,14 @@ def sending(frame: pd.DataFrame, load_info: dict) -> dict:
     its users' first sends), from how many worker processes, and any that died mid-run."""
     sent = frame.loc[frame["t_send_ns"] > 0, "t_send_ns"].astype("int64")
     span = (int(sent.max()) - int(sent.min())) / _NS if len(sent) > 1 else 0.0
-    return {"sent": int(len(sent)),
-            "send_rate_req_s": (len(sent) - 1) / span if span > 0 else None,
-            "ramp_s": load_info.get("ramp_s"), "workers": load_info.get("workers", 1),
-            "workers_lost": load_info.get("workers_lost", []),
-            "worker_nodes": load_info.get("worker_nodes")}
+    return {
+        "sent": int(len(sent)),
+        "send_rate_req_s": (len(sent) - 1) / span if span > 0 else None,
+        "ramp_s": load_info.get("ramp_s"),
+        "workers": load_info.get("workers", 1),
+        "workers_lost": load_info.get("workers_lost", []),
+        "worker_nodes": load_info.get("worker_nodes"),
+    }
 
 
 def acceptance_client(m: pd.DataFrame) -> dict:
@@ -77,17 +81,24 @@ def acceptance_client(m: pd.DataFrame) -> dict:
     them per request, its draft and accepted counts."""
     decode = [n for steps in m["step_tokens"] for n in list(steps)[1:]]
     sources = dict(Counter(m.loc[m["steps_source"] != "none", "steps_source"]))
-    out = {"steps_source": (next(iter(sources)) if len(sources) == 1 else "mixed") if sources else "none",
-           "steps_sources": sources, "decode_steps": len(decode),
-           "tokens_per_step_mean": float(np.mean(decode)) if decode else None,
-           "accepted_tokens": int(sum(decode) - len(decode)), "server_reported": None}
+    out = {
+        "steps_source": (next(iter(sources)) if len(sources) == 1 else "mixed") if sources else "none",
+        "steps_sources": sources,
+        "decode_steps": len(decode),
+        "tokens_per_step_mean": float(np.mean(decode)) if decode else None,
+        "accepted_tokens": int(sum(decode) - len(decode)),
+        "server_reported": None,
+    }
     rep = m.dropna(subset=["server_draft_tokens", "server_accepted_tokens"])
     if len(rep):
         drafted, accepted = int(rep["server_draft_tokens"].sum()), int(rep["server_accepted_tokens"].sum())
-        out["server_reported"] = {"requests": int(len(rep)), "draft_tokens": drafted, "accepted_tokens": accepted,
-                                  "acceptance_rate": accepted / drafted if drafted else None,
-                                  "source": "the server's per-request counts (vLLM's metrics.speculative_decoding, "
-                                            "llama.cpp's timings)"}
+        out["server_reported"] = {
+            "requests": int(len(rep)),
+            "draft_tokens": drafted,
+            "accepted_tokens": accepted,
+            "acceptance_rate": accepted / drafted if drafted else None,
+            "source": "the server's per-request counts (vLLM's metrics.speculative_decoding, llama.cpp's timings)",
+        }
         steps = rep["server_spec_steps"].dropna()
         if len(steps):  # vLLM: verify steps too, so acceptance length, pooled and per request
             by_request = rep["server_acceptance_length"].dropna().to_numpy(float)
@@ -95,14 +106,24 @@ def acceptance_client(m: pd.DataFrame) -> dict:
                 spec_steps=int(steps.sum()),
                 mean_acceptance_length=1 + accepted / int(steps.sum()) if int(steps.sum()) else None,
                 per_request_acceptance_length=(
-                    {"mean": float(by_request.mean()), "p10": float(np.percentile(by_request, 10)),
-                     "p50": float(np.percentile(by_request, 50)), "p90": float(np.percentile(by_request, 90)),
-                     "requests": int(len(by_request))} if len(by_request) else None))
+                    {
+                        "mean": float(by_request.mean()),
+                        "p10": float(np.percentile(by_request, 10)),
+                        "p50": float(np.percentile(by_request, 50)),
+                        "p90": float(np.percentile(by_request, 90)),
+                        "requests": int(len(by_request)),
+                    }
+                    if len(by_request)
+                    else None
+                ),
+            )
     return out
 
 
-STEADY_RULE = ("requests sent once the requests in flight first reached the run's median (time-weighted over "
-               "the sending period) and finished by the last send, when the drain begins")
+STEADY_RULE = (
+    "requests sent once the requests in flight first reached the run's median (time-weighted over "
+    "the sending period) and finished by the last send, when the drain begins"
+)
 
 
 def steady_state(frame: pd.DataFrame) -> tuple[int, int, pd.Series] | None:
@@ -132,11 +153,19 @@ def steady_state(frame: pd.DataFrame) -> tuple[int, int, pd.Series] | None:
     return start, last, keep
 
 
-def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, config: dict,
-              interrupted: bool = False, goodput: dict[str, float] | None = None,
-              lateness_threshold_ms: float = 5.0, timing_threshold_ms: float = 4.0,
-              load_info: dict | None = None,
-              server_figures: dict | None = None, steady: bool = False) -> dict:
+def summarize(
+    frame: pd.DataFrame,
+    loop_lag: tuple[list[int], list[int]],
+    *,
+    config: dict,
+    interrupted: bool = False,
+    goodput: dict[str, float] | None = None,
+    lateness_threshold_ms: float = 5.0,
+    timing_threshold_ms: float = 4.0,
+    load_info: dict | None = None,
+    server_figures: dict | None = None,
+    steady: bool = False,
+) -> dict:
     """Every figure of docs/metrics.md from the request frame, the client's loop-lag ticks and
     `server_figures` (the server's /metrics window as figures: loadgen.load.scrape.figures)."""
     steady_info, window = None, None
@@ -145,36 +174,56 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
         m0 = measured(frame)
         before = int(len(m0))
         if found is None:
-            steady_info = {"rule": STEADY_RULE, "found": False, "requests": before,
-                           "note": "no request falls inside: the run is too short for a steady state; all count"}
+            steady_info = {
+                "rule": STEADY_RULE,
+                "found": False,
+                "requests": before,
+                "note": "no request falls inside: the run is too short for a steady state; all count",
+            }
         else:
             start, end, keep = found
             ramp = int((m0["t_send_ns"] < start).sum())
-            steady_info = {"rule": STEADY_RULE, "found": True, "start_s": (start - config["clock"]["t0_ns"]) / _NS,
-                           "end_s": (end - config["clock"]["t0_ns"]) / _NS, "requests": int(keep.sum()),
-                           "left_out_ramp": ramp, "left_out_drain": before - int(keep.sum()) - ramp}
+            steady_info = {
+                "rule": STEADY_RULE,
+                "found": True,
+                "start_s": (start - config["clock"]["t0_ns"]) / _NS,
+                "end_s": (end - config["clock"]["t0_ns"]) / _NS,
+                "requests": int(keep.sum()),
+                "left_out_ramp": ramp,
+                "left_out_drain": before - int(keep.sum()) - ramp,
+            }
             frame = frame.assign(warmup=frame["warmup"] | (frame["ok"] & ~keep))  # the load, not the figures
             window = (start, end, "steady_state")
     m = measured(frame)
     failed = frame[~frame["ok"] & ~frame["warmup"] & (frame["error_type"] != "cancelled")]
     cancelled = int((frame["error_type"] == "cancelled").sum())
     itl, gaps, decode = token_gaps(m)
-    check = self_check(frame, loop_lag[0], loop_lag[1], lateness_threshold_ms, timing_threshold_ms,
-                       lag_worker=loop_lag[2] if len(loop_lag) > 2 else None)
+    check = self_check(
+        frame,
+        loop_lag[0],
+        loop_lag[1],
+        lateness_threshold_ms,
+        timing_threshold_ms,
+        lag_worker=loop_lag[2] if len(loop_lag) > 2 else None,
+    )
     check["chunk_times"] = (load_info or {}).get("chunk_times")  # where chunk times were taken
     source, sources = _sources(m)
-    out: dict = {"config": config, "time_scale": config.get("time_scale") or 1.0,
-                 "completed": int(len(m)), "failed": int(len(failed)),
-                 "cancelled": cancelled, "interrupted": interrupted,
-                 "errors": dict(Counter(failed["error_type"]))}
+    out: dict = {
+        "config": config,
+        "time_scale": config.get("time_scale") or 1.0,
+        "completed": int(len(m)),
+        "failed": int(len(failed)),
+        "cancelled": cancelled,
+        "interrupted": interrupted,
+        "errors": dict(Counter(failed["error_type"])),
+    }
     if window is None:
         window = steady_window(frame) if not frame.empty else None
     window_ns = None
     sent = frame.loc[frame["t_send_ns"] > 0, "t_send_ns"]
     out["duration_s"] = (int(frame["t_end_ns"].max()) - int(sent.min())) / _NS if len(sent) else 0.0
     if window is None:
-        out.update(window=None, output_throughput_tok_s=0.0, total_throughput_tok_s=0.0,
-                   request_throughput_req_s=0.0)
+        out.update(window=None, output_throughput_tok_s=0.0, total_throughput_tok_s=0.0, request_throughput_req_s=0.0)
     else:
         start, end, kind = window
         window_ns = (start, end)
@@ -182,15 +231,24 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
         span = (end - start) / _NS
         rate = (lambda x: x / span) if span > 0 else (lambda x: 0.0)
         out.update(
-            window={"kind": kind, "start_s": (start - config["clock"]["t0_ns"]) / _NS,
-                    "duration_s": span, "output_tokens": out_tok, "prompt_tokens": prompt_tok,
-                    "completed": done},
+            window={
+                "kind": kind,
+                "start_s": (start - config["clock"]["t0_ns"]) / _NS,
+                "duration_s": span,
+                "output_tokens": out_tok,
+                "prompt_tokens": prompt_tok,
+                "completed": done,
+            },
             output_throughput_tok_s=rate(out_tok),
             total_throughput_tok_s=rate(out_tok + prompt_tok),
-            request_throughput_req_s=rate(done))
+            request_throughput_req_s=rate(done),
+        )
     out.update(
-        ttft_ms=describe(m["ttft_ms"]), tpot_ms=describe(m["tpot_ms"]), itl_ms=describe(itl),
-        inter_chunk_ms=describe(gaps), e2e_ms=describe(m["e2e_ms"]),
+        ttft_ms=describe(m["ttft_ms"]),
+        tpot_ms=describe(m["tpot_ms"]),
+        itl_ms=describe(itl),
+        inter_chunk_ms=describe(gaps),
+        e2e_ms=describe(m["e2e_ms"]),
         ttft_from_scheduled_ms=describe(m["ttft_from_scheduled_ms"]),
         e2e_from_scheduled_ms=describe(m["e2e_from_scheduled_ms"]),
         queue_delay_ms=describe(frame.loc[~frame["warmup"], "queue_delay_ms"]),
@@ -199,15 +257,18 @@ def summarize(frame: pd.DataFrame, loop_lag: tuple[list[int], list[int]], *, con
         acceptance_client=acceptance_client(m),
         prompt_tokens_total=int(m["prompt_tokens"].fillna(0).sum()),
         completion_tokens_total=int(m["completion_tokens"].sum()),
-        token_count_source=source, token_count_sources=sources,
+        token_count_source=source,
+        token_count_sources=sources,
         goodput=_goodput(frame, goodput, window_ns) if goodput else None,
         sending=sending(frame, load_info or {}),
-        client_bound=check["client_bound"], self_check=check,
+        client_bound=check["client_bound"],
+        self_check=check,
         spec_decode=(server_figures or {}).get("spec_decode"),
         server=(server_figures or {}).get("server"),
         steady_state=steady_info,
         conversations=conversations(frame),
-        stopped_early=(load_info or {}).get("stopped_early"))
+        stopped_early=(load_info or {}).get("stopped_early"),
+    )
     return out
 
 
@@ -220,14 +281,23 @@ def conversations(frame: pd.DataFrame) -> dict | None:
     conv = frame[(frame["session"] != "") & ~frame["warmup"]]
     per = conv.groupby("session").agg(turns=("turn", "size"), ok=("ok", "all"))
     m = measured(conv)
-    by_turn = {int(k): {"requests": int(len(g)), "prompt_tokens_mean": float(g["prompt_tokens"].astype(float).mean()),
-                        "ttft_ms_p50": float(g["ttft_ms"].median())} for k, g in m.groupby("turn")}
-    return {"sessions": int(len(per)), "turns": int(len(conv)), "all_turns_ok": int(per["ok"].sum()),
-            "by_turn": by_turn}
+    by_turn = {
+        int(k): {
+            "requests": int(len(g)),
+            "prompt_tokens_mean": float(g["prompt_tokens"].astype(float).mean()),
+            "ttft_ms_p50": float(g["ttft_ms"].median()),
+        }
+        for k, g in m.groupby("turn")
+    }
+    return {
+        "sessions": int(len(per)),
+        "turns": int(len(conv)),
+        "all_turns_ok": int(per["ok"].sum()),
+        "by_turn": by_turn,
+    }
 
 
-def _goodput(frame: pd.DataFrame, objectives: dict[str, float],
-             window_ns: tuple[int, int] | None) -> dict:
+def _goodput(frame: pd.DataFrame, objectives: dict[str, float], window_ns: tuple[int, int] | None) -> dict:
     """Share of measured requests meeting every objective, and good requests completed per
     second of the throughput window."""
     judged = frame[~frame["warmup"] & (frame["error_type"] != "cancelled")]
@@ -238,5 +308,10 @@ def _goodput(frame: pd.DataFrame, objectives: dict[str, float],
         done = judged.loc[good, "t_last_token_ns"].astype("float64")
         inside = int(((done >= window_ns[0]) & (done <= window_ns[1])).sum())
         req_s = inside / ((window_ns[1] - window_ns[0]) / _NS)
-    return {"objectives_ms": objectives, "good": n_good, "judged": int(len(judged)),
-            "fraction": n_good / len(judged) if len(judged) else None, "req_s": req_s}
+    return {
+        "objectives_ms": objectives,
+        "good": n_good,
+        "judged": int(len(judged)),
+        "fraction": n_good / len(judged) if len(judged) else None,
+        "req_s": req_s,
+    }

@@ -11,6 +11,7 @@ In order of preference:
 Only `continuous_usage` makes per-chunk counts exact; the others are estimates and the
 results say so.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -31,16 +32,16 @@ def load_tokenizer(spec: str):
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        raise TokenizerError("--tokenizer needs the 'tokenizers' package: "
-                             "pip install 'loadgen[tokenizer]'") from None
+        raise TokenizerError("--tokenizer needs the 'tokenizers' package: pip install 'loadgen[tokenizer]'") from None
     path = Path(spec).expanduser()
     if path.is_dir():
         path = path / "tokenizer.json"
     looks_local = spec.startswith(("/", ".", "~")) or spec.endswith(".json")
     if path.exists() or looks_local:
         if not path.is_file():
-            raise TokenizerError(f"no tokenizer.json at {spec!r}; pass a tokenizer.json file "
-                                 "or a directory holding one")
+            raise TokenizerError(
+                f"no tokenizer.json at {spec!r}; pass a tokenizer.json file or a directory holding one"
+            )
         loader = lambda: Tokenizer.from_file(str(path))  # noqa: E731
     else:
         loader = lambda: Tokenizer.from_pretrained(spec)  # a hub name; needs network  # noqa: E731
@@ -62,7 +63,7 @@ def apportion(weights, total: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     if total < n:
         counts = np.zeros(n, dtype=np.int64)
-        counts[np.sort(np.argsort(-w, kind="stable")[:max(total, 0)])] = 1
+        counts[np.sort(np.argsort(-w, kind="stable")[: max(total, 0)])] = 1
         return counts
     base = np.ones(n) if total >= n else np.zeros(n)
     rest = total - int(base.sum())
@@ -114,14 +115,21 @@ def resolve(rec: RequestRecord, tokenizer=None) -> tuple[np.ndarray, np.ndarray,
 
 def fill_token_ids(records: list[RequestRecord], prompts: dict[int, str], tokenizer) -> int:
     """For `run --token-ids --tokenizer` against a server that returned no token ids: each
-    successful request's output ids from its streamed text, and its prompt ids from its prompt
-    text (`prompts` by request index; chat turns joined, without the model's chat template,
-    so n-gram matches against template tokens are missed; a conversation's later turns, whose
-prompts were built during the run, are left). Returns how many were filled."""
+        successful request's output ids from its streamed text, and its prompt ids from its prompt
+        text (`prompts` by request index; chat turns joined, without the model's chat template,
+        so n-gram matches against template tokens are missed; a conversation's later turns, whose
+    prompts were built during the run, are left). Returns how many were filled."""
     filled = 0
     for rec in records:
-        if rec.token_ids is None or rec.token_ids or not rec.ok or rec.chunk_text is None \
-                or rec.index not in prompts or rec.turn > 1 and rec.session:
+        if (
+            rec.token_ids is None
+            or rec.token_ids
+            or not rec.ok
+            or rec.chunk_text is None
+            or rec.index not in prompts
+            or rec.turn > 1
+            and rec.session
+        ):
             continue
         rec.token_ids = tokenizer.encode("".join(rec.chunk_text), add_special_tokens=False).ids
         rec.prompt_token_ids = tokenizer.encode(prompts[rec.index], add_special_tokens=False).ids

@@ -1,5 +1,6 @@
 """What a person reads while and after a run: the progress bar, the summary table and its
 warnings."""
+
 from __future__ import annotations
 
 import sys
@@ -29,53 +30,83 @@ def _load(cfg: dict) -> str:
 
 def render(summary: dict) -> str:
     cfg = summary["config"]
-    lines = [f"{summary['completed']} completed, {summary['failed']} failed"
-             + (f", {summary['cancelled']} cancelled" if summary["cancelled"] else "")
-             + f" in {summary['duration_s']:.1f} s  ({_load(cfg)}; model {cfg['model']} at {cfg['base_url']})"]
+    lines = [
+        f"{summary['completed']} completed, {summary['failed']} failed"
+        + (f", {summary['cancelled']} cancelled" if summary["cancelled"] else "")
+        + f" in {summary['duration_s']:.1f} s  ({_load(cfg)}; model {cfg['model']} at {cfg['base_url']})"
+    ]
     scale = summary.get("time_scale") or 1.0
     if scale != 1.0:
-        lines.append(f"Time scale {scale:g}: the emulated GPU ran {scale:g}x slower than its model; every figure "
-                     "below is converted back into its own (emulated) time")
+        lines.append(
+            f"Time scale {scale:g}: the emulated GPU ran {scale:g}x slower than its model; every figure "
+            "below is converted back into its own (emulated) time"
+        )
     win = summary.get("window")
     if win:
         note = {"steady": "", "steady_state": " (--steady-state)"}.get(win["kind"], ", no steady state: whole run")
-        lines.append(f"Throughput over {win['duration_s']:.1f} s window{note}: "
-                     f"{summary['output_throughput_tok_s']:.1f} output tok/s, "
-                     f"{summary['total_throughput_tok_s']:.1f} total tok/s, "
-                     f"{summary['request_throughput_req_s']:.2f} req/s")
+        lines.append(
+            f"Throughput over {win['duration_s']:.1f} s window{note}: "
+            f"{summary['output_throughput_tok_s']:.1f} output tok/s, "
+            f"{summary['total_throughput_tok_s']:.1f} total tok/s, "
+            f"{summary['request_throughput_req_s']:.2f} req/s"
+        )
     st = summary.get("steady_state")
     if st:
-        lines.append(f"Steady state: {st['requests']} requests count" + (
-            f", sent from {st['start_s']:.1f} s and done by {st['end_s']:.1f} s ({st['left_out_ramp']} left out "
-            f"in the ramp-up, {st['left_out_drain']} in the drain)" if st["found"] else f"; {st['note']}"))
-    lines.append(f"Tokens per decode chunk: {_f(summary['tokens_per_chunk_mean'])} mean; "
-                 f"token counts from {summary['token_count_source']}")
+        lines.append(
+            f"Steady state: {st['requests']} requests count"
+            + (
+                f", sent from {st['start_s']:.1f} s and done by {st['end_s']:.1f} s ({st['left_out_ramp']} left out "
+                f"in the ramp-up, {st['left_out_drain']} in the drain)"
+                if st["found"]
+                else f"; {st['note']}"
+            )
+        )
+    lines.append(
+        f"Tokens per decode chunk: {_f(summary['tokens_per_chunk_mean'])} mean; "
+        f"token counts from {summary['token_count_source']}"
+    )
     sd, srv = summary.get("spec_decode"), summary.get("server")
     if sd:
-        lines.append(f"Speculative decoding (server): acceptance rate {_f(sd['acceptance_rate'], '.3f')}, "
-                     f"mean acceptance length {_f(sd['mean_acceptance_length'], '.2f')}, per position "
-                     + ("/".join(f"{p:.2f}" for p in sd["per_position"]) or "-")
-                     + f"; {sd['drafts']:.0f} drafts, {sd['accepted_tokens']:.0f}/{sd['draft_tokens']:.0f} "
-                     "draft tokens accepted")
+        lines.append(
+            f"Speculative decoding (server): acceptance rate {_f(sd['acceptance_rate'], '.3f')}, "
+            f"mean acceptance length {_f(sd['mean_acceptance_length'], '.2f')}, per position "
+            + ("/".join(f"{p:.2f}" for p in sd["per_position"]) or "-")
+            + f"; {sd['drafts']:.0f} drafts, {sd['accepted_tokens']:.0f}/{sd['draft_tokens']:.0f} "
+            "draft tokens accepted"
+        )
     if srv and srv.get("window_s") is not None:
-        lines.append(f"Server over {srv['window_s']:.1f} s: {_f(srv.get('generation_tok_s'), '.1f')} generated tok/s"
-                     + "".join(f", {label} {_f(srv[k]['mean'], fmt)} mean"
-                               for label, k, fmt in (("running", "running", ".1f"), ("waiting", "waiting", ".1f"),
-                                                     ("KV usage", "kv_usage", ".1%")) if srv.get(k))
-                     + (", RESTARTED inside the window" if srv.get("restarted") else ""))
+        lines.append(
+            f"Server over {srv['window_s']:.1f} s: {_f(srv.get('generation_tok_s'), '.1f')} generated tok/s"
+            + "".join(
+                f", {label} {_f(srv[k]['mean'], fmt)} mean"
+                for label, k, fmt in (
+                    ("running", "running", ".1f"),
+                    ("waiting", "waiting", ".1f"),
+                    ("KV usage", "kv_usage", ".1%"),
+                )
+                if srv.get(k)
+            )
+            + (", RESTARTED inside the window" if srv.get("restarted") else "")
+        )
     if srv and srv.get("prefix_cache_hit_rate") is not None:
         lines.append(f"Prefix cache (server): {srv['prefix_cache_hit_rate']:.1%} of prompt tokens found cached")
     if summary.get("conversations"):
         c = summary["conversations"]
-        lines.append(f"Conversations: {c['sessions']} ({c['turns']} turns; every turn ok in {c['all_turns_ok']}); "
-                     "by turn, prompt tokens / TTFT p50 ms: " + ", ".join(
-                         f"{k}: {t['prompt_tokens_mean']:.0f}/{_f(t['ttft_ms_p50'], '.1f')}"
-                         for k, t in sorted(c["by_turn"].items(), key=lambda kv: int(kv[0]))))
+        lines.append(
+            f"Conversations: {c['sessions']} ({c['turns']} turns; every turn ok in {c['all_turns_ok']}); "
+            "by turn, prompt tokens / TTFT p50 ms: "
+            + ", ".join(
+                f"{k}: {t['prompt_tokens_mean']:.0f}/{_f(t['ttft_ms_p50'], '.1f')}"
+                for k, t in sorted(c["by_turn"].items(), key=lambda kv: int(kv[0]))
+            )
+        )
     if summary.get("goodput"):
         g = summary["goodput"]
-        lines.append(f"Goodput: {g['good']}/{g['judged']} requests met "
-                     + ", ".join(f"{k}<={v:g}ms" for k, v in g["objectives_ms"].items())
-                     + (f" ({g['req_s']:.2f} req/s)" if g["req_s"] is not None else ""))
+        lines.append(
+            f"Goodput: {g['good']}/{g['judged']} requests met "
+            + ", ".join(f"{k}<={v:g}ms" for k, v in g["objectives_ms"].items())
+            + (f" ({g['req_s']:.2f} req/s)" if g["req_s"] is not None else "")
+        )
     lines.append("")
     lines.append(f"{'(ms)':<22}" + "".join(f"{c:>10}" for c in _COLS))
     for label, key in _ROWS:
@@ -98,30 +129,41 @@ def warnings(summary: dict) -> list[str]:
     chk = summary["self_check"]
     if chk["client_bound"]:
         emulated = ((summary.get("server") or {}).get("emulator")) is not None
-        out.append("WARNING: client_bound: the load generator itself was the bottleneck ("
-                   + "; ".join(chk["reasons"]) + "); its latency figures include its own delay. "
-                   "Lower the load, or use more client cores (--workers N)"
-                   + (", or run the emulated GPU slower (--time-scale)." if emulated else "."))
+        out.append(
+            "WARNING: client_bound: the load generator itself was the bottleneck ("
+            + "; ".join(chk["reasons"])
+            + "); its latency figures include its own delay. "
+            "Lower the load, or use more client cores (--workers N)"
+            + (", or run the emulated GPU slower (--time-scale)." if emulated else ".")
+        )
         slow = [str(w) for w, c in (chk.get("workers") or {}).items() if c["client_bound"]]
         if slow:
-            out.append(f"  (worker(s) {', '.join(slow)} of {len(chk['workers'])} over their bounds; "
-                       "self_check.workers in the summary has each one's figures)")
+            out.append(
+                f"  (worker(s) {', '.join(slow)} of {len(chk['workers'])} over their bounds; "
+                "self_check.workers in the summary has each one's figures)"
+            )
     emulator = (summary.get("server") or {}).get("emulator") or {}
     if emulator.get("behind"):
         delivered = emulator.get("delivered_of_model")
-        out.append("WARNING: server_behind: the emulator could not keep its model's pace here ("
-                   + (f"{delivered:.1%} of its model's throughput delivered, " if delivered is not None else "")
-                   + f"chunks up to {1e3 * (emulator.get('step_lag_p99_s_at_most') or 0):g} ms late at p99); "
-                   "its figures understate the emulated hardware. Run it slower (--time-scale) or lower the load.")
+        out.append(
+            "WARNING: server_behind: the emulator could not keep its model's pace here ("
+            + (f"{delivered:.1%} of its model's throughput delivered, " if delivered is not None else "")
+            + f"chunks up to {1e3 * (emulator.get('step_lag_p99_s_at_most') or 0):g} ms late at p99); "
+            "its figures understate the emulated hardware. Run it slower (--time-scale) or lower the load."
+        )
     for lost in (summary.get("sending") or {}).get("workers_lost") or []:
         out.append(f"WARNING: {lost}")
     if summary.get("window") and summary["window"]["kind"] == "full_run":
-        out.append("note: all requests were sent within one request lifetime, so there was no "
-                   "steady state; throughput covers the whole run including ramp-down. "
-                   "Send more requests (--num-requests) for a steady-state figure.")
+        out.append(
+            "note: all requests were sent within one request lifetime, so there was no "
+            "steady state; throughput covers the whole run including ramp-down. "
+            "Send more requests (--num-requests) for a steady-state figure."
+        )
     if summary["token_count_source"] not in ("continuous_usage", "none"):
-        out.append(f"note: tokens per chunk are estimated ({summary['token_count_source']}); the "
-                   "server did not send usage on every chunk (continuous_usage_stats)")
+        out.append(
+            f"note: tokens per chunk are estimated ({summary['token_count_source']}); the "
+            "server did not send usage on every chunk (continuous_usage_stats)"
+        )
     if summary["interrupted"]:
         out.append("note: the run was interrupted; the results cover the requests that finished")
     return out
@@ -135,9 +177,11 @@ class ProgressBar:
 
     def start(self, total: int | None) -> None:
         from tqdm import tqdm
+
         tqdm.monitor_interval = 0  # no monitor thread in a process that measures latency
-        self.bar = tqdm(total=total, unit="req", disable=self.quiet or None, leave=False,
-                        mininterval=0.5, file=sys.stderr)
+        self.bar = tqdm(
+            total=total, unit="req", disable=self.quiet or None, leave=False, mininterval=0.5, file=sys.stderr
+        )
 
     def update(self, done: int, failed: int) -> None:
         if self.bar is None:

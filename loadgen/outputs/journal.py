@@ -16,6 +16,7 @@ killed outright loses at most what finished in the last quarter second. A line c
 kill is skipped when read (and counted). `config.json` beside them is the run's configuration
 as known before the load started.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -83,7 +84,7 @@ class Journal:
         mon = self._lag
         if mon is not None and len(mon.lag_ns) > self._lag_done:
             n = len(mon.lag_ns)
-            ticks = list(zip(mon.at_ns[self._lag_done:n], mon.lag_ns[self._lag_done:n]))
+            ticks = list(zip(mon.at_ns[self._lag_done : n], mon.lag_ns[self._lag_done : n]))
             self._lines.append(json.dumps({"lag": ticks}, separators=(",", ":")))
             self._lag_done = n
 
@@ -114,7 +115,7 @@ class Journaled:
     lag_ns: list[int] = field(default_factory=list)
     lag_worker: list[int] = field(default_factory=list)
     starts: dict[int, dict] = field(default_factory=dict)  # worker -> its start line
-    ended: dict[int, dict] = field(default_factory=dict)   # worker -> its end line (absent: cut)
+    ended: dict[int, dict] = field(default_factory=dict)  # worker -> its end line (absent: cut)
     unreadable: int = 0  # lines cut short or not JSON (a kill mid-write), skipped
     files: int = 0
 
@@ -164,7 +165,7 @@ def read(directory: str | Path) -> Journaled:
             for line in f:
                 try:
                     obj = json.loads(line)
-                    (key, value), = obj.items()
+                    ((key, value),) = obj.items()
                 except (ValueError, AttributeError):
                     out.unreadable += 1
                     continue

@@ -5,6 +5,7 @@ Requests are observed when they start and when they end, never per chunk: a fini
 request's chunk gaps go into numpy bucket counts in one step, so the exporter costs the event
 loop microseconds per request. Scrapes are answered from a thread, always in the plain text
 format (never OpenMetrics, whatever the Accept header: no escaping trap, ../shared/reference/vllm.md)."""
+
 from __future__ import annotations
 
 import threading
@@ -19,11 +20,55 @@ from loadgen.errors import LoadgenError
 LABELS = ("model_name", "variant", "workload", "level")
 # vLLM's TTFT buckets, and its inter-token buckets with 1, 2.5 and 5 ms added below vLLM's first
 # (10 ms) for fast decoding (vllm.md): where both have a bound, client and server quantiles compare
-TTFT_BUCKETS = (0.001, .005, .01, .02, .04, .06, .08, .1, .25, .5, .75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160,
-                640, 2560)
-TOKEN_BUCKETS = (.001, .0025, .005, .01, .025, .05, .075, .1, .15, .2, .3, .4, .5, .75, 1, 2.5, 5, 7.5, 10, 20,
-                 40, 80)
-LATENESS_BUCKETS = (.0001, .0005, .001, .002, .005, .01, .02, .05, .1, .5, 1, 5)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1,
+    2.5,
+    5,
+    7.5,
+    10,
+    20,
+    40,
+    80,
+    160,
+    640,
+    2560,
+)
+TOKEN_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1,
+    2.5,
+    5,
+    7.5,
+    10,
+    20,
+    40,
+    80,
+)
+LATENESS_BUCKETS = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -35,8 +80,7 @@ class _Hist:
 
     def add(self, values: np.ndarray) -> None:
         if len(values):
-            self.counts += np.bincount(np.searchsorted(self.bounds, values, side="left"),
-                                       minlength=len(self.counts))
+            self.counts += np.bincount(np.searchsorted(self.bounds, values, side="left"), minlength=len(self.counts))
             self.sum += float(values.sum())
 
     def buckets(self) -> list[tuple[str, float]]:
@@ -48,8 +92,12 @@ class _Series:
     def __init__(self) -> None:
         self.started = self.completed = self.in_flight = self.tokens = 0
         self.failed: dict[str, int] = {}
-        self.hists = {"ttft": _Hist(TTFT_BUCKETS), "tpot": _Hist(TOKEN_BUCKETS),
-                      "inter_chunk": _Hist(TOKEN_BUCKETS), "send_lateness": _Hist(LATENESS_BUCKETS)}
+        self.hists = {
+            "ttft": _Hist(TTFT_BUCKETS),
+            "tpot": _Hist(TOKEN_BUCKETS),
+            "inter_chunk": _Hist(TOKEN_BUCKETS),
+            "send_lateness": _Hist(LATENESS_BUCKETS),
+        }
 
 
 class LiveMetrics:
@@ -145,23 +193,38 @@ class LiveMetrics:
     # --- the collector (called by the scrape thread) -------------------------------------
     def collect(self):
         with self._lock:
-            series = {k: (v.started, v.completed, v.in_flight, v.tokens, dict(v.failed),
-                          {n: (h.buckets(), h.sum) for n, h in v.hists.items()}) for k, v in self._series.items()}
+            series = {
+                k: (
+                    v.started,
+                    v.completed,
+                    v.in_flight,
+                    v.tokens,
+                    dict(v.failed),
+                    {n: (h.buckets(), h.sum) for n, h in v.hists.items()},
+                )
+                for k, v in self._series.items()
+            }
             cells, current = dict(self._cells), self._current
         fams = {
             "started": CounterMetricFamily("loadgen_requests_started", "Requests sent", labels=LABELS),
             "completed": CounterMetricFamily("loadgen_requests_completed", "Requests completed", labels=LABELS),
-            "failed": CounterMetricFamily("loadgen_requests_failed", "Requests failed, by error type",
-                                          labels=(*LABELS, "error_type")),
-            "in_flight": GaugeMetricFamily("loadgen_requests_in_flight", "Requests sent and not finished",
-                                           labels=LABELS),
+            "failed": CounterMetricFamily(
+                "loadgen_requests_failed", "Requests failed, by error type", labels=(*LABELS, "error_type")
+            ),
+            "in_flight": GaugeMetricFamily(
+                "loadgen_requests_in_flight", "Requests sent and not finished", labels=LABELS
+            ),
             "tokens": CounterMetricFamily("loadgen_output_tokens", "Output tokens received", labels=LABELS),
         }
-        hists = {n: HistogramMetricFamily(f"loadgen_{n}_seconds", doc, labels=LABELS) for n, doc in (
-            ("ttft", "Time to first token as the client measured it"),
-            ("tpot", "Time per output token after the first, per request"),
-            ("inter_chunk", "Gaps between streamed chunks"),
-            ("send_lateness", "How late requests were sent against their schedule"))}
+        hists = {
+            n: HistogramMetricFamily(f"loadgen_{n}_seconds", doc, labels=LABELS)
+            for n, doc in (
+                ("ttft", "Time to first token as the client measured it"),
+                ("tpot", "Time per output token after the first, per request"),
+                ("inter_chunk", "Gaps between streamed chunks"),
+                ("send_lateness", "How late requests were sent against their schedule"),
+            )
+        }
         for labels, (started, completed, in_flight, tokens, failed, hs) in series.items():
             fams["started"].add_metric(labels, started)
             fams["completed"].add_metric(labels, completed)
@@ -177,8 +240,9 @@ class LiveMetrics:
         for status, n in cells.items():
             g.add_metric((status,), n)
         yield g
-        cur = GaugeMetricFamily("loadgen_sweep_current_cell", "1 for the sweep cell running now",
-                                labels=("variant", "workload", "level"))
+        cur = GaugeMetricFamily(
+            "loadgen_sweep_current_cell", "1 for the sweep cell running now", labels=("variant", "workload", "level")
+        )
         if current is not None:
             cur.add_metric(current, 1)
         yield cur
@@ -192,5 +256,6 @@ def serve(port: int | None) -> LiveMetrics | None:
     try:
         return LiveMetrics(port)
     except OSError as e:
-        raise LoadgenError(f"--metrics-port {port}: cannot listen on 127.0.0.1:{port} ({e.strerror or e}); "
-                           "choose a free port") from None
+        raise LoadgenError(
+            f"--metrics-port {port}: cannot listen on 127.0.0.1:{port} ({e.strerror or e}); choose a free port"
+        ) from None

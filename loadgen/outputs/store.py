@@ -1,5 +1,6 @@
 """Writing results: `summary.json` and `requests.parquet`, each written to a temporary file
 and renamed into place, so a reader never sees half a file."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,9 @@ def prepare(directory: str | Path) -> Path:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
             pass
     except OSError as e:
-        raise OutputError(f"cannot write to output directory {str(path)!r}: "
-                          f"{e.strerror or e}; choose another --output") from None
+        raise OutputError(
+            f"cannot write to output directory {str(path)!r}: {e.strerror or e}; choose another --output"
+        ) from None
     return path
 
 

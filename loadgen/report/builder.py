@@ -1,6 +1,7 @@
 """The report built (`loadgen report DIR`, docs/report.md). Data flows
 one way: results directory (data.py) -> tables (tables.py) -> figures (plots.py) -> report.md,
 report.html (render.py), with every table also written as CSV and parquet."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ def _cost_per_token(model: str | None) -> tuple[float | None, str | None]:
     if not model:
         return None, None
     from servers.emulator import profile
+
     name = profile.for_model(model)
     return (profile.load(name).forward.per_batched_token, name) if name else (None, None)
 
@@ -37,26 +39,35 @@ def _cost_per_token(model: str | None) -> tuple[float | None, str | None]:
 def _notes(sw: Sweep) -> list[str]:
     notes = []
     if sw.missing:
-        notes.append(f"{len(sw.missing)} of {len(sw.planned)} planned cells are missing (not run yet): "
-                     + ", ".join(sw.missing[:8]) + (" ..." if len(sw.missing) > 8 else ""))
+        notes.append(
+            f"{len(sw.missing)} of {len(sw.planned)} planned cells are missing (not run yet): "
+            + ", ".join(sw.missing[:8])
+            + (" ..." if len(sw.missing) > 8 else "")
+        )
     failed = sw.cells[sw.cells["status"] != "ok"]
     if len(failed):
         notes.append(f"{len(failed)} cell(s) failed and are left out: " + ", ".join(failed["path"]))
     if sw.unreadable:
         notes.append(f"{len(sw.unreadable)} cell(s) could not be read and are left out: " + ", ".join(sw.unreadable))
-    for col, what in (("client_bound", "the client was the bottleneck (client_bound)"),
-                      ("server_behind", "the emulator fell behind real time (server_behind)")):
+    for col, what in (
+        ("client_bound", "the client was the bottleneck (client_bound)"),
+        ("server_behind", "the emulator fell behind real time (server_behind)"),
+    ):
         if col in sw.ok and sw.ok[col].fillna(False).astype(bool).any():
             n = int(sw.ok[col].fillna(False).astype(bool).sum())
-            notes.append(f"In {n} cell(s) {what}: their throughput understates the server; each is "
-                         "marked in the tables' flags column and drawn as a cross on the chart.")
+            notes.append(
+                f"In {n} cell(s) {what}: their throughput understates the server; each is "
+                "marked in the tables' flags column and drawn as a cross on the chart."
+            )
     scaled = sw.ok[sw.ok["time_scale"].fillna(1.0) != 1.0] if "time_scale" in sw.ok else sw.ok.iloc[:0]
     if len(scaled):
         per_level = scaled.groupby("level")["time_scale"].max()
-        notes.append("The emulated GPU ran slower than its model where this machine could not keep its pace (time "
-                     "scale " + ", ".join(f"{num(s)}x at {short(lv)}" for lv, s in per_level.items()) + "); every figure is "
-                     "converted back into the emulated hardware's time, so speedups and latencies are its own "
-                     "(docs/metrics.md, time dilation).")
+        notes.append(
+            "The emulated GPU ran slower than its model where this machine could not keep its pace (time "
+            "scale " + ", ".join(f"{num(s)}x at {short(lv)}" for lv, s in per_level.items()) + "); every figure is "
+            "converted back into the emulated hardware's time, so speedups and latencies are its own "
+            "(docs/metrics.md, time dilation)."
+        )
     if sw.ok.empty:
         notes.append("No cell finished successfully: there is nothing to compare.")
     return notes
@@ -105,14 +116,22 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
     per_tok, profile_name = _cost_per_token(sw.model)
 
     sp = tables.speedup(sw)
-    t = {"throughput": tables.throughput(sw), "speedup": sp, "break_even": tables.break_even(sp),
-         "best_variant": tables.best(sw), "latency": tables.latency(sw), "acceptance": tables.acceptance(sw),
-         "per_position": tables.per_position(sw), "steps": tables.step_distribution(sw),
-         "waste": tables.waste(sw, per_tok)}
+    t = {
+        "throughput": tables.throughput(sw),
+        "speedup": sp,
+        "break_even": tables.break_even(sp),
+        "best_variant": tables.best(sw),
+        "latency": tables.latency(sw),
+        "acceptance": tables.acceptance(sw),
+        "per_position": tables.per_position(sw),
+        "steps": tables.step_distribution(sw),
+        "waste": tables.waste(sw, per_tok),
+    }
     plan = sw.manifest.get("plan") or {}
     if plan.get("acceptance_lengths"):  # a sweep with an acceptance axis (docs/sweep.md)
-        t["break_even_acceptance"] = tables.break_even_acceptance(sp, plan.get("acceptance_templates") or [],
-                                                                  plan["acceptance_lengths"])
+        t["break_even_acceptance"] = tables.break_even_acceptance(
+            sp, plan.get("acceptance_templates") or [], plan["acceptance_lengths"]
+        )
     per_req, t["per_request"] = tables.per_request(sw)
     order = {w: i for i, w in enumerate(dict.fromkeys(sw.cells["workload"]))}  # plan order
     cell_flags = _cell_flags(sw)
@@ -126,31 +145,65 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
         store.atomic(out / f"{name}.parquet", lambda tmp, f=frame: f.to_parquet(tmp, index=False))
 
     fig = {
-        "throughput": plots.lines_vs_load(t["throughput"], "output_throughput_tok_s", "output throughput (tokens/s)",
-                                          "Output throughput against load", col, out / "throughput.png"),
-        "speedup": plots.lines_vs_load(t["speedup"], "speedup", f"speedup over {sw.baseline} (x)",
-                                       "Speedup over the baseline (dashed: break-even load)", col,
-                                       out / "speedup.png", hline=1.0, marks=t["break_even"]),
+        "throughput": plots.lines_vs_load(
+            t["throughput"],
+            "output_throughput_tok_s",
+            "output throughput (tokens/s)",
+            "Output throughput against load",
+            col,
+            out / "throughput.png",
+        ),
+        "speedup": plots.lines_vs_load(
+            t["speedup"],
+            "speedup",
+            f"speedup over {sw.baseline} (x)",
+            "Speedup over the baseline (dashed: break-even load)",
+            col,
+            out / "speedup.png",
+            hline=1.0,
+            marks=t["break_even"],
+        ),
         "latency": plots.latency(t["latency"], col, out / "latency.png"),
         "frontier": plots.frontier(t["latency"], col, out / "frontier.png"),
-        "acceptance": plots.lines_vs_load(t["acceptance"], "acceptance_rate", "accepted / draft tokens",
-                                          "Acceptance rate against load (server counters)", col,
-                                          out / "acceptance.png"),
-        "acceptance_length": plots.lines_vs_load(t["acceptance"], "mean_acceptance_length",
-                                                 "tokens per step (1 + accepted / drafts)",
-                                                 "Mean acceptance length against load", col,
-                                                 out / "acceptance_length.png"),
+        "acceptance": plots.lines_vs_load(
+            t["acceptance"],
+            "acceptance_rate",
+            "accepted / draft tokens",
+            "Acceptance rate against load (server counters)",
+            col,
+            out / "acceptance.png",
+        ),
+        "acceptance_length": plots.lines_vs_load(
+            t["acceptance"],
+            "mean_acceptance_length",
+            "tokens per step (1 + accepted / drafts)",
+            "Mean acceptance length against load",
+            col,
+            out / "acceptance_length.png",
+        ),
         "per_position": plots.per_position(t["per_position"], out / "per_position.png"),
         "steps": plots.step_distribution(t["steps"], col, out / "steps.png"),
-        "waste": plots.lines_vs_load(t["waste"], "rejected_per_generated_token", "rejected draft tokens per output token",
-                                     "Waste: verified but rejected draft tokens", col, out / "waste.png"),
+        "waste": plots.lines_vs_load(
+            t["waste"],
+            "rejected_per_generated_token",
+            "rejected draft tokens per output token",
+            "Waste: verified but rejected draft tokens",
+            col,
+            out / "waste.png",
+        ),
         "per_request": plots.per_request(per_req, col, out / "per_request.png"),
         "per_request_server": plots.per_request_server(per_req, col, out / "per_request_server.png"),
     }
     notes = _notes(sw)
     sections = _sections(sw, t, fig, notes, profile_name)
-    sections[0].lead = decision.sentences(t["best_variant"], t["speedup"], t["break_even"], sw.ok, sw.baseline,
-                                          virtual=bool((sw.manifest.get("plan") or {}).get("virtual")))
+    sections[0].lead = decision.sentences(
+        t["best_variant"],
+        t["speedup"],
+        t["break_even"],
+        sw.ok,
+        sw.baseline,
+        virtual=bool((sw.manifest.get("plan") or {}).get("virtual")),
+    )
     sections[0].chart = interactive.speedup_chart(t["speedup"], col, sw.baseline)
     closed = sw.cells[sw.cells["mode"] == "closed"] if len(sw.cells) and "mode" in sw.cells else sw.cells.iloc[:0]
     doc, what_notes = whatif.load(sw.root, sw.model, sorted({int(v) for v in closed.get("level", [])}))
@@ -173,43 +226,81 @@ def _measured_count(sw: Sweep) -> str:
     planned = len(sw.planned) or len(sw.cells)
     if not sw.has_repeats:
         return f"{len(sw.ok)} of {planned} cells measured"
-    return (f"{len(sw.ok)} cells measured, {len(sw.measured)} of {planned} planned measurements (repeats; the "
-            "tables give each cell's mean, the per-measurement ones a row per repeat)")
+    return (
+        f"{len(sw.ok)} cells measured, {len(sw.measured)} of {planned} planned measurements (repeats; the "
+        "tables give each cell's mean, the per-measurement ones a row per repeat)"
+    )
 
 
 def _sections(sw: Sweep, t: dict, fig: dict, notes: list[str], profile_name: str | None) -> list[Section]:
     dep, plan = sw.manifest.get("deployment") or {}, sw.manifest.get("plan") or {}
     f = lambda *names: [fig[n] for n in names if fig.get(n)]  # noqa: E731
     where = " in virtual time (every cell simulated: sweep --virtual)" if plan.get("virtual") else ""
-    intro = (f"Deployment {dep.get('name')} ({dep.get('model')}) on {dep.get('engine')}{where}; variants "
-             f"{', '.join(plan.get('variants') or [])}; baseline {sw.baseline}; {_measured_count(sw)}. Definitions: "
-             "docs/report.md and docs/metrics.md.")
-    waste_text = ("Rejected draft tokens are verified by the target model and thrown away. "
-                  + (f"The share of the window spent verifying them is estimated with the {profile_name} cost "
-                     "profile's per-token forward cost (an estimate, exact only for the emulator)."
-                     if profile_name else "No cost profile is known for this model, so the time share is not estimated."))
+    intro = (
+        f"Deployment {dep.get('name')} ({dep.get('model')}) on {dep.get('engine')}{where}; variants "
+        f"{', '.join(plan.get('variants') or [])}; baseline {sw.baseline}; {_measured_count(sw)}. Definitions: "
+        "docs/report.md and docs/metrics.md."
+    )
+    waste_text = "Rejected draft tokens are verified by the target model and thrown away. " + (
+        f"The share of the window spent verifying them is estimated with the {profile_name} cost "
+        "profile's per-token forward cost (an estimate, exact only for the emulator)."
+        if profile_name
+        else "No cost profile is known for this model, so the time share is not estimated."
+    )
     return [
-        Section("Summary", intro, [("Best variant per load level", t["best_variant"], "best_variant.csv"),
-                                   ("Where speculative decoding stops paying", t["break_even"], "break_even.csv")]
-                + ([("How good the drafter must be: break-even acceptance length per load level (synthetic "
-                     "acceptance, 1 + accepted drafts per verify step)", t["break_even_acceptance"],
-                     "break_even_acceptance.csv")]
-                   if "break_even_acceptance" in t else []), f("speedup"), after="\n".join(notes)),
-        Section("Throughput and speedup", "Speedup: a variant's output tokens/s over the baseline's at the same "
-                "workload and load level.", [("Speedup over the baseline", t["speedup"], "speedup.csv")],
-                f("throughput")),
-        Section("Latency", "TTFT and TPOT percentiles over measured requests; the frontier shows what each "
-                "variant trades between throughput and per-token latency.", [("Latency", t["latency"], "latency.csv")],
-                f("latency", "frontier")),
-        Section("Acceptance", "Server side: the server's counters over each cell's window. Client side: "
-                "tokens per decode step from the chunk (or burst) trace; client_over_server compares the "
-                "accepted tokens both saw.", [("Acceptance, server and client", t["acceptance"], "acceptance.csv")],
-                f("acceptance", "acceptance_length", "per_position", "steps")),
+        Section(
+            "Summary",
+            intro,
+            [
+                ("Best variant per load level", t["best_variant"], "best_variant.csv"),
+                ("Where speculative decoding stops paying", t["break_even"], "break_even.csv"),
+            ]
+            + (
+                [
+                    (
+                        "How good the drafter must be: break-even acceptance length per load level (synthetic "
+                        "acceptance, 1 + accepted drafts per verify step)",
+                        t["break_even_acceptance"],
+                        "break_even_acceptance.csv",
+                    )
+                ]
+                if "break_even_acceptance" in t
+                else []
+            ),
+            f("speedup"),
+            after="\n".join(notes),
+        ),
+        Section(
+            "Throughput and speedup",
+            "Speedup: a variant's output tokens/s over the baseline's at the same workload and load level.",
+            [("Speedup over the baseline", t["speedup"], "speedup.csv")],
+            f("throughput"),
+        ),
+        Section(
+            "Latency",
+            "TTFT and TPOT percentiles over measured requests; the frontier shows what each "
+            "variant trades between throughput and per-token latency.",
+            [("Latency", t["latency"], "latency.csv")],
+            f("latency", "frontier"),
+        ),
+        Section(
+            "Acceptance",
+            "Server side: the server's counters over each cell's window. Client side: "
+            "tokens per decode step from the chunk (or burst) trace; client_over_server compares the "
+            "accepted tokens both saw.",
+            [("Acceptance, server and client", t["acceptance"], "acceptance.csv")],
+            f("acceptance", "acceptance_length", "per_position", "steps"),
+        ),
         Section("Waste", waste_text, [("Rejected draft tokens", t["waste"], "waste.csv")], f("waste")),
-        Section("Per-request variability", "Each request's own acceptance (mean tokens per decode step) and its "
-                "rank correlation with TPOT: strongly negative means the slow requests are the ones whose "
-                "drafts were rejected. Where the server reports each request's speculative decoding (vLLM's "
-                "--per-request-spec-decode-metrics), its acceptance length per request too (server_al_*): the "
-                "mean of requests counts each request once, where the server's counters weigh long answers "
-                "more.", [("Per cell", t["per_request"], "per_request.csv")], f("per_request", "per_request_server")),
+        Section(
+            "Per-request variability",
+            "Each request's own acceptance (mean tokens per decode step) and its "
+            "rank correlation with TPOT: strongly negative means the slow requests are the ones whose "
+            "drafts were rejected. Where the server reports each request's speculative decoding (vLLM's "
+            "--per-request-spec-decode-metrics), its acceptance length per request too (server_al_*): the "
+            "mean of requests counts each request once, where the server's counters weigh long answers "
+            "more.",
+            [("Per cell", t["per_request"], "per_request.csv")],
+            f("per_request", "per_request_server"),
+        ),
     ]

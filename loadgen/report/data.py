@@ -3,6 +3,7 @@
 The cells come from each cell's own summary.json (the truth; cells.parquet is rebuilt from
 them), so a report works on a sweep that was interrupted, and says which planned cells are
 missing, failed or unreadable instead of failing."""
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,9 @@ class ReportError(ValueError):
 class Sweep:
     root: Path
     manifest: dict
-    cells: pd.DataFrame                       # one row per readable measurement (results.row), ok or not
-    summaries: dict[str, dict]                # measurement key (path) -> summary.json
-    planned: list[str] = field(default_factory=list)   # every cell key of the plan, in order
+    cells: pd.DataFrame  # one row per readable measurement (results.row), ok or not
+    summaries: dict[str, dict]  # measurement key (path) -> summary.json
+    planned: list[str] = field(default_factory=list)  # every cell key of the plan, in order
     unreadable: list[str] = field(default_factory=list)  # cell directories whose summary is broken
 
     @property
@@ -90,8 +91,12 @@ def combine(measured: pd.DataFrame) -> pd.DataFrame:
                 row[col] = bool(g[col].fillna(False).astype(bool).any())
             elif col not in _TEXT and col not in ("level", "repeat") and pd.api.types.is_numeric_dtype(g[col]):
                 row[col] = g[col].mean() if g[col].notna().any() else row[col]
-        row.update(path=key, repeat=None, repeats=len(g),
-                   output_throughput_tok_s_sd=g["output_throughput_tok_s"].std(ddof=1) if len(g) > 1 else float("nan"))
+        row.update(
+            path=key,
+            repeat=None,
+            repeats=len(g),
+            output_throughput_tok_s_sd=g["output_throughput_tok_s"].std(ddof=1) if len(g) > 1 else float("nan"),
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -105,8 +110,9 @@ def read(root: str | Path) -> Sweep:
     except ValueError as e:
         raise ReportError(f"{root / results.MANIFEST} is not valid JSON ({e}); it is not a readable sweep") from None
     if found is None:
-        raise ReportError(f"{root} holds no sweep ({results.MANIFEST} is missing); give the --output "
-                          "directory of `loadgen sweep`")
+        raise ReportError(
+            f"{root} holds no sweep ({results.MANIFEST} is missing); give the --output directory of `loadgen sweep`"
+        )
     summaries, rows, unreadable = {}, [], []
     base = root / results.CELLS
     for path in sorted(base.glob("*/*/*/")) if base.is_dir() else []:
@@ -127,8 +133,9 @@ def read(root: str | Path) -> Sweep:
     cells = pd.DataFrame(rows)
     if cells.empty:
         why = f"; {len(unreadable)} cell(s) unreadable: {', '.join(unreadable[:3])}" if unreadable else ""
-        raise ReportError(f"{root} holds no finished cells yet{why}; run or resume the sweep "
-                          f"(loadgen sweep --resume --output {root})")
+        raise ReportError(
+            f"{root} holds no finished cells yet{why}; run or resume the sweep (loadgen sweep --resume --output {root})"
+        )
     return Sweep(root, found, cells, summaries, planned, unreadable)
 
 
@@ -150,6 +157,7 @@ def summaries(path: Path) -> dict[str, dict]:
     """The summaries under `path`: a run's directory (one), or a sweep's (one per finished
     cell); anything else is a LoadgenError."""
     from loadgen.errors import LoadgenError
+
     if (path / store.SUMMARY).is_file():
         try:
             return {path.name: json.loads((path / store.SUMMARY).read_text())}

@@ -5,6 +5,7 @@ clicking a legend entry hides or shows a variant; flagged cells are drawn as cro
 repeats, a bar spans the rounds' lowest and highest speedup. Each
 point carries [workload, variant, load, speedup, tok/s, flags] as its customdata (the tests read
 the chart's data back from the page)."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -21,9 +22,11 @@ def speedup_chart(sp: pd.DataFrame, colours: dict[str, str], baseline: str, heig
         return ""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
     workloads = list(dict.fromkeys(sp["workload"]))
-    fig = make_subplots(rows=1, cols=len(workloads), subplot_titles=workloads, shared_yaxes=True,
-                        horizontal_spacing=0.06)
+    fig = make_subplots(
+        rows=1, cols=len(workloads), subplot_titles=workloads, shared_yaxes=True, horizontal_spacing=0.06
+    )
     shown = set()
     tok = "output_throughput_tok_s" if "output_throughput_tok_s" in sp else None
     for col, workload in enumerate(workloads, start=1):
@@ -32,34 +35,72 @@ def speedup_chart(sp: pd.DataFrame, colours: dict[str, str], baseline: str, heig
         for variant, g in w.groupby("variant", sort=False):
             g = g.sort_values("level")
             flags = g["flags"].fillna("") if "flags" in g else pd.Series([""] * len(g), index=g.index)
-            custom = [[workload, variant, float(r["level"]), float(r["speedup"]),
-                       float(r[tok]) if tok and pd.notna(r[tok]) else None, flags[i]]
-                      for i, r in g.iterrows()]
+            custom = [
+                [
+                    workload,
+                    variant,
+                    float(r["level"]),
+                    float(r["speedup"]),
+                    float(r[tok]) if tok and pd.notna(r[tok]) else None,
+                    flags[i],
+                ]
+                for i, r in g.iterrows()
+            ]
             spread = {}  # with repeats: the rounds' lowest and highest speedup as an error bar
             if "speedup_min" in g and g["speedup_min"].notna().any():
-                spread = {"error_y": {"type": "data", "symmetric": False, "thickness": 1,
-                                      "array": (g["speedup_max"] - g["speedup"]).fillna(0).astype(float),
-                                      "arrayminus": (g["speedup"] - g["speedup_min"]).fillna(0).astype(float)}}
-            fig.add_trace(go.Scatter(
-                **spread,
-                x=g["level"].astype(float), y=g["speedup"].astype(float), mode="lines+markers", name=variant,
-                legendgroup=variant, showlegend=variant not in shown, customdata=custom,
-                line={"color": colours.get(variant)},
-                marker={"size": 9, "symbol": ["x" if f else "circle" for f in flags]},
-                hovertemplate=("<b>%{customdata[1]}</b> on %{customdata[0]}<br>load %{customdata[2]:,} " + unit
-                               + "<br>speedup %{customdata[3]:.2f}x<br>%{customdata[4]:,.0f} output tok/s"
-                               + "<br>%{customdata[5]}<extra></extra>")), row=1, col=col)
+                spread = {
+                    "error_y": {
+                        "type": "data",
+                        "symmetric": False,
+                        "thickness": 1,
+                        "array": (g["speedup_max"] - g["speedup"]).fillna(0).astype(float),
+                        "arrayminus": (g["speedup"] - g["speedup_min"]).fillna(0).astype(float),
+                    }
+                }
+            fig.add_trace(
+                go.Scatter(
+                    **spread,
+                    x=g["level"].astype(float),
+                    y=g["speedup"].astype(float),
+                    mode="lines+markers",
+                    name=variant,
+                    legendgroup=variant,
+                    showlegend=variant not in shown,
+                    customdata=custom,
+                    line={"color": colours.get(variant)},
+                    marker={"size": 9, "symbol": ["x" if f else "circle" for f in flags]},
+                    hovertemplate=(
+                        "<b>%{customdata[1]}</b> on %{customdata[0]}<br>load %{customdata[2]:,} "
+                        + unit
+                        + "<br>speedup %{customdata[3]:.2f}x<br>%{customdata[4]:,.0f} output tok/s"
+                        + "<br>%{customdata[5]}<extra></extra>"
+                    ),
+                ),
+                row=1,
+                col=col,
+            )
             shown.add(variant)
-        fig.update_xaxes(type="log", title_text=f"load ({unit})", row=1, col=col,
-                         tickvals=sorted(set(w["level"].astype(float))),
-                         ticktext=[short(v) for v in sorted(set(w["level"].astype(float)))])
+        fig.update_xaxes(
+            type="log",
+            title_text=f"load ({unit})",
+            row=1,
+            col=col,
+            tickvals=sorted(set(w["level"].astype(float))),
+            ticktext=[short(v) for v in sorted(set(w["level"].astype(float)))],
+        )
     fig.add_hline(y=1.0, line_dash="dash", line_color="#888")
     fig.update_yaxes(title_text=f"speedup over {baseline} (x)", row=1, col=1, tickformat=".2f")
-    fig.update_layout(height=height, margin={"l": 60, "r": 20, "t": 40, "b": 50}, hovermode="closest",
-                      legend={"orientation": "h", "y": -0.18}, template="plotly_white",
-                      separators=".,")
-    return fig.to_html(full_html=False, include_plotlyjs=True, div_id=DIV,
-                       config={"displaylogo": False, "responsive": True})
+    fig.update_layout(
+        height=height,
+        margin={"l": 60, "r": 20, "t": 40, "b": 50},
+        hovermode="closest",
+        legend={"orientation": "h", "y": -0.18},
+        template="plotly_white",
+        separators=".,",
+    )
+    return fig.to_html(
+        full_html=False, include_plotlyjs=True, div_id=DIV, config={"displaylogo": False, "responsive": True}
+    )
 
 
 WHATIF_DIV = "whatif-chart"
@@ -72,23 +113,47 @@ def whatif_chart(results: pd.DataFrame, colours: dict[str, str], include_js: boo
     if results.empty:
         return ""
     import plotly.graph_objects as go
+
     fig = go.Figure()
     for policy, g in results.groupby("policy", sort=False):
         g = g.sort_values("batch")
         real = bool(g["realisable"].iloc[0]) if "realisable" in g else True
-        custom = [[policy, float(r["batch"]), float(r["speedup"]), "realisable" if real else "oracle (upper bound)"]
-                  for _, r in g.iterrows()]
-        fig.add_trace(go.Scatter(
-            x=g["batch"].astype(float), y=g["speedup"].astype(float), mode="lines+markers", name=policy,
-            customdata=custom, line={"color": colours.get(policy), "dash": "solid" if real else "dash"},
-            hovertemplate="<b>%{customdata[0]}</b> (%{customdata[3]})<br>batch size %{customdata[1]:,}"
-                          "<br>speedup %{customdata[2]:.2f}x<extra></extra>"))
+        custom = [
+            [policy, float(r["batch"]), float(r["speedup"]), "realisable" if real else "oracle (upper bound)"]
+            for _, r in g.iterrows()
+        ]
+        fig.add_trace(
+            go.Scatter(
+                x=g["batch"].astype(float),
+                y=g["speedup"].astype(float),
+                mode="lines+markers",
+                name=policy,
+                customdata=custom,
+                line={"color": colours.get(policy), "dash": "solid" if real else "dash"},
+                hovertemplate="<b>%{customdata[0]}</b> (%{customdata[3]})<br>batch size %{customdata[1]:,}"
+                "<br>speedup %{customdata[2]:.2f}x<extra></extra>",
+            )
+        )
     batches = sorted(set(results["batch"].astype(float)))
-    fig.update_xaxes(type="log", title_text="batch size (concurrent requests)", tickvals=batches,
-                     ticktext=[short(b) for b in batches])
+    fig.update_xaxes(
+        type="log",
+        title_text="batch size (concurrent requests)",
+        tickvals=batches,
+        ticktext=[short(b) for b in batches],
+    )
     fig.add_hline(y=1.0, line_dash="dot", line_color="#888")
     fig.update_yaxes(title_text="speedup over no speculation (x)", tickformat=".2f")
-    fig.update_layout(height=height, margin={"l": 60, "r": 20, "t": 30, "b": 50}, hovermode="closest",
-                      legend={"orientation": "h", "y": -0.2}, template="plotly_white", separators=".,")
-    return fig.to_html(full_html=False, include_plotlyjs=include_js, div_id=WHATIF_DIV,
-                       config={"displaylogo": False, "responsive": True})
+    fig.update_layout(
+        height=height,
+        margin={"l": 60, "r": 20, "t": 30, "b": 50},
+        hovermode="closest",
+        legend={"orientation": "h", "y": -0.2},
+        template="plotly_white",
+        separators=".,",
+    )
+    return fig.to_html(
+        full_html=False,
+        include_plotlyjs=include_js,
+        div_id=WHATIF_DIV,
+        config={"displaylogo": False, "responsive": True},
+    )

@@ -1,5 +1,6 @@
 """Numbers for people, in report.md, report.html and their prose: thousands separators, fixed
 decimals by size, never scientific notation."""
+
 from __future__ import annotations
 
 import math

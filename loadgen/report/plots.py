@@ -1,5 +1,6 @@
 """The report's figures (matplotlib, Agg: no display needed). One PNG per question; every
 axis labelled with its unit, every figure titled, one colour per variant in all of them."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,8 +14,7 @@ import pandas as pd  # noqa: E402
 from loadgen.report.numbers import num, short  # noqa: E402
 
 BASELINE_COLOUR = "#444444"
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-           "#bcbd22", "#7f7f7f"]
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
 DPI = 100
 
 
@@ -76,8 +76,16 @@ def _label(ax, workload: str, xlabel: str | None, ylabel: str) -> None:
     ax.legend(fontsize=8)
 
 
-def lines_vs_load(frame: pd.DataFrame, y: str, ylabel: str, title: str, col: dict[str, str],
-                  path: Path, hline: float | None = None, marks: pd.DataFrame | None = None) -> Path | None:
+def lines_vs_load(
+    frame: pd.DataFrame,
+    y: str,
+    ylabel: str,
+    title: str,
+    col: dict[str, str],
+    path: Path,
+    hline: float | None = None,
+    marks: pd.DataFrame | None = None,
+) -> Path | None:
     """One panel per workload, one line per variant of `y` against load."""
     if frame.empty or frame[y].dropna().empty:
         return None
@@ -91,8 +99,13 @@ def lines_vs_load(frame: pd.DataFrame, y: str, ylabel: str, title: str, col: dic
         if marks is not None:
             for _, m in marks[(marks["workload"] == workload) & marks["break_even_level"].notna()].iterrows():
                 ax.axvline(m["break_even_level"], color=col.get(m["variant"], "black"), linestyle="--", linewidth=1)
-                ax.annotate(num(m['break_even_level']), (m["break_even_level"], hline or 1.0),
-                            textcoords="offset points", xytext=(4, 6), color=col.get(m["variant"], "black"))
+                ax.annotate(
+                    num(m["break_even_level"]),
+                    (m["break_even_level"], hline or 1.0),
+                    textcoords="offset points",
+                    xytext=(4, 6),
+                    color=col.get(m["variant"], "black"),
+                )
         _load_axis(ax, g["mode"].iloc[0])
         _label(ax, workload, None, ylabel)
     return _save(fig, path)
@@ -130,8 +143,14 @@ def frontier(frame: pd.DataFrame, col: dict[str, str], path: Path) -> Path | Non
             d = g[g["variant"] == variant].sort_values("level")
             ax.plot(d["tpot_p50_ms"], d["output_throughput_tok_s"], marker="o", color=col[variant], label=variant)
             for _, r in d.iterrows():
-                ax.annotate(short(r['level']), (r["tpot_p50_ms"], r["output_throughput_tok_s"]),
-                            textcoords="offset points", xytext=(3, 3), fontsize=7, color=col[variant])
+                ax.annotate(
+                    short(r["level"]),
+                    (r["tpot_p50_ms"], r["output_throughput_tok_s"]),
+                    textcoords="offset points",
+                    xytext=(3, 3),
+                    fontsize=7,
+                    color=col[variant],
+                )
         ax.grid(True, alpha=0.3)
         _label(ax, workload, "TPOT p50 (ms per token)", "output throughput (tokens/s)")
     return _save(fig, path)
@@ -165,8 +184,13 @@ def step_distribution(frame: pd.DataFrame, col: dict[str, str], path: Path) -> P
         width = 0.8 / max(len(variants), 1)
         for i, variant in enumerate(variants):
             d = g[g["variant"] == variant]
-            ax.bar(d["tokens_per_step"] + (i - (len(variants) - 1) / 2) * width, d["share"], width=width,
-                   color=col[variant], label=variant)
+            ax.bar(
+                d["tokens_per_step"] + (i - (len(variants) - 1) / 2) * width,
+                d["share"],
+                width=width,
+                color=col[variant],
+                label=variant,
+            )
         ax.set_xticks(sorted(g["tokens_per_step"].unique()))
         ax.grid(True, axis="y", alpha=0.3)
         _label(ax, workload, "tokens per step", "share of decode steps")
@@ -195,8 +219,11 @@ def per_request_server(frame: pd.DataFrame, col: dict[str, str], path: Path) -> 
         return None
     frame = frame.dropna(subset=["server_acceptance_length"])
     workloads = _workloads(frame)
-    fig, axes = _grid(len(workloads), "Per request (server-reported): acceptance length against output "
-                      "length and TPOT (all levels)", rows=2)
+    fig, axes = _grid(
+        len(workloads),
+        "Per request (server-reported): acceptance length against output length and TPOT (all levels)",
+        rows=2,
+    )
     for i, workload in enumerate(workloads):
         g = frame[frame["workload"] == workload]
         for row, (x, xlabel) in enumerate((("completion_tokens", "output tokens"), ("tpot_ms", "TPOT (ms per token)"))):

@@ -2,6 +2,7 @@
 the interactive chart's library embedded: nothing is fetched when it is viewed). Both hold the
 same sections, each: its lead text, its figures, then its tables collapsed (`<details>`), each
 linked to its CSV file. Numbers are formatted for people (loadgen.report.numbers)."""
+
 from __future__ import annotations
 
 import base64
@@ -17,11 +18,11 @@ from loadgen.report.numbers import num
 @dataclass
 class Section:
     title: str
-    text: str                                    # plain prose, one paragraph per line
-    tables: list[tuple]                          # (caption, frame[, csv file name])
+    text: str  # plain prose, one paragraph per line
+    tables: list[tuple]  # (caption, frame[, csv file name])
     figures: list[Path]
-    after: str = ""                              # prose after the figures (notes)
-    chart: str = ""                              # an interactive chart (HTML only; the PNGs stand in for it in Markdown)
+    after: str = ""  # prose after the figures (notes)
+    chart: str = ""  # an interactive chart (HTML only; the PNGs stand in for it in Markdown)
     anchor: str = ""
     lead: list[str] = field(default_factory=list)  # sentences shown first, on their own (the decision)
 
@@ -78,12 +79,13 @@ d.setAttribute('data-chart-points',JSON.stringify(pts));});"""
 
 
 def page(title: str, sections: list[Section]) -> str:
-    parts = [f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>",
-             f"<style>{_STYLE}</style><script>{_SCRIPT}</script></head><body><h1>{html.escape(title)}</h1>"]
+    parts = [
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>',
+        f"<style>{_STYLE}</style><script>{_SCRIPT}</script></head><body><h1>{html.escape(title)}</h1>",
+    ]
     for s in sections:
         if s.lead:
-            parts.append("<div id=\"decision\">" + "".join(f"<p>{html.escape(line)}</p>" for line in s.lead)
-                         + "</div>")
+            parts.append('<div id="decision">' + "".join(f"<p>{html.escape(line)}</p>" for line in s.lead) + "</div>")
         if s.chart and s.lead:  # the answer's chart, right under it
             parts.append(s.chart)
         parts.append(f"<h2>{html.escape(s.title)}</h2>")
@@ -93,20 +95,30 @@ def page(title: str, sections: list[Section]) -> str:
         elif not s.chart:
             for p in s.figures:
                 data = base64.b64encode(p.read_bytes()).decode()
-                parts.append(f"<img alt=\"{html.escape(p.stem)}\" src=\"data:image/png;base64,{data}\">")
+                parts.append(f'<img alt="{html.escape(p.stem)}" src="data:image/png;base64,{data}">')
         parts += [f"<p>{html.escape(line)}</p>" for line in s.after.splitlines() if line]
         for t in s.tables:
             caption, frame, csv = _table_parts(t)
-            link = f" (<a href=\"{html.escape(csv)}\">CSV</a>)" if csv else ""
+            link = f' (<a href="{html.escape(csv)}">CSV</a>)' if csv else ""
             if frame.empty:
                 parts.append(f"<p><b>{html.escape(caption)}</b>: nothing to show</p>")
                 continue
             flag_col = list(frame.columns).index("flags") if "flags" in frame.columns else -1
-            body = "".join("<tr>" + "".join(
-                f"<td class=\"flag\">{html.escape(_fmt(v))}</td>" if j == flag_col and v else f"<td>{html.escape(_fmt(v))}</td>"
-                for j, v in enumerate(row)) + "</tr>" for row in frame.itertuples(index=False))
+            body = "".join(
+                "<tr>"
+                + "".join(
+                    f'<td class="flag">{html.escape(_fmt(v))}</td>'
+                    if j == flag_col and v
+                    else f"<td>{html.escape(_fmt(v))}</td>"
+                    for j, v in enumerate(row)
+                )
+                + "</tr>"
+                for row in frame.itertuples(index=False)
+            )
             head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-            parts.append(f"<details><summary>{html.escape(caption)} ({len(frame)} rows){link}</summary>"
-                         f"<table><tr>{head}</tr>{body}</table></details>")
+            parts.append(
+                f"<details><summary>{html.escape(caption)} ({len(frame)} rows){link}</summary>"
+                f"<table><tr>{head}</tr>{body}</table></details>"
+            )
     parts.append("</body></html>")
     return "\n".join(parts)

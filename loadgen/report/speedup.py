@@ -1,5 +1,6 @@
 """From a sweep's cell table to its answer: each variant's speedup over the baseline, per
 workload and load level."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -19,11 +20,13 @@ def speedup(table: pd.DataFrame, baseline: str = "baseline") -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     if _repeated(table):
         from loadgen.report.data import combine
+
         table = combine(table[table["status"] == "ok"])  # each cell's mean throughput over its repeats
     ok = table[(table["status"] == "ok") & (table["output_throughput_tok_s"] > 0)]
     base = ok[ok["variant"] == baseline].set_index(["workload", "mode", "level"])["output_throughput_tok_s"]
-    rows = ok[ok["variant"] != baseline].join(base.rename("baseline_tok_s"), on=["workload", "mode", "level"],
-                                              how="inner")
+    rows = ok[ok["variant"] != baseline].join(
+        base.rename("baseline_tok_s"), on=["workload", "mode", "level"], how="inner"
+    )
     rows = rows.assign(speedup=rows["output_throughput_tok_s"] / rows["baseline_tok_s"])
     return rows[cols].reset_index(drop=True)
 
@@ -54,11 +57,13 @@ def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
     rounds = pd.DataFrame()
     if _repeated(table):
         from loadgen.report.data import combine
+
         rounds = spread(table, baseline).set_index(["workload", "level", "variant"])
         table = combine(table[table["status"] == "ok"])
     s = speedup(table, baseline)
     variants = [v for v in dict.fromkeys(table["variant"]) if v != baseline]
     blocks = []
+
     def flagged(col: str) -> set:
         return set(table.loc[table[col].fillna(False).astype(bool), "path"]) if col in table else set()
 
@@ -70,12 +75,15 @@ def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
         head = "concurrency" if mode == "closed" else "rate (req/s)"
         width = max([12 if rounds.empty else 24, *(len(v) + 2 for v in variants)])
         base_w = max(16, len(baseline) + 7)
-        lines = [f"Speedup over {baseline} (output tok/s ratio), workload {workload}:",
-                 f"{head:>12} {baseline + ' tok/s':>{base_w}}" + "".join(f"{v:>{width}}" for v in variants)]
+        lines = [
+            f"Speedup over {baseline} (output tok/s ratio), workload {workload}:",
+            f"{head:>12} {baseline + ' tok/s':>{base_w}}" + "".join(f"{v:>{width}}" for v in variants),
+        ]
         for level in sorted(t["level"].unique()):
             b = t[(t["variant"] == baseline) & (t["level"] == level) & (t["status"] == "ok")]
-            row = f"{level:>12g} " + (f"{b['output_throughput_tok_s'].iloc[0]:>{base_w}.1f}" if len(b)
-                                      else f"{'-':>{base_w}}")
+            row = f"{level:>12g} " + (
+                f"{b['output_throughput_tok_s'].iloc[0]:>{base_w}.1f}" if len(b) else f"{'-':>{base_w}}"
+            )
             for v in variants:
                 hit = s[(s["workload"] == workload) & (s["level"] == level) & (s["variant"] == v)]
                 cells = t[(t["level"] == level) & t["variant"].isin([v, baseline])]["path"]
@@ -93,8 +101,10 @@ def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
             why.append(f"the client was the bottleneck in {len(client)} cell(s) (client_bound)")
         if behind:
             why.append(f"the emulator fell behind real time in {len(behind)} cell(s) (server_behind)")
-        blocks.append("!: " + "; ".join(why) + ". Those figures understate the server; give the "
-                      "client and the server more cores, or lower the load.")
+        blocks.append(
+            "!: " + "; ".join(why) + ". Those figures understate the server; give the "
+            "client and the server more cores, or lower the load."
+        )
     if not rounds.empty:
         blocks.append("With repeats: the speedup of the mean throughputs, (lowest-highest) of the rounds.")
     if len(failed):

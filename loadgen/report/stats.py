@@ -1,6 +1,7 @@
 """Student's t distribution, two-sided, from the regularised incomplete beta function (a
 continued fraction, evaluated as Lentz's method does): compare's p-values and intervals need
 it, and nothing else in loadgen does, so it is here rather than a dependency on SciPy."""
+
 from __future__ import annotations
 
 import math
@@ -10,14 +11,17 @@ _TINY = 1e-300
 
 def _fraction(a: float, b: float, x: float) -> float:
     """The continued fraction of I_x(a, b) (converges for x < (a + 1) / (a + b + 2))."""
+
     def guard(v: float) -> float:
         return _TINY if abs(v) < _TINY else v
 
     c, d = 1.0, 1.0 / guard(1.0 - (a + b) * x / (a + 1.0))
     h = d
     for m in range(1, 400):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
             d = 1.0 / guard(1.0 + num * d)
             c = guard(1.0 + num / c)
             h *= d * c

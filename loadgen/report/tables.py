@@ -2,6 +2,7 @@
 docs/report.md): throughput and speedup per load level, where SD stops paying, the best
 variant per level, latency, acceptance (server and client side), waste, and per-request
 variability."""
+
 from __future__ import annotations
 
 import math
@@ -51,11 +52,19 @@ def break_even(sp: pd.DataFrame) -> pd.DataFrame:
         g = g.sort_values("level")
         levels, s = g["level"].to_numpy(float), g["speedup"].to_numpy(float)
         pays, costs = s > 1 + EVEN, s < 1 - EVEN
-        row = {"workload": workload, "variant": variant, "mode": g["mode"].iloc[0],
-               "levels": f"{short(levels.min())}..{short(levels.max())}", "break_even_level": None}
+        row = {
+            "workload": workload,
+            "variant": variant,
+            "mode": g["mode"].iloc[0],
+            "levels": f"{short(levels.min())}..{short(levels.max())}",
+            "break_even_level": None,
+        }
         if not costs.any():
-            row["verdict"] = (f"pays at every level measured (up to {short(levels.max())})" if pays.all() else
-                              f"pays or is even (within {EVEN:.0%}) at every level measured (up to {short(levels.max())})")
+            row["verdict"] = (
+                f"pays at every level measured (up to {short(levels.max())})"
+                if pays.all()
+                else f"pays or is even (within {EVEN:.0%}) at every level measured (up to {short(levels.max())})"
+            )
         elif not pays.any():
             row["verdict"] = f"never pays (from {short(levels.min())})"
         else:
@@ -78,24 +87,31 @@ def break_even_acceptance(sp: pd.DataFrame, templates: list[str], lengths: list[
     linearly between the two measured lengths around the crossing; or that it paid at every
     length measured (at or below the lowest) or at none (above the highest)."""
     from servers.deployments import acceptance_variant
+
     cols = ["workload", "mode", "level", "variant", "speedups", "break_even_acceptance", "verdict"]
     rows = []
     if sp.empty or not templates:
         return pd.DataFrame(columns=cols)
     for t in templates:
         names = {acceptance_variant(t, length): length for length in lengths}
-        g = sp[sp["variant"].isin(names)].assign(acceptance=lambda d: d["variant"].map(names))
+        g = sp[sp["variant"].isin(names)].assign(acceptance=lambda d, names=names: d["variant"].map(names))
         for (workload, mode, level), h in g.groupby(["workload", "mode", "level"], sort=False):
             h = h.sort_values("acceptance")
             al, s = h["acceptance"].to_numpy(float), h["speedup"].to_numpy(float)
-            row = {"workload": workload, "mode": mode, "level": level, "variant": t,
-                   "speedups": ", ".join(f"{short(a)}: {x:.2f}" for a, x in zip(al, s)), "break_even_acceptance": None}
+            row = {
+                "workload": workload,
+                "mode": mode,
+                "level": level,
+                "variant": t,
+                "speedups": ", ".join(f"{short(a)}: {x:.2f}" for a, x in zip(al, s)),
+                "break_even_acceptance": None,
+            }
             pays = s >= 1.0
             if pays.all():
                 row["verdict"] = f"pays at every acceptance length measured (from {short(al[0])})"
             elif not pays.any():
                 row["verdict"] = f"pays at none (up to {short(al[-1])})"
-            elif not pays[int(np.argmax(pays)):].all():
+            elif not pays[int(np.argmax(pays)) :].all():
                 row["verdict"] = "not monotone in acceptance: no single break-even"
             else:
                 i = int(np.argmax(pays))
@@ -113,9 +129,16 @@ def best(sw: Sweep) -> pd.DataFrame:
     for (workload, level), g in ok.groupby(["workload", "level"], sort=True):
         top = g.loc[g["output_throughput_tok_s"].idxmax()]
         base = g[g["variant"] == sw.baseline]["output_throughput_tok_s"]
-        rows.append({"workload": workload, "mode": top["mode"], "level": level, "best_variant": top["variant"],
-                     "output_throughput_tok_s": top["output_throughput_tok_s"],
-                     "speedup": top["output_throughput_tok_s"] / base.iloc[0] if len(base) and base.iloc[0] else None})
+        rows.append(
+            {
+                "workload": workload,
+                "mode": top["mode"],
+                "level": level,
+                "best_variant": top["variant"],
+                "output_throughput_tok_s": top["output_throughput_tok_s"],
+                "speedup": top["output_throughput_tok_s"] / base.iloc[0] if len(base) and base.iloc[0] else None,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -133,13 +156,20 @@ def acceptance(sw: Sweep) -> pd.DataFrame:
         client = s.get("acceptance_client") or {}
         server_acc = c["accepted_tokens"]
         client_acc = client.get("accepted_tokens")
-        rows.append({**{k: c[k] for k in _keys(sw)},
-                     "acceptance_rate": c["acceptance_rate"], "mean_acceptance_length": c["mean_acceptance_length"],
-                     "server_accepted_tokens": server_acc, "client_accepted_tokens": client_acc,
-                     "client_tokens_per_step": client.get("tokens_per_step_mean"),
-                     "client_steps_source": client.get("steps_source"),
-                     "client_over_server": (client_acc / server_acc if server_acc and client_acc is not None
-                                            and not _nan(server_acc) else None)})
+        rows.append(
+            {
+                **{k: c[k] for k in _keys(sw)},
+                "acceptance_rate": c["acceptance_rate"],
+                "mean_acceptance_length": c["mean_acceptance_length"],
+                "server_accepted_tokens": server_acc,
+                "client_accepted_tokens": client_acc,
+                "client_tokens_per_step": client.get("tokens_per_step_mean"),
+                "client_steps_source": client.get("steps_source"),
+                "client_over_server": (
+                    client_acc / server_acc if server_acc and client_acc is not None and not _nan(server_acc) else None
+                ),
+            }
+        )
     return pd.DataFrame(rows).sort_values(_keys(sw)).reset_index(drop=True) if rows else pd.DataFrame()
 
 
@@ -168,8 +198,10 @@ def step_distribution(sw: Sweep) -> pd.DataFrame:
     rows = []
     for (workload, variant), bucket in counts.items():
         total = sum(bucket.values())
-        rows += [{"workload": workload, "variant": variant, "tokens_per_step": n, "steps": k,
-                  "share": k / total} for n, k in sorted(bucket.items())]
+        rows += [
+            {"workload": workload, "variant": variant, "tokens_per_step": n, "steps": k, "share": k / total}
+            for n, k in sorted(bucket.items())
+        ]
     return pd.DataFrame(rows, columns=["workload", "variant", "tokens_per_step", "steps", "share"])
 
 
@@ -183,12 +215,21 @@ def waste(sw: Sweep, per_batched_token_s: float | None) -> pd.DataFrame:
         srv = sw.summaries[c["path"]].get("server") or {}
         rejected = c["draft_tokens"] - c["accepted_tokens"]
         gen, window = srv.get("generation_tokens"), srv.get("window_s")
-        share = (rejected * per_batched_token_s / window if per_batched_token_s and window else None)
-        rows.append({**{k: c[k] for k in _keys(sw)}, "rejected_draft_tokens": rejected, "generation_tokens": gen,
-                     "rejected_per_generated_token": rejected / gen if gen else None,
-                     "est_rejected_verify_share": share})
-    return pd.DataFrame(rows, columns=_keys(sw) + ["rejected_draft_tokens", "generation_tokens",
-                                              "rejected_per_generated_token", "est_rejected_verify_share"])
+        share = rejected * per_batched_token_s / window if per_batched_token_s and window else None
+        rows.append(
+            {
+                **{k: c[k] for k in _keys(sw)},
+                "rejected_draft_tokens": rejected,
+                "generation_tokens": gen,
+                "rejected_per_generated_token": rejected / gen if gen else None,
+                "est_rejected_verify_share": share,
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=_keys(sw)
+        + ["rejected_draft_tokens", "generation_tokens", "rejected_per_generated_token", "est_rejected_verify_share"],
+    )
 
 
 def per_request(sw: Sweep) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -201,26 +242,46 @@ def per_request(sw: Sweep) -> tuple[pd.DataFrame, pd.DataFrame]:
         if frame is None or "step_tokens" not in frame:
             continue
         m = frame[frame["ok"] & ~frame["warmup"]]
-        server_al = (m["server_acceptance_length"].to_numpy(float) if "server_acceptance_length" in m
-                     else np.full(len(m), np.nan))  # the server's own per-request figure, where it sends one
-        per = pd.DataFrame({"tokens_per_step": [_mean_decode(s) for s in m["step_tokens"]],
-                            "tpot_ms": m["tpot_ms"].to_numpy(float),
-                            "completion_tokens": m["completion_tokens"].to_numpy(float),
-                            "server_acceptance_length": server_al}).dropna(subset=["tokens_per_step", "tpot_ms"])
+        server_al = (
+            m["server_acceptance_length"].to_numpy(float)
+            if "server_acceptance_length" in m
+            else np.full(len(m), np.nan)
+        )  # the server's own per-request figure, where it sends one
+        per = pd.DataFrame(
+            {
+                "tokens_per_step": [_mean_decode(s) for s in m["step_tokens"]],
+                "tpot_ms": m["tpot_ms"].to_numpy(float),
+                "completion_tokens": m["completion_tokens"].to_numpy(float),
+                "server_acceptance_length": server_al,
+            }
+        ).dropna(subset=["tokens_per_step", "tpot_ms"])
         for k in _keys(sw):
             per[k] = c[k]
         reqs.append(per)
-        rho = (per["tokens_per_step"].rank().corr(per["tpot_ms"].rank())
-               if len(per) >= 3 and per["tokens_per_step"].nunique() > 1 else None)
+        rho = (
+            per["tokens_per_step"].rank().corr(per["tpot_ms"].rank())
+            if len(per) >= 3 and per["tokens_per_step"].nunique() > 1
+            else None
+        )
         q = per["tokens_per_step"].quantile([0.1, 0.5, 0.9]) if len(per) else None
-        cells.append({**{k: c[k] for k in _keys(sw)}, "requests": len(per),
-                      "tokens_per_step_p10": None if q is None else q.iloc[0],
-                      "tokens_per_step_p50": None if q is None else q.iloc[1],
-                      "tokens_per_step_p90": None if q is None else q.iloc[2],
-                      "spearman_tokens_per_step_vs_tpot": None if rho is None or _nan(rho) else rho,
-                      **_server_spread(per)})
-    per_req = pd.concat(reqs, ignore_index=True) if reqs else pd.DataFrame(
-        columns=["tokens_per_step", "tpot_ms", "completion_tokens", "server_acceptance_length", *KEYS])
+        cells.append(
+            {
+                **{k: c[k] for k in _keys(sw)},
+                "requests": len(per),
+                "tokens_per_step_p10": None if q is None else q.iloc[0],
+                "tokens_per_step_p50": None if q is None else q.iloc[1],
+                "tokens_per_step_p90": None if q is None else q.iloc[2],
+                "spearman_tokens_per_step_vs_tpot": None if rho is None or _nan(rho) else rho,
+                **_server_spread(per),
+            }
+        )
+    per_req = (
+        pd.concat(reqs, ignore_index=True)
+        if reqs
+        else pd.DataFrame(
+            columns=["tokens_per_step", "tpot_ms", "completion_tokens", "server_acceptance_length", *KEYS]
+        )
+    )
     return per_req, pd.DataFrame(cells)
 
 
@@ -232,12 +293,21 @@ def _server_spread(per: pd.DataFrame) -> dict:
     if al.empty:
         return {"server_al_requests": 0}
     q = al["server_acceptance_length"].quantile([0.1, 0.5, 0.9])
-    rank = lambda x: (al["server_acceptance_length"].rank().corr(al[x].rank())  # noqa: E731
-                      if len(al) >= 3 and al["server_acceptance_length"].nunique() > 1 and al[x].nunique() > 1 else None)
-    return {"server_al_requests": int(len(al)), "server_al_mean_of_requests": float(al["server_acceptance_length"].mean()),
-            "server_al_p10": q.iloc[0], "server_al_p50": q.iloc[1], "server_al_p90": q.iloc[2],
-            "spearman_server_al_vs_output_tokens": rank("completion_tokens"),
-            "spearman_server_al_vs_tpot": rank("tpot_ms")}
+
+    def rank(x: str) -> float | None:
+        if len(al) >= 3 and al["server_acceptance_length"].nunique() > 1 and al[x].nunique() > 1:
+            return al["server_acceptance_length"].rank().corr(al[x].rank())
+        return None
+
+    return {
+        "server_al_requests": int(len(al)),
+        "server_al_mean_of_requests": float(al["server_acceptance_length"].mean()),
+        "server_al_p10": q.iloc[0],
+        "server_al_p50": q.iloc[1],
+        "server_al_p90": q.iloc[2],
+        "spearman_server_al_vs_output_tokens": rank("completion_tokens"),
+        "spearman_server_al_vs_tpot": rank("tpot_ms"),
+    }
 
 
 def _mean_decode(steps) -> float:

@@ -2,6 +2,7 @@
 (`whatif.json`, from `loadgen whatif TRACES --output DIR`) or acceptance traces
 (`traces.jsonl`, evaluated here on the cost profile of the sweep's model at the sweep's
 concurrency levels, and kept as whatif.json)."""
+
 from __future__ import annotations
 
 import json
@@ -29,10 +30,13 @@ def load(root: Path, model: str | None, levels: list[int] | None = None) -> tupl
     from loadgen.errors import LoadgenError
     from loadgen.whatif.job import WhatIfJob, whatif
     from servers.emulator import profile as profiles
+
     name = profiles.for_model(model) if model else None
     if name is None:
-        return None, [f"traces.jsonl is here but no cost profile serves {model!r}: run "
-                      f"loadgen whatif {traces_path} --profile NAME --output {root} to add the what-if section"]
+        return None, [
+            f"traces.jsonl is here but no cost profile serves {model!r}: run "
+            f"loadgen whatif {traces_path} --profile NAME --output {root} to add the what-if section"
+        ]
     try:  # as loadgen whatif evaluates them, at the sweep's levels
         doc = whatif(WhatIfJob(traces_path, name, batches=tuple(levels or BATCHES), ks=tuple(KS))).doc
     except LoadgenError as e:
@@ -55,25 +59,45 @@ def section(doc: dict, out: Path, page_has_plotly: bool = False) -> tuple[Sectio
     frame = res.assign(variant=res["policy"], workload="traces", level=res["batch"], mode="closed")
     policies = list(dict.fromkeys(res["policy"]))
     colours = plots.colours(policies, "none")
-    fig = plots.lines_vs_load(frame, "speedup", "speedup over no speculation (x)",
-                              "What-if: speedup of each policy over the traces", colours,
-                              out / "whatif.png", hline=1.0)
+    fig = plots.lines_vs_load(
+        frame,
+        "speedup",
+        "speedup over no speculation (x)",
+        "What-if: speedup of each policy over the traces",
+        colours,
+        out / "whatif.png",
+        hline=1.0,
+    )
     best = ", ".join(f"B={b}: {p}" for b, p in doc["best_realisable"].items())
     protocol = "offline batches (the study's)" if doc.get("protocol") == "offline" else "closed loop"
     gap = ", ".join(f"B={b}: {g['share']:.0%}" for b, g in doc.get("gap", {}).items() if g["share"] is not None)
-    schedules = [f"{m}: {json.dumps(s['ranges'])} ([first, last, k] by batch size; as --speculative-config: "
-                 f"{json.dumps(s['speculative_config'], separators=(',', ':'))})"
-                 for m, s in doc.get("schedules", {}).items() if s.get("ranges")]
-    text = "\n".join([
-        f"{doc['traces']} acceptance traces ({doc['source']}) replayed in virtual time on the {doc['profile']} "
-        f"cost profile, {protocol} at each batch size (docs/whatif.md). Oracles are upper bounds no server "
-        "can run; realisable policies could be deployed.",
-        f"Best realisable policy per batch size: {best}.",
-        *([f"What the best realisable policy gets of the best oracle's throughput: {gap}."] if gap else []),
-        *([f"Recommended k schedule (vLLM's num_speculative_tokens_per_batch_size): {s}." for s in schedules]),
-        *[f"Note: {n}" for n in doc["notes"] + doc.get("input", {}).get("notes", [])]])
+    schedules = [
+        f"{m}: {json.dumps(s['ranges'])} ([first, last, k] by batch size; as --speculative-config: "
+        f"{json.dumps(s['speculative_config'], separators=(',', ':'))})"
+        for m, s in doc.get("schedules", {}).items()
+        if s.get("ranges")
+    ]
+    text = "\n".join(
+        [
+            f"{doc['traces']} acceptance traces ({doc['source']}) replayed in virtual time on the {doc['profile']} "
+            f"cost profile, {protocol} at each batch size (docs/whatif.md). Oracles are upper bounds no server "
+            "can run; realisable policies could be deployed.",
+            f"Best realisable policy per batch size: {best}.",
+            *([f"What the best realisable policy gets of the best oracle's throughput: {gap}."] if gap else []),
+            *([f"Recommended k schedule (vLLM's num_speculative_tokens_per_batch_size): {s}." for s in schedules]),
+            *[f"Note: {n}" for n in doc["notes"] + doc.get("input", {}).get("notes", [])],
+        ]
+    )
     wide = table(doc)
     chart = interactive.whatif_chart(res, colours, include_js=not page_has_plotly)
-    return Section("What-if: fixed k, oracles and combined drafters", text,
-                   [("Speedup over no speculation by batch size", wide, "whatif.csv")], [fig] if fig else [],
-                   chart=chart), wide, fig
+    return (
+        Section(
+            "What-if: fixed k, oracles and combined drafters",
+            text,
+            [("Speedup over no speculation by batch size", wide, "whatif.csv")],
+            [fig] if fig else [],
+            chart=chart,
+        ),
+        wide,
+        fig,
+    )

@@ -4,14 +4,15 @@ time (loadgen.load.timescale), the request frame and the summary. The one pipeli
 measurement goes through: `loadgen run` and `loadgen check` are this plus their output, a sweep's
 cell and a capacity probe are this with a cell's place (loadgen.sweep.cell: warm-up apart, the
 emulator's time scale set first); `loadgen.api.run` is its door for Python."""
+
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
@@ -20,11 +21,11 @@ from loadgen import config as configs
 from loadgen.backends.workers import WorkerError, WorkloadRef
 from loadgen.client.endpoint import EndpointError, api_base, metrics_url, probe
 from loadgen.errors import LoadgenError
+from loadgen.load import scrape, timescale
+from loadgen.load.execute import RunResult, RunSpec, execute, session_for, stop_on_signals
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
 from loadgen.outputs import journal, store
-from loadgen.load import scrape, timescale
-from loadgen.load.execute import RunResult, RunSpec, execute, session_for, stop_on_signals
 from loadgen.run.target import Note, Target, serving
 
 
@@ -34,33 +35,33 @@ class RunJob:
     from the target): where the server is, how to send the load, how to judge it."""
 
     spec: RunSpec
-    workload: object                       # an opened workloads.Workload
+    workload: object  # an opened workloads.Workload
     target: Target = field(default_factory=Target)
-    model: str | None = None               # None: the server's first model
-    keep_alive: bool | None = None         # None: as the server's kind wants (llama.cpp: off)
-    metrics_url: str | None = None         # None: the server's /metrics; "none": off
+    model: str | None = None  # None: the server's first model
+    keep_alive: bool | None = None  # None: as the server's kind wants (llama.cpp: off)
+    metrics_url: str | None = None  # None: the server's /metrics; "none": off
     workers: int = 1
-    ray_address: str | None = None         # None: no Ray; "": RAY_ADDRESS, this host's, else a new one
+    ray_address: str | None = None  # None: no Ray; "": RAY_ADDRESS, this host's, else a new one
     workload_ref: WorkloadRef | None = None  # how other processes open the same workload
     tokenizer: object = None
     tokenizer_path: str | None = None
-    objectives: dict | None = None         # goodput objectives (loadgen.measures.objectives)
+    objectives: dict | None = None  # goodput objectives (loadgen.measures.objectives)
     lateness_threshold_ms: float = 5.0
     timing_threshold_ms: float = 4.0
-    live: object = None                    # loadgen.outputs.live metrics, in-process only
+    live: object = None  # loadgen.outputs.live metrics, in-process only
     on_started: Callable[[], None] | None = None  # the server checked, the load about to go
     progress: Callable[[int, int], None] | None = None  # (done, failed) since the last call
-    note: Note = lambda _: None            # what a person should know (stderr in the CLI)
+    note: Note = lambda _: None  # what a person should know (stderr in the CLI)
     config: dict = field(default_factory=dict)  # more config keys (the command line, the host)
-    handle_signals: bool = True            # SIGINT/SIGTERM stop the run early, keeping what finished
-    steady_state: bool = False             # figures over the steady state only (loadgen.measures.summary)
-    journal: str | None = None             # a results directory: requests journaled there as they end
-    kind: str = "run"                      # the config record's command: run, or sweep (a cell)
-    warmup_apart: bool = False             # the spec's warm-up sent first, short, before the window opens
-    set_time_scale: float | None = None    # ask the emulator to run at this scale before the load
-    probe_required: bool = True            # False: a server that fails the model check is measured anyway
-    on_start: Callable | None = None       # each request as it goes (without `live`)
-    on_record: Callable | None = None      # each request's record as it ends (without `live`)
+    handle_signals: bool = True  # SIGINT/SIGTERM stop the run early, keeping what finished
+    steady_state: bool = False  # figures over the steady state only (loadgen.measures.summary)
+    journal: str | None = None  # a results directory: requests journaled there as they end
+    kind: str = "run"  # the config record's command: run, or sweep (a cell)
+    warmup_apart: bool = False  # the spec's warm-up sent first, short, before the window opens
+    set_time_scale: float | None = None  # ask the emulator to run at this scale before the load
+    probe_required: bool = True  # False: a server that fails the model check is measured anyway
+    on_start: Callable | None = None  # each request as it goes (without `live`)
+    on_record: Callable | None = None  # each request's record as it ends (without `live`)
 
 
 class NotMeasured(LoadgenError):
@@ -72,7 +73,7 @@ class StoppedEarly(Exception):
 
 
 WARMUP_TOKENS = 16  # a separate warm-up request's answer, at most: it warms the server and the connection,
-                    # its length measures nothing (and at a time scale S costs S times as long)
+# its length measures nothing (and at a time scale S costs S times as long)
 
 
 @dataclass
@@ -91,16 +92,24 @@ class Measured:
         config = run_config(job, result)
         if job.kind == "run":
             config["token_ids_from_tokenizer"] = self.tokenized
-        out = summarize(self.frame, result.loop_lag(), config=config,
-                        interrupted=result.interrupted, goodput=job.objectives,
-                        lateness_threshold_ms=job.lateness_threshold_ms,
-                        timing_threshold_ms=job.timing_threshold_ms,
-                        load_info=result.load_info, server_figures=scrape.figures(result.server_window),
-                        steady=job.steady_state)
+        out = summarize(
+            self.frame,
+            result.loop_lag(),
+            config=config,
+            interrupted=result.interrupted,
+            goodput=job.objectives,
+            lateness_threshold_ms=job.lateness_threshold_ms,
+            timing_threshold_ms=job.timing_threshold_ms,
+            load_info=result.load_info,
+            server_figures=scrape.figures(result.server_window),
+            steady=job.steady_state,
+        )
         seen = sorted(set(timescale.window_scales(result.server_window)) - {job.spec.time_scale})
         if seen:  # converted by one scale, served (partly) at another: the figures are not the hardware's
-            out["time_scale_error"] = (f"the emulator ran at time scale {', '.join(f'{x:g}' for x in seen)} "
-                                       f"during the run, whose figures were converted at {job.spec.time_scale:g}")
+            out["time_scale_error"] = (
+                f"the emulator ran at time scale {', '.join(f'{x:g}' for x in seen)} "
+                f"during the run, whose figures were converted at {job.spec.time_scale:g}"
+            )
         return out
 
 
@@ -112,8 +121,10 @@ def measure(job: RunJob) -> Measured:
     spec = job.spec
     spec.journal = None if job.journal is None else str(job.journal)
     if (job.workers > 1 or job.ray_address is not None) and job.live is not None:
-        raise LoadgenError("--metrics-port is not available with --workers or --ray (the requests "
-                           "are sent by other processes); drop one of them")
+        raise LoadgenError(
+            "--metrics-port is not available with --workers or --ray (the requests "
+            "are sent by other processes); drop one of them"
+        )
     with serving(job.target, job.note) as url:
         try:
             spec.api_base = api_base(url)
@@ -125,8 +136,10 @@ def measure(job: RunJob) -> Measured:
                 raise ValueError(f"workers must be >= 1, got {job.workers}")
             backends.choose(job.workers, job.workload_ref).check(spec)
         except ValueError as e:
-            raise LoadgenError("--" + str(e).replace("max_concurrency", "--max-concurrency")
-                               .replace("the concurrency", "the --concurrency")) from None
+            raise LoadgenError(
+                "--"
+                + str(e).replace("max_concurrency", "--max-concurrency").replace("the concurrency", "the --concurrency")
+            ) from None
         cluster = _join_ray(job)
         try:
             result = asyncio.run(_run(job, cluster))
@@ -146,9 +159,15 @@ def _join_ray(job: RunJob):
     if job.ray_address is None:
         return None
     from loadgen.backends.raycluster import ClusterError, connect
+
     try:
-        return connect(job.ray_address or None, "CPU", job.workers, what=f"--workers {job.workers} (a CPU each)",
-                       fix="add nodes, or give fewer --workers")
+        return connect(
+            job.ray_address or None,
+            "CPU",
+            job.workers,
+            what=f"--workers {job.workers} (a CPU each)",
+            fix="add nodes, or give fewer --workers",
+        )
     except ClusterError as e:
         raise LoadgenError(str(e)) from None
 
@@ -191,18 +210,28 @@ async def _load(job: RunJob, cluster, stop: asyncio.Event) -> RunResult:
         if job.on_started is not None:
             job.on_started()
         if job.warmup_apart and spec.warmup:  # before the window opens: not in the server's counters
-            warm = dataclasses.replace(spec, num_requests=spec.warmup, warmup=0, seed=spec.seed + 1, duration_s=None,
-                                       metrics_url=None, journal=None)
-            short = (dataclasses.replace(r, max_tokens=min(r.max_tokens, WARMUP_TOKENS))
-                     for r in job.workload.requests(None, warm.seed))
+            warm = dataclasses.replace(
+                spec,
+                num_requests=spec.warmup,
+                warmup=0,
+                seed=spec.seed + 1,
+                duration_s=None,
+                metrics_url=None,
+                journal=None,
+            )
+            short = (
+                dataclasses.replace(r, max_tokens=min(r.max_tokens, WARMUP_TOKENS))
+                for r in job.workload.requests(None, warm.seed)
+            )
             await execute(warm, short, session=session, stop=stop, on_start=on_start, on_record=on_record)
             if stop.is_set():
                 raise StoppedEarly
         measured = dataclasses.replace(spec, warmup=0) if job.warmup_apart else spec
         try:
             requests = job.workload.requests(None, spec.seed)
-            return await backend.execute(measured, requests, stop=stop, on_progress=job.progress,
-                                         on_start=on_start, on_record=on_record)
+            return await backend.execute(
+                measured, requests, stop=stop, on_progress=job.progress, on_start=on_start, on_record=on_record
+            )
         except WorkerError as e:
             raise LoadgenError(str(e)) from None
     finally:
@@ -220,55 +249,87 @@ async def _time_scale(job: RunJob, session) -> None:
             raise NotMeasured(str(e)) from None
     reported = await timescale.server_scale(session, spec.metrics_url)
     if job.set_time_scale is not None and (reported or 1.0) != job.set_time_scale:
-        raise NotMeasured(f"the emulator reports time scale {reported or 1.0:g}, not the {job.set_time_scale:g} "
-                          "it was asked for (requests still in flight from before the cell?)")
+        raise NotMeasured(
+            f"the emulator reports time scale {reported or 1.0:g}, not the {job.set_time_scale:g} "
+            "it was asked for (requests still in flight from before the cell?)"
+        )
     spec.time_scale = reported or given or 1.0
     if reported and reported != 1 and given is None and job.set_time_scale is None:
-        job.note(f"note: the server is an emulator running {reported:g}x slower than its model "
-                 "(its --time-scale); every figure is converted to its emulated time")
+        job.note(
+            f"note: the server is an emulator running {reported:g}x slower than its model "
+            "(its --time-scale); every figure is converted to its emulated time"
+        )
 
 
 def _tokenize_ids(job: RunJob, records) -> int:
     """Token ids from the tokenizer for the requests the server returned none for (the
     workload's requests regenerated: the same seed gives the same requests, in order)."""
     from loadgen.measures.tokens import fill_token_ids
+
     missing = [r for r in records if r.token_ids == [] and r.ok]
     if not missing:
         return 0
     last = max(r.index for r in missing)
-    prompts = {i: req.text() for i, req in enumerate(itertools.islice(job.workload.requests(None, job.spec.seed),
-                                                                      last + 1))
-               if not req.sensitive}
+    prompts = {
+        i: req.text()
+        for i, req in enumerate(itertools.islice(job.workload.requests(None, job.spec.seed), last + 1))
+        if not req.sensitive
+    }
     n = fill_token_ids(records, prompts, job.tokenizer)
-    job.note(f"note: the server returned no token ids for {n} requests: tokenized their text with --tokenizer "
-             "(prompts without the chat template)")
+    job.note(
+        f"note: the server returned no token ids for {n} requests: tokenized their text with --tokenizer "
+        "(prompts without the chat template)"
+    )
     return n
 
 
 def write_config(job: RunJob) -> None:
     """The run's configuration as known before the load goes, beside its journal: what
     `loadgen summarize` needs to summarize a run that never ended."""
-    store.write_json(Path(job.spec.journal) / journal.CONFIG, {
-        "config": run_config(job, None),
-        "summarize": {"objectives": job.objectives, "lateness_threshold_ms": job.lateness_threshold_ms,
-                      "timing_threshold_ms": job.timing_threshold_ms, "steady_state": job.steady_state}})
+    store.write_json(
+        Path(job.spec.journal) / journal.CONFIG,
+        {
+            "config": run_config(job, None),
+            "summarize": {
+                "objectives": job.objectives,
+                "lateness_threshold_ms": job.lateness_threshold_ms,
+                "timing_threshold_ms": job.timing_threshold_ms,
+                "steady_state": job.steady_state,
+            },
+        },
+    )
 
 
 def run_config(job: RunJob, result: RunResult | None) -> dict:
     """The run's config record (`result` None: before the run, without its clock)."""
     spec = job.spec
     return configs.run_config(
-        job.kind, base_url=configs.public_url(spec.api_base), model=spec.model, endpoint=spec.endpoint,
-        load=configs.described_load(spec.load, spec.think), num_requests=spec.num_requests, duration_s=spec.duration_s,
-        warmup=spec.warmup, seed=spec.seed, workload=job.workload.describe(),
+        job.kind,
+        base_url=configs.public_url(spec.api_base),
+        model=spec.model,
+        endpoint=spec.endpoint,
+        load=configs.described_load(spec.load, spec.think),
+        num_requests=spec.num_requests,
+        duration_s=spec.duration_s,
+        warmup=spec.warmup,
+        seed=spec.seed,
+        workload=job.workload.describe(),
         clock=configs.clock(result.t0_ns, result.t0_unix) if result is not None else None,
         embedded_server=job.target.base_url is None,
-        request_timeout_s=spec.request_timeout_s, continuous_usage_requested=spec.continuous_usage,
-        tokenizer=job.tokenizer_path, extra_body=spec.extra_body, token_ids=spec.token_ids,
+        request_timeout_s=spec.request_timeout_s,
+        continuous_usage_requested=spec.continuous_usage,
+        tokenizer=job.tokenizer_path,
+        extra_body=spec.extra_body,
+        token_ids=spec.token_ids,
         speculative_config=job.target.speculative_config,
         metrics_url=configs.public_url(spec.metrics_url),
-        api_key_provided=bool(spec.headers), keep_alive=spec.keep_alive,
-        lateness_threshold_ms=job.lateness_threshold_ms, timing_threshold_ms=job.timing_threshold_ms,
-        workers=job.workers, time_scale=spec.time_scale,
+        api_key_provided=bool(spec.headers),
+        keep_alive=spec.keep_alive,
+        lateness_threshold_ms=job.lateness_threshold_ms,
+        timing_threshold_ms=job.timing_threshold_ms,
+        workers=job.workers,
+        time_scale=spec.time_scale,
         time_scale_requested=job.target.time_scale if job.set_time_scale is None else job.set_time_scale,
-        workers_on_ray=job.ray_address is not None, **job.config)
+        workers_on_ray=job.ray_address is not None,
+        **job.config,
+    )

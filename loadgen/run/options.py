@@ -3,6 +3,7 @@ every option checked before anything runs, each mistake a LoadgenError that name
 the fix. The command line builds these models from its flags (loadgen/cli/options.py: one
 field each, the load shapes' from their family); Python builds them directly, and both are
 checked by this one code. `loadgen/sweep/planning.py` does the same for a sweep."""
+
 from __future__ import annotations
 
 import json
@@ -16,10 +17,10 @@ from loadgen.load.execute import RunSpec
 from loadgen.load.timescale import TimeScaleError, parse_scale
 from loadgen.measures import slo
 from loadgen.measures.tokens import TokenizerError, load_tokenizer
+from loadgen.options import LoadOptions, RunOptions, WorkloadOptions
 from loadgen.run.measurement import RunJob
 from loadgen.run.target import Note, Target
 from loadgen.shapes import Shape
-from loadgen.options import LoadOptions, RunOptions, WorkloadOptions
 from loadgen.shapes import options as shape_options
 from workloads import Workload, WorkloadError, open_workload
 from workloads.fitting import trace_requests
@@ -27,8 +28,13 @@ from workloads.fitting import trace_requests
 
 def _spec_fields() -> tuple[str, ...]:
     """The option names a RunSpec's message may start with (longer ones first)."""
-    names = [f.name for f in shape_options.flags()] + ["num_requests", "duration", "warmup", "request_timeout",
-                                                        "max_error_rate"]
+    names = [f.name for f in shape_options.flags()] + [
+        "num_requests",
+        "duration",
+        "warmup",
+        "request_timeout",
+        "max_error_rate",
+    ]
     return tuple(sorted(names, key=len, reverse=True))
 
 
@@ -60,8 +66,11 @@ def workload(o: WorkloadOptions, tokenizer=None, note: Note = lambda _: None, lo
     if getattr(load, "window", None) is not None:
         return _trace_workload(o, load, tokenizer, note)
     spec = o.workload
-    shorthand = {k: v for k, v in (("input_len", o.input_len), ("output_len", o.output_len),
-                                   ("range_ratio", o.range_ratio)) if v is not None}
+    shorthand = {
+        k: v
+        for k, v in (("input_len", o.input_len), ("output_len", o.output_len), ("range_ratio", o.range_ratio))
+        if v is not None
+    }
     for key in ("input_len", "output_len"):
         if key in shorthand and shorthand[key] < 1:
             raise LoadgenError(f"--{key.replace('_', '-')} must be >= 1, got {shorthand[key]}")
@@ -69,13 +78,14 @@ def workload(o: WorkloadOptions, tokenizer=None, note: Note = lambda _: None, lo
         raise LoadgenError(f"--range-ratio must be in [0, 1), got {shorthand['range_ratio']}")
     if shorthand:
         if not (spec == "synthetic" or spec.startswith("synthetic:")):
-            raise LoadgenError("--input-len, --output-len and --range-ratio apply to synthetic workloads; "
-                               "give other workloads' options in --workload")
+            raise LoadgenError(
+                "--input-len, --output-len and --range-ratio apply to synthetic workloads; "
+                "give other workloads' options in --workload"
+            )
         base = "synthetic:random" if spec == "synthetic" else spec
         spec = base + "".join(f",{k}={v}" for k, v in shorthand.items() if f"{k}=" not in base)
     try:
-        w = open_workload(spec, data_dir=o.data_dir, skip_bad=o.skip_bad, category=o.category,
-                          tokenizer=tokenizer)
+        w = open_workload(spec, data_dir=o.data_dir, skip_bad=o.skip_bad, category=o.category, tokenizer=tokenizer)
     except WorkloadError as e:
         raise LoadgenError(str(e)) from None
     if w.notice:
@@ -90,7 +100,9 @@ def workload(o: WorkloadOptions, tokenizer=None, note: Note = lambda _: None, lo
 def _trace_workload(o: WorkloadOptions, load: Any, tokenizer, note: Note) -> Workload:
     trace, part, source = load.trace, load.window, load.source
     if any(v is not None for v in (o.input_len, o.output_len, o.range_ratio)):
-        raise LoadgenError("--input-len, --output-len and --range-ratio do not apply to --trace: the trace gives the lengths")
+        raise LoadgenError(
+            "--input-len, --output-len and --range-ratio do not apply to --trace: the trace gives the lengths"
+        )
     content = None
     if o.workload != "synthetic:random":  # the default: random common words (workloads.fitting)
         content = workload(o, None, note)  # the text only
@@ -99,9 +111,13 @@ def _trace_workload(o: WorkloadOptions, load: Any, tokenizer, note: Note) -> Wor
     for what, n in trace.repairs.items():
         note(f"note: {n} lines of {source}: {what}")
     text = content.spec if content is not None else "random common words (no --workload)"
-    return Workload(f"trace:{source}", "trace", f"{source}, text from {text}",
-                    make=lambda seed: trace_requests(part, content, seed=seed, tokenizer=tokenizer),
-                    exact=SimpleNamespace(exact=True) if tokenizer is not None else None)
+    return Workload(
+        f"trace:{source}",
+        "trace",
+        f"{source}, text from {text}",
+        make=lambda seed: trace_requests(part, content, seed=seed, tokenizer=tokenizer),
+        exact=SimpleNamespace(exact=True) if tokenizer is not None else None,
+    )
 
 
 def think(o: LoadOptions, wl: Workload | None = None) -> Think:
@@ -111,8 +127,10 @@ def think(o: LoadOptions, wl: Workload | None = None) -> Think:
     except ValueError as e:
         raise LoadgenError("--" + str(e).replace("_", "-", 1)) from None
     if o.think_time is not None and wl is not None and not wl.conversations:
-        raise LoadgenError(f"--think-time applies to conversations, and {wl.spec} sends single requests: drop "
-                           "--think-time, or give a conversation workload (turns=session, synthetic:session)")
+        raise LoadgenError(
+            f"--think-time applies to conversations, and {wl.spec} sends single requests: drop "
+            "--think-time, or give a conversation workload (turns=session, synthetic:session)"
+        )
     return pause
 
 
@@ -151,11 +169,24 @@ def run_job(o: RunOptions, note: Note = lambda _: None, config: dict | None = No
     headers = {"Authorization": f"Bearer {o.api_key}"} if o.api_key else {}
     extra = _extra_body(o.extra_body)
     try:
-        spec = RunSpec(api_base="", model="", load=load, endpoint=o.endpoint, num_requests=num,
-                       duration_s=o.duration, warmup=o.warmup, seed=o.seed,
-                       request_timeout_s=o.request_timeout, continuous_usage=not o.no_continuous_usage,
-                       keep_text=o.tokenizer is not None, token_ids=o.token_ids, extra_body=extra,
-                       headers=headers, think=think(o, wl), max_error_rate=o.max_error_rate)
+        spec = RunSpec(
+            api_base="",
+            model="",
+            load=load,
+            endpoint=o.endpoint,
+            num_requests=num,
+            duration_s=o.duration,
+            warmup=o.warmup,
+            seed=o.seed,
+            request_timeout_s=o.request_timeout,
+            continuous_usage=not o.no_continuous_usage,
+            keep_text=o.tokenizer is not None,
+            token_ids=o.token_ids,
+            extra_body=extra,
+            headers=headers,
+            think=think(o, wl),
+            max_error_rate=o.max_error_rate,
+        )
         given_scale = parse_scale(o.time_scale)
     except TimeScaleError as e:
         raise LoadgenError(str(e)) from None
@@ -163,9 +194,21 @@ def run_job(o: RunOptions, note: Note = lambda _: None, config: dict | None = No
         raise LoadgenError(flagged(str(e), _spec_fields())) from None
     target = Target(o.base_url, o.servers, o.variant, o.engine, given_scale)
     return RunJob(
-        spec, wl, target, model=o.model, keep_alive=o.keep_alive, metrics_url=o.metrics_url,
-        workers=o.workers, ray_address=o.ray_address,
+        spec,
+        wl,
+        target,
+        model=o.model,
+        keep_alive=o.keep_alive,
+        metrics_url=o.metrics_url,
+        workers=o.workers,
+        ray_address=o.ray_address,
         workload_ref=WorkloadRef(wl.spec, o.data_dir, o.skip_bad, o.category, o.tokenizer),
-        tokenizer=tokenizer, tokenizer_path=o.tokenizer, objectives=goals,
-        lateness_threshold_ms=o.lateness_threshold_ms, timing_threshold_ms=o.timing_threshold_ms,
-        note=note, config=dict(config or {}), steady_state=o.steady_state)
+        tokenizer=tokenizer,
+        tokenizer_path=o.tokenizer,
+        objectives=goals,
+        lateness_threshold_ms=o.lateness_threshold_ms,
+        timing_threshold_ms=o.timing_threshold_ms,
+        note=note,
+        config=dict(config or {}),
+        steady_state=o.steady_state,
+    )

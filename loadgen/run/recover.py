@@ -5,6 +5,7 @@ ended normally the figures are the same; for one killed outright they cover ever
 journaled before the kill, and the summary says the run was cut and where (`journal`). What a
 killed run cannot have: the server's metric window (scraped around the whole run) and the
 exact token counts of a `--tokenizer` run's requests whose text was not journaled."""
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,11 @@ import pandas as pd
 
 from loadgen import config as configs
 from loadgen.errors import LoadgenError
+from loadgen.load import timescale
+from loadgen.load.execute import RunResult
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
 from loadgen.outputs import journal
-from loadgen.load import timescale
-from loadgen.load.execute import RunResult
 
 _NS = 1e9
 
@@ -30,37 +31,61 @@ def summarize_dir(directory: str | Path) -> tuple[pd.DataFrame, dict]:
         raise LoadgenError(f"{path}: no such directory; give a results directory of loadgen run")
     j = journal.read(path)
     if not j.files or not j.starts:
-        raise LoadgenError(f"{path}: no journal (records-*.jsonl) to summarize; loadgen run writes one "
-                           "into its --output directory as it goes")
+        raise LoadgenError(
+            f"{path}: no journal (records-*.jsonl) to summarize; loadgen run writes one "
+            "into its --output directory as it goes"
+        )
     try:
         saved = json.loads((path / journal.CONFIG).read_text())
         config = dict(saved["config"])
         config["load"]["mode"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise LoadgenError(f"{path / journal.CONFIG} is missing or unreadable ({type(e).__name__}: {e}); the run's "
-                           "configuration, written before its load, is needed beside its journal") from None
+        raise LoadgenError(
+            f"{path / journal.CONFIG} is missing or unreadable ({type(e).__name__}: {e}); the run's "
+            "configuration, written before its load, is needed beside its journal"
+        ) from None
     opts = saved.get("summarize") or {}
     first = j.starts[min(j.starts)]
     t0_ns, t0_unix, scale = int(first["t0_ns"]), first.get("t0_unix"), float(first.get("time_scale") or 1.0)
     interrupted = j.cut
-    result = RunResult(j.records, j.lag_at_ns, j.lag_ns, t0_ns, t0_unix, interrupted=interrupted,
-                       loop_lag_worker=j.lag_worker if len(j.starts) > 1 else [])
+    result = RunResult(
+        j.records,
+        j.lag_at_ns,
+        j.lag_ns,
+        t0_ns,
+        t0_unix,
+        interrupted=interrupted,
+        loop_lag_worker=j.lag_worker if len(j.starts) > 1 else [],
+    )
     timescale.to_emulated(result, scale)
     frame = request_frame(result.records)
     config["clock"] = configs.clock(t0_ns, t0_unix)
     config.setdefault("time_scale", scale)
-    summary = summarize(frame, result.loop_lag(), config=config, interrupted=interrupted,
-                        goodput=opts.get("objectives"),
-                        lateness_threshold_ms=opts.get("lateness_threshold_ms", 5.0),
-                        timing_threshold_ms=opts.get("timing_threshold_ms", 4.0),
-                        steady=bool(opts.get("steady_state")))
+    summary = summarize(
+        frame,
+        result.loop_lag(),
+        config=config,
+        interrupted=interrupted,
+        goodput=opts.get("objectives"),
+        lateness_threshold_ms=opts.get("lateness_threshold_ms", 5.0),
+        timing_threshold_ms=opts.get("timing_threshold_ms", 4.0),
+        steady=bool(opts.get("steady_state")),
+    )
     ends = [r.t_end_ns for r in result.records if r.t_end_ns]
     summary["journal"] = {
-        "cut": j.cut, "files": j.files, "records": len(j.records), "unreadable_lines": j.unreadable,
+        "cut": j.cut,
+        "files": j.files,
+        "records": len(j.records),
+        "unreadable_lines": j.unreadable,
         "processes_cut": sorted(set(j.starts) - set(j.ended)),
         "last_request_end_s": (max(ends) - t0_ns) / _NS if ends else None,
-        "note": ("the run was cut (a journal has no end): the figures cover the requests journaled before, "
-                 "up to last_request_end_s; the server's metric window is not known"
-                 if set(j.ended) != set(j.starts) else "the run was stopped before its end" if j.cut else
-                 "summarized from the journal of a run that ended")}
+        "note": (
+            "the run was cut (a journal has no end): the figures cover the requests journaled before, "
+            "up to last_request_end_s; the server's metric window is not known"
+            if set(j.ended) != set(j.starts)
+            else "the run was stopped before its end"
+            if j.cut
+            else "summarized from the journal of a run that ended"
+        ),
+    }
     return frame, summary

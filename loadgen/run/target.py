@@ -1,13 +1,14 @@
 """The server a run measures: one already running (its URL), the embedded emulator, or a
 catalog deployment's variant started for the run; a started one is always stopped afterwards."""
+
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from loadgen.errors import LoadgenError
 
@@ -33,9 +34,11 @@ class Target:
 
     def __post_init__(self) -> None:
         if self.time_scale is not None and self.base_url is not None:
-            raise LoadgenError("--time-scale runs loadgen's own emulator slower; a server at --base-url keeps "
-                               "its own time (an emulator started with --time-scale says so in its /metrics, "
-                               "and loadgen reads it): drop --time-scale")
+            raise LoadgenError(
+                "--time-scale runs loadgen's own emulator slower; a server at --base-url keeps "
+                "its own time (an emulator started with --time-scale says so in its /metrics, "
+                "and loadgen reads it): drop --time-scale"
+            )
 
     @property
     def embedded(self) -> bool:
@@ -60,13 +63,19 @@ def serving(target: Target, note: Note = lambda _: None) -> Iterator[str]:
 
 def _embedded(target: Target, note: Note):
     from servers.embedded import ServerStartError, emulator_server
+
     scale = [] if target.time_scale is None else ["--time-scale", str(target.time_scale)]
     try:
         with emulator_server(EMBEDDED_MODEL, "--speculative-config", EMBEDDED_SPEC, *scale) as srv:
-            pace = ("in real time" if not target.time_scale or target.time_scale == 1
-                    else f"{target.time_scale:g}x slower than real time")
-            note(f"No --base-url: measuring the embedded emulator at {srv.url} "
-                 f"({EMBEDDED_MODEL} on one emulated H100, EAGLE k=3, {pace})")
+            pace = (
+                "in real time"
+                if not target.time_scale or target.time_scale == 1
+                else f"{target.time_scale:g}x slower than real time"
+            )
+            note(
+                f"No --base-url: measuring the embedded emulator at {srv.url} "
+                f"({EMBEDDED_MODEL} on one emulated H100, EAGLE k=3, {pace})"
+            )
             yield srv.url
     except ServerStartError as e:
         raise LoadgenError(str(e), code=1) from None
@@ -75,6 +84,7 @@ def _embedded(target: Target, note: Note):
 def _variant_server(target: Target, note: Note):
     from servers.deployments import DeploymentError, default_port, load, render
     from servers.launcher import LaunchError, Server, free_port
+
     try:
         dep = load(target.servers).with_engine(target.engine)
         if target.variant is None:
@@ -97,6 +107,8 @@ def with_time_scale(launch, time_scale: float):
     """A rendered emulator launch that runs at `time_scale` (a later --time-scale wins over one in
     the deployment's emulator_args); LoadgenError for any other engine."""
     if launch.engine != "emulator":
-        raise LoadgenError(f"--time-scale runs the emulated GPU slower; {launch.variant} runs on {launch.engine}, "
-                           "whose hardware keeps its own time: drop --time-scale (or add --engine emulator)")
+        raise LoadgenError(
+            f"--time-scale runs the emulated GPU slower; {launch.variant} runs on {launch.engine}, "
+            "whose hardware keeps its own time: drop --time-scale (or add --engine emulator)"
+        )
     return dataclasses.replace(launch, argv=(*launch.argv, "--time-scale", str(time_scale)))

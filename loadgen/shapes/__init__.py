@@ -5,6 +5,7 @@ virtual time, from the same schedule. Members: closed loop (closed.py), open loo
 Poisson, gamma, constant gaps), ramp (ramp.py: users or rate rising linearly), trace replay
 (trace.py: a production trace's times). Every module of this package is imported here, so a new
 member is its file and nothing else (docs/architecture.md)."""
+
 from __future__ import annotations
 
 import importlib
@@ -20,8 +21,13 @@ for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
 
-def LoadShape(concurrency: int | None = None, rate: float | None = None, arrival: str = "poisson",  # noqa: N802
-              burstiness: float = 1.0, max_concurrency: int | None = None) -> Shape:
+def LoadShape(
+    concurrency: int | None = None,
+    rate: float | None = None,
+    arrival: str = "poisson",  # noqa: N802
+    burstiness: float = 1.0,
+    max_concurrency: int | None = None,
+) -> Shape:
     """A closed loop (`concurrency`) or an open loop (`rate`, with its `arrival` process,
     `burstiness` for gamma, optional `max_concurrency`): the two steady shapes by their numbers."""
     if (concurrency is None) == (rate is None):
@@ -33,5 +39,16 @@ def LoadShape(concurrency: int | None = None, rate: float | None = None, arrival
     return OpenLoop(rate, arrival, burstiness, max_concurrency)
 
 
-__all__ = ["REGISTRY", "ClosedLoop", "Flag", "LoadShape", "OpenLoop", "Ramp", "Shape", "TraceReplay", "label_of",
-           "parse_ramp", "register"]
+__all__ = [
+    "REGISTRY",
+    "ClosedLoop",
+    "Flag",
+    "LoadShape",
+    "OpenLoop",
+    "Ramp",
+    "Shape",
+    "TraceReplay",
+    "label_of",
+    "parse_ramp",
+    "register",
+]

@@ -7,6 +7,7 @@ goes at 0 and gaps follow the chosen process:
   B < 1 is burstier than Poisson, B > 1 smoother, B = 1 is Poisson;
 - constant: every gap exactly 1/rate.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,9 @@ PROCESSES = ("poisson", "gamma", "constant")
 _BLOCK = 4096
 
 
-def gaps(rate: float, n: int, *, process: str = "poisson", burstiness: float = 1.0,
-         rng: np.random.Generator) -> np.ndarray:
+def gaps(
+    rate: float, n: int, *, process: str = "poisson", burstiness: float = 1.0, rng: np.random.Generator
+) -> np.ndarray:
     if rate <= 0:
         raise ValueError(f"rate must be > 0, got {rate}")
     if burstiness <= 0:
@@ -30,8 +32,15 @@ def gaps(rate: float, n: int, *, process: str = "poisson", burstiness: float = 1
     raise ValueError(f"unknown arrival process {process!r}; valid: {', '.join(PROCESSES)}")
 
 
-def schedule(rate: float, *, num: int | None = None, duration_s: float | None = None,
-             process: str = "poisson", burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
+def schedule(
+    rate: float,
+    *,
+    num: int | None = None,
+    duration_s: float | None = None,
+    process: str = "poisson",
+    burstiness: float = 1.0,
+    seed: int = 0,
+) -> np.ndarray:
     """Send offsets (seconds) for up to `num` arrivals, all before `duration_s`."""
     if num is None and duration_s is None:
         raise ValueError("bound the schedule by num and/or duration_s")

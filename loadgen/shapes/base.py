@@ -9,6 +9,7 @@ subclassing `Shape`, registered with `@register`, declaring its command-line opt
 the CLI makes them flags of every command that takes a load) and how it is built from them
 (`from_options`). Nothing else is edited to add one: the package finds its modules.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,10 +17,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-REGISTRY: dict[str, type["Shape"]] = {}
+REGISTRY: dict[str, type[Shape]] = {}
 
 
-def register(cls: type["Shape"]) -> type["Shape"]:
+def register(cls: type[Shape]) -> type[Shape]:
     """Add a shape class under its `mode` (the `load.mode` of a run's config record)."""
     REGISTRY[cls.mode] = cls
     return cls
@@ -53,9 +54,9 @@ class Shape:
     mode: ClassVar[str]
     closed: ClassVar[bool]
     OPTIONS: ClassVar[tuple[Flag, ...]] = ()  # the first asks for this shape; the rest tune it
-    USES: ClassVar[tuple[str, ...]] = ()      # other shapes' options this one reads too
-    STEADY: ClassVar[bool] = False            # one of the two steady loads (closed, open)
-    SWEEPS: ClassVar[bool] = True             # a sweep's cells can run it (loadgen sweep --its-option)
+    USES: ClassVar[tuple[str, ...]] = ()  # other shapes' options this one reads too
+    STEADY: ClassVar[bool] = False  # one of the two steady loads (closed, open)
+    SWEEPS: ClassVar[bool] = True  # a sweep's cells can run it (loadgen sweep --its-option)
     concurrency = None
     rate = None
     arrival = "poisson"

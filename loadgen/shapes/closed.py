@@ -1,9 +1,9 @@
 """Closed loop: `concurrency` users, each sending its next request as soon as its previous one
 ends (loadgen.executors.closed_loop runs them)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any
 
 from loadgen.shapes.base import Flag, Shape, register
@@ -16,8 +16,15 @@ class ClosedLoop(Shape):
     mode = "closed"
     closed = True
     STEADY = True
-    OPTIONS = (Flag("concurrency", int, "Closed loop: N users, each sends when its last request ends.",
-                    metavar="N", what="closed loop"),)
+    OPTIONS = (
+        Flag(
+            "concurrency",
+            int,
+            "Closed loop: N users, each sends when its last request ends.",
+            metavar="N",
+            what="closed loop",
+        ),
+    )
 
     @classmethod
     def from_options(cls, given: Any, context: Any = None) -> ClosedLoop:
@@ -28,8 +35,14 @@ class ClosedLoop(Shape):
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
 
     def describe(self) -> dict:
-        return {"mode": "closed", "concurrency": self.concurrency, "rate": None, "arrival": None,
-                "burstiness": None, "max_concurrency": None}
+        return {
+            "mode": "closed",
+            "concurrency": self.concurrency,
+            "rate": None,
+            "arrival": None,
+            "burstiness": None,
+            "max_concurrency": None,
+        }
 
     @staticmethod
     def label(described: dict) -> str:

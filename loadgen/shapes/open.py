@@ -1,20 +1,21 @@
 """Open loop: requests at a steady `rate`, gaps from an arrival process (Poisson, gamma with a
 burstiness, constant; loadgen.shapes.arrivals), optionally capped in flight (`max_concurrency`);
 loadgen.executors.open_loop runs them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from loadgen.shapes import arrivals
-from typing import Any
-
 from loadgen.shapes.base import Flag, Shape, register
 
 
-def check_open(rate_name: str, rate: float, arrival: str, burstiness: float,
-               max_concurrency: int | None, allow_zero: bool = False) -> None:
+def check_open(
+    rate_name: str, rate: float, arrival: str, burstiness: float, max_concurrency: int | None, allow_zero: bool = False
+) -> None:
     """The checks every open-loop shape shares, with the option's name in each message."""
     if not (0 <= rate if allow_zero else 0 < rate) or rate == float("inf") or rate != rate:
         raise ValueError(f"{rate_name} must be > 0 and finite, got {rate}")
@@ -34,8 +35,11 @@ def gaps(given: Any) -> dict:
     process = given.arrival or ("gamma" if given.burstiness is not None else "poisson")
     if given.burstiness is not None and process != "gamma":
         raise ValueError(f"--burstiness applies to gamma arrivals, not --arrival {process}")
-    return {"arrival": process, "burstiness": 1.0 if given.burstiness is None else given.burstiness,
-            "max_concurrency": given.max_concurrency}
+    return {
+        "arrival": process,
+        "burstiness": 1.0 if given.burstiness is None else given.burstiness,
+        "max_concurrency": given.max_concurrency,
+    }
 
 
 def open_label(head: str, described: dict) -> str:
@@ -59,10 +63,16 @@ class OpenLoop(Shape):
     STEADY = True
     OPTIONS = (
         Flag("rate", float, "Open loop: R requests per second.", metavar="R", what="open loop"),
-        Flag("arrival", str, "Open-loop gaps [default: poisson; gamma when --burstiness is given].",
-             choices=("poisson", "gamma", "constant"), applies=OPEN_ONLY),
-        Flag("burstiness", float, "Gamma shape B: CV of gaps = 1/sqrt(B); 1 = Poisson, < 1 burstier.",
-             applies=OPEN_ONLY),
+        Flag(
+            "arrival",
+            str,
+            "Open-loop gaps [default: poisson; gamma when --burstiness is given].",
+            choices=("poisson", "gamma", "constant"),
+            applies=OPEN_ONLY,
+        ),
+        Flag(
+            "burstiness", float, "Gamma shape B: CV of gaps = 1/sqrt(B); 1 = Poisson, < 1 burstier.", applies=OPEN_ONLY
+        ),
         Flag("max_concurrency", int, "Open loop: cap on requests in flight.", applies=OPEN_ONLY),
     )
 
@@ -74,9 +84,14 @@ class OpenLoop(Shape):
         check_open("rate", self.rate, self.arrival, self.burstiness, self.max_concurrency)
 
     def describe(self) -> dict:
-        return {"mode": "open", "concurrency": None, "rate": self.rate, "arrival": self.arrival,
-                "burstiness": self.burstiness if self.arrival == "gamma" else None,
-                "max_concurrency": self.max_concurrency}
+        return {
+            "mode": "open",
+            "concurrency": None,
+            "rate": self.rate,
+            "arrival": self.arrival,
+            "burstiness": self.burstiness if self.arrival == "gamma" else None,
+            "max_concurrency": self.max_concurrency,
+        }
 
     @staticmethod
     def label(described: dict) -> str:
@@ -86,5 +101,6 @@ class OpenLoop(Shape):
         return f"r{self.rate:g}"
 
     def arrivals_s(self, *, num: int | None, duration_s: float | None, seed: int) -> np.ndarray:
-        return arrivals.schedule(self.rate, num=num, duration_s=duration_s, process=self.arrival,
-                                 burstiness=self.burstiness, seed=seed)
+        return arrivals.schedule(
+            self.rate, num=num, duration_s=duration_s, process=self.arrival, burstiness=self.burstiness, seed=seed
+        )

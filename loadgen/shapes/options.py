@@ -2,10 +2,11 @@
 (`Shape.OPTIONS`) and builds itself from them (`Shape.from_options`), so the options of
 `loadgen run` / `check` / `simulate` are the registry's and a new shape adds its own. What the
 options of several members give together is judged here, once, in one line each."""
+
 from __future__ import annotations
 
 from dataclasses import field, make_dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from loadgen.errors import LoadgenError, flagged
@@ -25,7 +26,7 @@ def flags(*, sweep: bool = False) -> list[Flag]:
     return list(out.values())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _model(names: tuple[str, ...]) -> type:
     types = {f.name: f.type for f in flags()}
     return make_dataclass("ShapeOptions", [(n, types[n] | None, field(default=None)) for n in names], frozen=True)
@@ -50,8 +51,11 @@ def from_options(given: Any, context: Any = None) -> Shape:
     refused where it does not read them. LoadgenError naming the option and the fix."""
     asked = [cls for cls in REGISTRY.values() if _asks(cls, given)]
     if not asked or (len(asked) > 1 and all(cls.STEADY for cls in asked)):
-        loads = [f"{cls.OPTIONS[0].flag} {cls.OPTIONS[0].metavar} ({cls.OPTIONS[0].what})"
-                 for cls in REGISTRY.values() if cls.OPTIONS]
+        loads = [
+            f"{cls.OPTIONS[0].flag} {cls.OPTIONS[0].metavar} ({cls.OPTIONS[0].what})"
+            for cls in REGISTRY.values()
+            if cls.OPTIONS
+        ]
         raise LoadgenError(f"give exactly one of {', '.join(loads[:-1])} and {loads[-1]}")
     if len(asked) > 1:
         own = next(cls for cls in asked if not cls.STEADY)

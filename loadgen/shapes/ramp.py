@@ -12,16 +12,16 @@ seconds, then holds at `end`, e.g. `--ramp 1:32:60` (users) or `--ramp rate:1:20
   exactly the inhomogeneous Poisson process of rate r(t), for constant gaps one request each
   time L(t) passes a whole number. The first request goes at 0, as in an open loop.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from loadgen.shapes import arrivals
-from typing import Any
-
 from loadgen.shapes.base import Flag, Shape, register
 from loadgen.shapes.open import check_open, gaps, open_label
 
@@ -57,9 +57,16 @@ class Ramp(Shape):
     burstiness: float = 1.0
     max_concurrency: int | None = None
     mode = "ramp"
-    OPTIONS = (Flag("ramp", str, "Load rising linearly from A to B over S seconds, then held at B: users (closed "
-                    "loop, the default) or requests per second (open loop), e.g. 1:32:60 or rate:1:20:60.",
-                    metavar="[users:|rate:]A:B:S", what="a ramp"),)
+    OPTIONS = (
+        Flag(
+            "ramp",
+            str,
+            "Load rising linearly from A to B over S seconds, then held at B: users (closed "
+            "loop, the default) or requests per second (open loop), e.g. 1:32:60 or rate:1:20:60.",
+            metavar="[users:|rate:]A:B:S",
+            what="a ramp",
+        ),
+    )
     USES = ("arrival", "burstiness", "max_concurrency")
 
     @classmethod
@@ -67,8 +74,9 @@ class Ramp(Shape):
         fields = parse_ramp(given.ramp)
         if fields["of"] == "users":
             if given.arrival or given.burstiness is not None or given.max_concurrency:
-                raise ValueError("--arrival, --burstiness and --max-concurrency apply to a rate ramp "
-                                 "(--ramp rate:A:B:S) only")
+                raise ValueError(
+                    "--arrival, --burstiness and --max-concurrency apply to a rate ramp (--ramp rate:A:B:S) only"
+                )
             return cls(**fields)
         return cls(**fields, **gaps(given))
 
@@ -79,13 +87,16 @@ class Ramp(Shape):
             raise ValueError(f"ramp seconds must be > 0 and finite, got {self.over_s:g}")
         if self.of == "users":
             if not 0 <= self.start <= self.end or self.end < 1:
-                raise ValueError(f"a users ramp rises from START >= 0 to END >= 1 (users never leave), "
-                                 f"got {self.start:g} to {self.end:g}")
+                raise ValueError(
+                    f"a users ramp rises from START >= 0 to END >= 1 (users never leave), "
+                    f"got {self.start:g} to {self.end:g}"
+                )
             if self.arrival != "poisson" or self.burstiness != 1.0 or self.max_concurrency is not None:
                 raise ValueError("arrival, burstiness and max_concurrency apply to a rate ramp only")
         else:
-            check_open("ramp start rate", self.start, self.arrival, self.burstiness, self.max_concurrency,
-                       allow_zero=True)
+            check_open(
+                "ramp start rate", self.start, self.arrival, self.burstiness, self.max_concurrency, allow_zero=True
+            )
             check_open("ramp end rate", self.end, self.arrival, self.burstiness, self.max_concurrency)
 
     @property
@@ -102,11 +113,18 @@ class Ramp(Shape):
 
     def describe(self) -> dict:
         users = self.of == "users"
-        return {"mode": "ramp", "of": self.of, "start": self.start, "end": self.end, "over_s": self.over_s,
-                "concurrency": self.concurrency, "rate": self.rate,
-                "arrival": None if users else self.arrival,
-                "burstiness": self.burstiness if not users and self.arrival == "gamma" else None,
-                "max_concurrency": self.max_concurrency}
+        return {
+            "mode": "ramp",
+            "of": self.of,
+            "start": self.start,
+            "end": self.end,
+            "over_s": self.over_s,
+            "concurrency": self.concurrency,
+            "rate": self.rate,
+            "arrival": None if users else self.arrival,
+            "burstiness": self.burstiness if not users and self.arrival == "gamma" else None,
+            "max_concurrency": self.max_concurrency,
+        }
 
     @staticmethod
     def label(described: dict) -> str:

@@ -1,6 +1,7 @@
 """`loadgen simulate` as a job: the emulated engine under a load in virtual time
 (loadgen.simulate.virtual), with the same request frame and summary as a measured run, plus the
 engine's own counts; optionally every finished request's exact acceptance trace."""
+
 from __future__ import annotations
 
 import json
@@ -13,23 +14,23 @@ import pandas as pd
 
 from loadgen import config as configs
 from loadgen.errors import LoadgenError
-from loadgen.options import SimOptions
-from loadgen.simulate import CLIENT_RTT_S
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
+from loadgen.options import SimOptions
+from loadgen.simulate import CLIENT_RTT_S
 from loadgen.simulate.virtual import SimResult, SimSpec, simulate
 
 
 @dataclass
 class SimJob:
     sim: SimSpec
-    workload: object                   # an opened workloads.Workload
-    model: str | None = None           # the model name to record [default: the profile's first]
-    spec_json: str | None = None       # the --speculative-config as given, for the record
-    traces: IO | None = None           # an open file for the acceptance traces (JSON lines)
-    objectives: dict | None = None     # goodput objectives
+    workload: object  # an opened workloads.Workload
+    model: str | None = None  # the model name to record [default: the profile's first]
+    spec_json: str | None = None  # the --speculative-config as given, for the record
+    traces: IO | None = None  # an open file for the acceptance traces (JSON lines)
+    objectives: dict | None = None  # goodput objectives
     config: dict = field(default_factory=dict)  # more config keys (the command line, the host)
-    steady_state: bool = False         # figures over the steady state only (loadgen.measures.summary)
+    steady_state: bool = False  # figures over the steady state only (loadgen.measures.summary)
 
 
 @dataclass
@@ -43,17 +44,37 @@ class Simulated:
         job, result, sim = self.job, self.result, self.job.sim
         engine = result.engine
         cfg = configs.run_config(
-            "simulate", base_url=f"simulated:{sim.profile}", model=job.model or engine.profile.models[0],
-            endpoint=sim.endpoint, load=configs.described_load(sim.load, sim.think), num_requests=sim.num_requests,
-            duration_s=sim.duration_s, warmup=sim.warmup, seed=sim.seed, workload=job.workload.describe(),
+            "simulate",
+            base_url=f"simulated:{sim.profile}",
+            model=job.model or engine.profile.models[0],
+            endpoint=sim.endpoint,
+            load=configs.described_load(sim.load, sim.think),
+            num_requests=sim.num_requests,
+            duration_s=sim.duration_s,
+            warmup=sim.warmup,
+            seed=sim.seed,
+            workload=job.workload.describe(),
             clock=configs.clock(result.run.t0_ns, None, "virtual"),
-            simulated=True, profile=sim.profile, speculative_config=job.spec_json,
+            simulated=True,
+            profile=sim.profile,
+            speculative_config=job.spec_json,
             client_rtt_ms=sim.client_rtt_s * 1e3,
-            engine={"max_num_seqs": sim.engine.max_num_seqs, "max_num_batched_tokens": sim.engine.max_num_batched_tokens,
-                    "kv_cache_tokens": engine.kv_capacity,
-                    "enable_prefix_caching": sim.engine.enable_prefix_caching}, **job.config)
-        s = summarize(self.frame, ([], []), config=cfg, goodput=job.objectives, load_info=result.run.load_info,
-                      steady=job.steady_state)
+            engine={
+                "max_num_seqs": sim.engine.max_num_seqs,
+                "max_num_batched_tokens": sim.engine.max_num_batched_tokens,
+                "kv_cache_tokens": engine.kv_capacity,
+                "enable_prefix_caching": sim.engine.enable_prefix_caching,
+            },
+            **job.config,
+        )
+        s = summarize(
+            self.frame,
+            ([], []),
+            config=cfg,
+            goodput=job.objectives,
+            load_info=result.run.load_info,
+            steady=job.steady_state,
+        )
         s.update(engine_figures(result, self.wall_s))
         return s
 
@@ -63,19 +84,26 @@ def engine_figures(result: SimResult, wall_s: float) -> dict:
     the whole run (spec_decode, server) and how long it took (simulation)."""
     engine, span = result.engine, result.makespan_s
     stats = engine.stats
-    return {"spec_decode": stats.spec_summary() if engine.spec else None,
-            "server": {"window_s": span, "preemptions": stats.preemptions, "steps": stats.steps,
-                       "generation_tokens": stats.generation_tokens, "prompt_tokens": stats.prompt_tokens,
-                       "prefix_cache_hit_rate": (stats.prefix_hits / stats.prefix_queries
-                                                 if stats.prefix_queries else None),
-                       "generation_tok_s": stats.generation_tokens / span if span > 0 else None,
-                       "restarted": False},
-            "simulation": {"virtual_s": span, "wall_s": wall_s}}
+    return {
+        "spec_decode": stats.spec_summary() if engine.spec else None,
+        "server": {
+            "window_s": span,
+            "preemptions": stats.preemptions,
+            "steps": stats.steps,
+            "generation_tokens": stats.generation_tokens,
+            "prompt_tokens": stats.prompt_tokens,
+            "prefix_cache_hit_rate": (stats.prefix_hits / stats.prefix_queries if stats.prefix_queries else None),
+            "generation_tok_s": stats.generation_tokens / span if span > 0 else None,
+            "restarted": False,
+        },
+        "simulation": {"virtual_s": span, "wall_s": wall_s},
+    }
 
 
 def run_simulation(job: SimJob) -> Simulated:
     from servers.emulator import profile as profiles
     from servers.emulator.engine import Engine, EngineError
+
     sim = job.sim
     try:
         prof = profiles.load(sim.profile)
@@ -111,8 +139,11 @@ def sim_job(o: SimOptions, note=lambda _: None, config: dict | None = None) -> S
     name = o.profile or (profiles.for_model(o.model) if o.model else None)
     if name is None:
         raise LoadgenError("give --profile (one of " + ", ".join(profiles.available()) + ") or a --model it serves")
-    for key, given in (("max_num_seqs", o.max_num_seqs), ("max_num_batched_tokens", o.max_num_batched_tokens),
-                       ("kv_cache_tokens", o.kv_cache_tokens)):
+    for key, given in (
+        ("max_num_seqs", o.max_num_seqs),
+        ("max_num_batched_tokens", o.max_num_batched_tokens),
+        ("kv_cache_tokens", o.kv_cache_tokens),
+    ):
         if given is not None and given < 1:
             raise LoadgenError(f"--{key.replace('_', '-')} must be >= 1, got {given}")
     try:
@@ -120,13 +151,25 @@ def sim_job(o: SimOptions, note=lambda _: None, config: dict | None = None) -> S
         spec = parse(o.spec_json)
     except (profiles.ProfileError, SpecError) as e:
         raise LoadgenError(str(e)) from None
-    sim = SimSpec(name, spec, load, num_requests=num, duration_s=o.duration, warmup=o.warmup,
-                  seed=o.seed, endpoint=o.endpoint, client_rtt_s=CLIENT_RTT_S if o.client_rtt_ms is None else o.client_rtt_ms / 1e3,
-                   think=think(o, wl),
-                  engine=EngineConfig(max_num_seqs=o.max_num_seqs,
-                                      max_num_batched_tokens=o.max_num_batched_tokens,
-                                      kv_capacity_tokens=o.kv_cache_tokens, seed=o.seed,
-                                      enable_prefix_caching=o.prefix_caching))
+    sim = SimSpec(
+        name,
+        spec,
+        load,
+        num_requests=num,
+        duration_s=o.duration,
+        warmup=o.warmup,
+        seed=o.seed,
+        endpoint=o.endpoint,
+        client_rtt_s=CLIENT_RTT_S if o.client_rtt_ms is None else o.client_rtt_ms / 1e3,
+        think=think(o, wl),
+        engine=EngineConfig(
+            max_num_seqs=o.max_num_seqs,
+            max_num_batched_tokens=o.max_num_batched_tokens,
+            kv_capacity_tokens=o.kv_cache_tokens,
+            seed=o.seed,
+            enable_prefix_caching=o.prefix_caching,
+        ),
+    )
     traces = None
     if o.traces_path:
         try:
@@ -134,5 +177,13 @@ def sim_job(o: SimOptions, note=lambda _: None, config: dict | None = None) -> S
             traces = open(o.traces_path, "w")
         except OSError as e:
             raise LoadgenError(f"cannot write --acceptance-traces {o.traces_path!r}: {e.strerror or e}") from None
-    return SimJob(sim, wl, model=o.model, spec_json=o.spec_json, traces=traces, objectives=goals,
-                  config=dict(config or {}), steady_state=o.steady_state)
+    return SimJob(
+        sim,
+        wl,
+        model=o.model,
+        spec_json=o.spec_json,
+        traces=traces,
+        objectives=goals,
+        config=dict(config or {}),
+        steady_state=o.steady_state,
+    )

@@ -16,20 +16,20 @@ misses the step that starts right then (the engine plans its next step at once).
 the real-time emulator's, servers/emulator/timeline.py); `loadgen.load.timescale.to_emulated`
 converts the result back, which is how the invariance of every figure under S is pinned.
 """
-from __future__ import annotations
 
-from loadgen.simulate import CLIENT_RTT_S
+from __future__ import annotations
 
 import heapq
 import itertools
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 from loadgen.client.record import RequestRecord
 from loadgen.executors import closed_loop
 from loadgen.executors.conversation import Think, next_turn, turn_seed
 from loadgen.load.execute import LoadShape, RunResult
+from loadgen.simulate import CLIENT_RTT_S
 from servers.emulator import profile as profiles
 from servers.emulator.content import chat_prompt
 from servers.emulator.engine import Engine, EngineConfig, EngineError
@@ -68,6 +68,7 @@ class SimResult:
 @dataclass(frozen=True)
 class _Turn:
     """A conversation's next turn, due at its event's time (its user or open-loop slot held)."""
+
     item: tuple[int, Request]
     user: int | None
     rng: object
@@ -81,8 +82,9 @@ def _at(line: Timeline):
 Submit = Callable[[Engine, Request, float, object], None]
 
 
-def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None = None,
-             submit: Submit | None = None) -> SimResult:
+def simulate(
+    sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None = None, submit: Submit | None = None
+) -> SimResult:
     """`engine`: one to drive instead of a new serving engine (e.g. a ReplayEngine);
     `submit(engine, request, t_send, sink)` hands it a request (default: the request's text,
     as the server would get it)."""
@@ -112,10 +114,18 @@ def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None
     def send(item: tuple[int, Request], t_sched: float, t_send: float, user: int | None, rng=None) -> None:
         nonlocal in_flight
         index, req = item
-        rec = RequestRecord(index=index, request_id=req.id, warmup=index < sim.warmup,
-                            t_scheduled_ns=_ns(t_sched), workload=req.workload,
-                            category=req.category, max_tokens=req.max_tokens,
-                            queue_delay_ns=_ns(t_send) - _ns(t_sched), session=req.session, turn=req.turn)
+        rec = RequestRecord(
+            index=index,
+            request_id=req.id,
+            warmup=index < sim.warmup,
+            t_scheduled_ns=_ns(t_sched),
+            workload=req.workload,
+            category=req.category,
+            max_tokens=req.max_tokens,
+            queue_delay_ns=_ns(t_send) - _ns(t_sched),
+            session=req.session,
+            turn=req.turn,
+        )
         rec.t_call_ns = rec.t_send_ns = _ns(t_send)
         records.append(rec)
         if req.followups and rng is None:
@@ -147,10 +157,20 @@ def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None
             in_flight -= 1
 
     def _submit_text(engine: Engine, req: Request, t_send: float, sink) -> None:
-        text = chat_prompt(req.as_messages()) if sim.endpoint == "chat" else (
-            req.prompt if req.prompt is not None else chat_prompt(req.as_messages()))
-        engine.submit(req.id, text, req.max_tokens, arrival=t_send, ignore_eos=req.ignore_eos,
-                      min_tokens=req.min_tokens, sink=sink)
+        text = (
+            chat_prompt(req.as_messages())
+            if sim.endpoint == "chat"
+            else (req.prompt if req.prompt is not None else chat_prompt(req.as_messages()))
+        )
+        engine.submit(
+            req.id,
+            text,
+            req.max_tokens,
+            arrival=t_send,
+            ignore_eos=req.ignore_eos,
+            min_tokens=req.min_tokens,
+            sink=sink,
+        )
 
     def take() -> tuple[int, Request] | None:
         """The next request, numbered as the run's feed numbers it (loadgen.executors.feed)."""
@@ -171,7 +191,7 @@ def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None
                 send(user.item, t_event, t_event, user.user, user.rng)
                 continue
             if isinstance(user, tuple):  # a capped open-loop request: the slot it was handed
-                in_flight -= 1           # (held since the response that freed it ended)
+                in_flight -= 1  # (held since the response that freed it ended)
                 send(user[1], user[0], t_event, None)
                 continue
             if deadline is not None and t_event >= deadline:
@@ -215,7 +235,7 @@ def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None
                 rec.finish_reason = em.seq.finish_reason
                 rec.t_end_ns = _ns(t_end)
                 if req.followups:  # the next turn: the history with this reply, as streamed
-                    reply = "".join(" " + w for w in em.seq.words[:em.seq.emitted])
+                    reply = "".join(" " + w for w in em.seq.words[: em.seq.emitted])
                     t_due = t_end + sim.think.draw(rng) + rtt
                     if deadline is None or t_due < deadline:
                         turn = _Turn((index, next_turn(req, reply, req.followups[0])), user, rng)
@@ -225,7 +245,13 @@ def simulate(sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None
         t = t_end
     records.sort(key=lambda r: r.index)
     first = sorted(firsts.values())
-    info = {"ramp_s": (first[-1] - first[0]) / 1e9 if len(first) > 1 else None,
-            "first_sends_ns": [first[0], first[-1]] if first else None} if load.closed else {}
+    info = (
+        {
+            "ramp_s": (first[-1] - first[0]) / 1e9 if len(first) > 1 else None,
+            "first_sends_ns": [first[0], first[-1]] if first else None,
+        }
+        if load.closed
+        else {}
+    )
     run = RunResult(records, [], [], _T0_NS, 0.0, False, info)
     return SimResult(run, engine, t)

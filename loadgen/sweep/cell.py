@@ -2,11 +2,12 @@
 through) with a cell's place: its load and requests from the plan, the warm-up sent apart before
 the server's window opens, the emulator's time scale for the level set first, and what the cell
 was and how it ended."""
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pandas as pd
 
@@ -38,34 +39,85 @@ def load_shape(plan: Plan, cell: Cell) -> Shape:
     elif cell.mode == "closed":
         given = {"concurrency": int(cell.level)}
     else:
-        given = {"rate": cell.level, "arrival": plan.arrival,
-                 "burstiness": plan.burstiness if plan.arrival == "gamma" else None}
+        given = {
+            "rate": cell.level,
+            "arrival": plan.arrival,
+            "burstiness": plan.burstiness if plan.arrival == "gamma" else None,
+        }
     return shape_options.from_options(shape_options.options(**given))
 
 
-def cell_job(plan: Plan, cell: Cell, workload, url: str, model: str, *, on_record: Callable | None = None,
-             api_key: str | None = None, on_start: Callable | None = None, goodput: dict | None = None,
-             time_scale: float | None = None) -> RunJob:
+def cell_job(
+    plan: Plan,
+    cell: Cell,
+    workload,
+    url: str,
+    model: str,
+    *,
+    on_record: Callable | None = None,
+    api_key: str | None = None,
+    on_start: Callable | None = None,
+    goodput: dict | None = None,
+    time_scale: float | None = None,
+) -> RunJob:
     """The cell as a measured run's job: the same measured requests in every cell (the plan's
     seed), so variants and levels see the same work."""
-    spec = RunSpec(api_base="", model=model, load=load_shape(plan, cell), endpoint=plan.endpoint,
-                   num_requests=plan.requests_for(cell), duration_s=plan.duration_s, warmup=plan.warmup,
-                   seed=plan.seed, request_timeout_s=plan.request_timeout_s,
-                   headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
-    return RunJob(spec, workload, Target(url), model=model, workers=plan.workers_for(cell),
-                  workload_ref=WorkloadRef(plan.workload_spec(cell.workload), plan.data_dir), objectives=goodput,
-                  kind="sweep", warmup_apart=True, set_time_scale=time_scale, probe_required=False,
-                  on_start=on_start, on_record=on_record, config={"warmup_separate": True, "started_unix": time.time()})
+    spec = RunSpec(
+        api_base="",
+        model=model,
+        load=load_shape(plan, cell),
+        endpoint=plan.endpoint,
+        num_requests=plan.requests_for(cell),
+        duration_s=plan.duration_s,
+        warmup=plan.warmup,
+        seed=plan.seed,
+        request_timeout_s=plan.request_timeout_s,
+        headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+    )
+    return RunJob(
+        spec,
+        workload,
+        Target(url),
+        model=model,
+        workers=plan.workers_for(cell),
+        workload_ref=WorkloadRef(plan.workload_spec(cell.workload), plan.data_dir),
+        objectives=goodput,
+        kind="sweep",
+        warmup_apart=True,
+        set_time_scale=time_scale,
+        probe_required=False,
+        on_start=on_start,
+        on_record=on_record,
+        config={"warmup_separate": True, "started_unix": time.time()},
+    )
 
 
-def run_cell(plan: Plan, cell: Cell, workload, url: str, model: str,
-             on_record: Callable | None = None, api_key: str | None = None,
-             on_start: Callable | None = None, goodput: dict | None = None,
-             time_scale: float | None = None) -> CellResult | None:
+def run_cell(
+    plan: Plan,
+    cell: Cell,
+    workload,
+    url: str,
+    model: str,
+    on_record: Callable | None = None,
+    api_key: str | None = None,
+    on_start: Callable | None = None,
+    goodput: dict | None = None,
+    time_scale: float | None = None,
+) -> CellResult | None:
     """Run the cell (on an emulator, at `time_scale`: set before the cell); None when it was
     interrupted before its measurement began. CellError when it cannot be measured at all."""
-    job = cell_job(plan, cell, workload, url, model, on_record=on_record, api_key=api_key, on_start=on_start,
-                   goodput=goodput, time_scale=time_scale)
+    job = cell_job(
+        plan,
+        cell,
+        workload,
+        url,
+        model,
+        on_record=on_record,
+        api_key=api_key,
+        on_start=on_start,
+        goodput=goodput,
+        time_scale=time_scale,
+    )
     try:
         measured = measure(job)
     except StoppedEarly:

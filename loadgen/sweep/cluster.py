@@ -2,7 +2,8 @@
 
 Each variant's pending cells become one Ray task that asks for what that deployment's server
 runs on (tensor-parallel-size of it: `GPU` for vLLM, `CPU` for the emulator and llama.cpp, or a
-custom resource named by --ray-resource), so Ray places it on a node that has them. The task starts the variant's server there, on a free port, and drives
+custom resource named by --ray-resource), so Ray places it on a node that has them. The task starts the
+variant's server there, on a free port, and drives
 every cell's load from the same node: no measured byte crosses the network between nodes.
 It is a streaming generator: it yields each cell as the cell ends (its requests and summary,
 plain data), and the driver writes it into the one result store on its own disk, as a local
@@ -13,6 +14,7 @@ says nothing about the server) and the variant's later cells pending.
 The plan travels as data; the deployment (a catalog name, or a TOML path) and data sets are
 opened on the node, so a TOML file or a --data-dir must exist at the same path there.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,12 +40,12 @@ def _variant_task(plan_dict: dict, variant: str, keys: list[str], resource: str,
 
     plan = Plan.from_dict(plan_dict)
     dep = plan.deployment_object()
-    workloads = {label: open_workload(spec, data_dir=plan.data_dir)
-                 for spec, label in zip(plan.workloads, plan.workload_labels)}
+    workloads = {
+        label: open_workload(spec, data_dir=plan.data_dir) for spec, label in zip(plan.workloads, plan.workload_labels)
+    }
     cells = [c for c in plan.cells() if c.key in set(keys)]
     gpus = tuple(int(g) for g in ray.get_gpu_ids()) if resource == "GPU" else None
-    where = {"node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
-             "pid": os.getpid()}
+    where = {"node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "pid": os.getpid()}
     with tempfile.TemporaryDirectory(prefix="loadgen-") as tmp:
         log = Path(tmp) / f"{variant}.log"
         launch = render(dep, variant, port=free_port(), gpus=gpus or None, llama_server=plan.llama_server)
@@ -64,8 +66,17 @@ def _variant_task(plan_dict: dict, variant: str, keys: list[str], resource: str,
         yield "log", variant, text
 
 
-def run_on_ray(ray, root: Path, plan: Plan, dep, todo: list[Cell], reporter: Reporter,
-               order: list[str], resource: str, api_key: str | None) -> bool:
+def run_on_ray(
+    ray,
+    root: Path,
+    plan: Plan,
+    dep,
+    todo: list[Cell],
+    reporter: Reporter,
+    order: list[str],
+    resource: str,
+    api_key: str | None,
+) -> bool:
     """Every pending cell on the cluster, variant by variant as tasks; True when interrupted."""
     per_server = dep.tensor_parallel_size
     need = resource_request(resource, per_server)
@@ -77,9 +88,9 @@ def run_on_ray(ray, root: Path, plan: Plan, dep, todo: list[Cell], reporter: Rep
         keys = [c.key for c in todo if c.variant == variant]
         if keys:
             try:
-                gens[variant] = task.options(num_returns="streaming", max_retries=0,
-                                             name=f"loadgen sweep {variant}", **need).remote(
-                    plan.to_dict(), variant, keys, resource, api_key)
+                gens[variant] = task.options(
+                    num_returns="streaming", max_retries=0, name=f"loadgen sweep {variant}", **need
+                ).remote(plan.to_dict(), variant, keys, resource, api_key)
             except (ValueError, TypeError) as e:  # a resource Ray will not take: nothing has started
                 for gen in gens.values():
                     try:
@@ -87,8 +98,9 @@ def run_on_ray(ray, root: Path, plan: Plan, dep, todo: list[Cell], reporter: Rep
                     except Exception:  # noqa: BLE001 - best effort: the sweep stops anyway
                         pass
                 first = (str(e).strip().splitlines() or [""])[0]
-                raise ClusterError(f"--ray-resource {resource}: Ray refuses it ({first}); name a resource "
-                                   "the cluster's nodes have") from None
+                raise ClusterError(
+                    f"--ray-resource {resource}: Ray refuses it ({first}); name a resource the cluster's nodes have"
+                ) from None
 
     def drain(variant: str, gen) -> None:
         try:
@@ -136,8 +148,9 @@ def run_on_ray(ray, root: Path, plan: Plan, dep, todo: list[Cell], reporter: Rep
     return interrupted
 
 
-def _lost(root: Path, plan: Plan, variant: str, key: str | None, why: str, by_key: dict,
-          reporter: Reporter, order: list[str]) -> None:
+def _lost(
+    root: Path, plan: Plan, variant: str, key: str | None, why: str, by_key: dict, reporter: Reporter, order: list[str]
+) -> None:
     """A variant's task ended without finishing: the cell it was measuring is failed (cause
     "worker": --resume runs it again); cells it had not begun stay pending."""
     if key is not None:

@@ -1,13 +1,14 @@
 """A sweep, run: from a plan (or a results directory whose sweep is continued) to every cell on
 disk and the cell table. `loadgen sweep` and `loadgen.api.sweep` are this plus their output;
 the worker processes of a --parallel sweep run `python -m loadgen.sweep.worker` (`run_worker`)."""
+
 from __future__ import annotations
 
 import shutil
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
@@ -32,11 +33,11 @@ class SweepJob:
     plan: Plan | None = None
     retry_failed: bool = False
     api_key: str | None = None
-    ray_address: str | None = None   # None: no Ray; "": RAY_ADDRESS, this host's, else a new one
+    ray_address: str | None = None  # None: no Ray; "": RAY_ADDRESS, this host's, else a new one
     ray_resource: str | None = None  # None: GPU for vLLM, CPU for the emulator and llama.cpp
     metrics_port: int | None = None  # the client's live metrics for Prometheus
-    quiet: bool = True               # no progress bar
-    note: Note = lambda _: None      # what a person should know (stderr in the CLI)
+    quiet: bool = True  # no progress bar
+    note: Note = lambda _: None  # what a person should know (stderr in the CLI)
     argv: list[str] = field(default_factory=list)  # recorded in the manifest
     host: dict = field(default_factory=dict)
 
@@ -45,7 +46,7 @@ class SweepJob:
 class SweepResult:
     output: Path
     plan: Plan
-    table: pd.DataFrame   # one row per finished cell (cells.parquet)
+    table: pd.DataFrame  # one row per finished cell (cells.parquet)
     interrupted: bool
 
     @property
@@ -67,20 +68,26 @@ def open_workloads(plan: Plan) -> dict:
 def check_engine(dep, plan: Plan) -> None:
     """The deployment's engine is installed here (one line naming the fix if not)."""
     if dep.engine == "llama.cpp" and llamacpp.find_server(plan.llama_server or dep.executable) is None:
-        raise LoadgenError(f"llama.cpp's llama-server is not installed here; {llamacpp.INSTALL}, put it on "
-                           "PATH, or give --llama-server PATH")
+        raise LoadgenError(
+            f"llama.cpp's llama-server is not installed here; {llamacpp.INSTALL}, put it on "
+            "PATH, or give --llama-server PATH"
+        )
     if dep.engine == "vllm" and shutil.which(dep.executable or "vllm") is None:
-        raise LoadgenError(f"deployment {dep.name!r} runs {dep.executable or 'vllm'!r}, which is not installed "
-                           "here; install vLLM (or set executable in the deployment file), or try it on "
-                           "--engine emulator")
+        raise LoadgenError(
+            f"deployment {dep.name!r} runs {dep.executable or 'vllm'!r}, which is not installed "
+            "here; install vLLM (or set executable in the deployment file), or try it on "
+            "--engine emulator"
+        )
 
 
 def _check_virtual(job: SweepJob, plan) -> None:
     """A virtual plan runs every cell in this process (the plan's own options are checked in
     planning._check_virtual); how the job would run it otherwise is refused, also on --resume."""
     if plan.virtual:
-        for flag, given, why in (("ray", job.ray_address is not None, "it runs in this process"),
-                                 ("metrics-port", job.metrics_port is not None, "no live load to watch")):
+        for flag, given, why in (
+            ("ray", job.ray_address is not None, "it runs in this process"),
+            ("metrics-port", job.metrics_port is not None, "no live load to watch"),
+        ):
             if given:
                 raise LoadgenError(f"--{flag} does not apply to --virtual ({why}): drop one of them")
 
@@ -93,8 +100,10 @@ def sweep(job: SweepJob) -> SweepResult:
         raise LoadgenError(str(e)) from None
     stored = manifest.read(out)
     if stored is not None and job.plan is not None:
-        raise LoadgenError(f"{out} already holds a sweep ({len(results.finished(out))} cells done); add --resume "
-                           "to continue it, or choose a new --output")
+        raise LoadgenError(
+            f"{out} already holds a sweep ({len(results.finished(out))} cells done); add --resume "
+            "to continue it, or choose a new --output"
+        )
     if stored is None and job.plan is None:
         raise LoadgenError(f"nothing to resume in {out}: no {results.MANIFEST}; run the sweep without --resume")
     if stored is None:
@@ -121,12 +130,15 @@ def sweep(job: SweepJob) -> SweepResult:
     order = [c.key for c in plan.cells()]
     todo = pending(out, plan, job.retry_failed)
     done_before = len(order) - len(todo)
-    job.note(("Virtual sweep (every cell simulated, no server): " if plan.virtual else "Sweep: ")
-             + f"{len(plan.variants)} variants x {len(plan.workloads)} workloads x "
-             f"{len(plan.levels)} levels" + (f" x {plan.repeats} repeats" if plan.repeats > 1 else "")
-             + f" = {len(order)} cells"
-             + (f" ({done_before} already done)" if done_before else "")
-             + f"; servers: {dep.name} on {dep.engine}; results in {out}")
+    job.note(
+        ("Virtual sweep (every cell simulated, no server): " if plan.virtual else "Sweep: ")
+        + f"{len(plan.variants)} variants x {len(plan.workloads)} workloads x "
+        f"{len(plan.levels)} levels"
+        + (f" x {plan.repeats} repeats" if plan.repeats > 1 else "")
+        + f" = {len(order)} cells"
+        + (f" ({done_before} already done)" if done_before else "")
+        + f"; servers: {dep.name} on {dep.engine}; results in {out}"
+    )
     if cluster is not None:
         interrupted = _run_on_ray(job, cluster, out, plan, dep, todo, order)
     else:
@@ -153,26 +165,39 @@ def _choose_time_scales(job: SweepJob, plan: Plan, dep, workloads: dict, out: Pa
     """With time scale auto, probe this machine and set plan.time_scales; the probe's record."""
     if plan.time_scale != "auto":
         if plan.time_scale is not None:
-            job.note(f"time scale: the emulated GPU runs {plan.time_scale:g}x slower than its model "
-                     "(--time-scale); every figure is in its own time")
+            job.note(
+                f"time scale: the emulated GPU runs {plan.time_scale:g}x slower than its model "
+                "(--time-scale); every figure is in its own time"
+            )
         return None
     if ray:
-        job.note("time scale: 1x (--time-scale auto probes this machine, and the cells run on the Ray "
-                 "cluster's; give --time-scale S to dilate them)")
+        job.note(
+            "time scale: 1x (--time-scale auto probes this machine, and the cells run on the Ray "
+            "cluster's; give --time-scale S to dilate them)"
+        )
         return None
     from loadgen.sweep.probe import ProbeError, decided, describe, run_probe
+
     job.note("time scale: probing what this machine holds in real time ...")
     try:
-        chosen, record = run_probe(plan, dep, workloads[plan.workload_labels[0]], out / "servers",
-                                   slots=len(slots(plan, dep)), api_key=job.api_key)
+        chosen, record = run_probe(
+            plan,
+            dep,
+            workloads[plan.workload_labels[0]],
+            out / "servers",
+            slots=len(slots(plan, dep)),
+            api_key=job.api_key,
+        )
     except ProbeError as e:
         raise LoadgenError(f"--time-scale auto: the probe failed ({e}); give --time-scale S instead") from None
     plan.time_scales = chosen
-    job.note(f"time scale (auto, probed in {record['wall_s']:.0f} s): {describe(chosen)}: the emulated GPU runs "
-             f"that many times slower than its model, every figure is in its own time. Decided {decided(record)} "
-             f"(limits: each process busy at most {record['busy_limit']:.0%}; per step at most "
-             f"{record['step_limit_s'] * 1e3:g} ms of work, client loop lag p99 at most "
-             f"{record['lag_limit_s'] * 1e3:g} ms, emulated)")
+    job.note(
+        f"time scale (auto, probed in {record['wall_s']:.0f} s): {describe(chosen)}: the emulated GPU runs "
+        f"that many times slower than its model, every figure is in its own time. Decided {decided(record)} "
+        f"(limits: each process busy at most {record['busy_limit']:.0%}; per step at most "
+        f"{record['step_limit_s'] * 1e3:g} ms of work, client loop lag p99 at most "
+        f"{record['lag_limit_s'] * 1e3:g} ms, emulated)"
+    )
     return record
 
 
@@ -207,14 +232,17 @@ def _live(job: SweepJob, plan: Plan):
     if job.metrics_port is None:
         return None
     if plan.parallel:
-        raise LoadgenError("--metrics-port is not available with --parallel (the workers are separate "
-                           "processes); drop one of them")
+        raise LoadgenError(
+            "--metrics-port is not available with --parallel (the workers are separate processes); drop one of them"
+        )
     from loadgen.outputs import live
+
     return live.serve(job.metrics_port)
 
 
 def _ray_resource(job: SweepJob, dep) -> str:
     from loadgen.backends.raycluster import default_resource
+
     return job.ray_resource or default_resource(dep.engine)
 
 
@@ -223,9 +251,11 @@ def _join_ray(job: SweepJob, plan: Plan, dep):
     if job.ray_address is None:
         return None
     from loadgen.backends.raycluster import ClusterError, connect
+
     if job.metrics_port is not None:
-        raise LoadgenError("--metrics-port is not available with --ray (the load runs on the cluster's "
-                           "nodes); drop one of them")
+        raise LoadgenError(
+            "--metrics-port is not available with --ray (the load runs on the cluster's nodes); drop one of them"
+        )
     if plan.parallel:
         raise LoadgenError("--ray places the variants on the cluster's GPUs itself; drop --parallel")
     try:
@@ -237,6 +267,7 @@ def _join_ray(job: SweepJob, plan: Plan, dep):
 def _run_on_ray(job: SweepJob, ray, out: Path, plan: Plan, dep, todo, order) -> bool:
     from loadgen.backends.raycluster import ClusterError
     from loadgen.sweep.cluster import run_on_ray
+
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     reporter = BarReporter(len(todo), quiet=job.quiet)
     try:

@@ -1,5 +1,6 @@
 """The sweep's manifest: what was run, with what, where; written before the first cell and
 rewritten (atomically) when the sweep is resumed."""
+
 from __future__ import annotations
 
 import json
@@ -35,10 +36,13 @@ def git_revision() -> str | None:
     if not (repo / ".git").exists():
         return None
     try:
-        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5)
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:
@@ -52,23 +56,44 @@ def servers(dep: Deployment, plan: Plan) -> dict:
     out = {}
     port = plan.port if plan.port is not None else (default_port(dep.engine) or 0)  # 0: chosen at start
     for v in plan.variants:
-        la = render(dep, v, port=port, gpus=tuple(plan.gpus[:dep.tensor_parallel_size]),
-                    llama_server=plan.llama_server)
-        out[v] = {"engine": la.engine, "command": la.shell(), "argv": list(la.argv), "env": la.env,
-                  "served_model_name": la.served_model_name}
+        la = render(
+            dep, v, port=port, gpus=tuple(plan.gpus[: dep.tensor_parallel_size]), llama_server=plan.llama_server
+        )
+        out[v] = {
+            "engine": la.engine,
+            "command": la.shell(),
+            "argv": list(la.argv),
+            "env": la.env,
+            "served_model_name": la.served_model_name,
+        }
     return out
 
 
-def write(root: Path, plan: Plan, dep: Deployment, argv: list[str], host: dict,
-          time_scale_probe: dict | None = None) -> dict:
-    m = {"loadgen_version": __version__, "created_unix": time.time(),
-         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": argv,
-         "python_executable": sys.executable, "git_revision": git_revision(),
-         "versions": _versions(), "host": host, "plan": plan.to_dict(),
-         "deployment": {"name": dep.name, "source": dep.source, "description": dep.description,
-                        "model": dep.model, "engine": dep.engine,
-                        "tensor_parallel_size": dep.tensor_parallel_size},
-         "servers": servers(dep, plan), "time_scale_probe": time_scale_probe, "resumed": []}
+def write(
+    root: Path, plan: Plan, dep: Deployment, argv: list[str], host: dict, time_scale_probe: dict | None = None
+) -> dict:
+    m = {
+        "loadgen_version": __version__,
+        "created_unix": time.time(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "argv": argv,
+        "python_executable": sys.executable,
+        "git_revision": git_revision(),
+        "versions": _versions(),
+        "host": host,
+        "plan": plan.to_dict(),
+        "deployment": {
+            "name": dep.name,
+            "source": dep.source,
+            "description": dep.description,
+            "model": dep.model,
+            "engine": dep.engine,
+            "tensor_parallel_size": dep.tensor_parallel_size,
+        },
+        "servers": servers(dep, plan),
+        "time_scale_probe": time_scale_probe,
+        "resumed": [],
+    }
     store.write_json(root / MANIFEST, m)
     return m
 
@@ -82,6 +107,7 @@ def read(root: Path) -> dict | None:
 
 
 def note_resume(root: Path, m: dict, argv: list[str]) -> None:
-    m.setdefault("resumed", []).append({"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": argv,
-                                        "git_revision": git_revision()})
+    m.setdefault("resumed", []).append(
+        {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": argv, "git_revision": git_revision()}
+    )
     store.write_json(root / MANIFEST, m)

@@ -2,6 +2,7 @@
 
 Plain data: a Plan can be written into the manifest and read back, so `--resume` continues
 exactly the sweep that was started."""
+
 from __future__ import annotations
 
 import math
@@ -75,8 +76,8 @@ def labels(specs: list[str], names: list[str]) -> list[str]:
 class Cell:
     variant: str
     workload: str  # label
-    level: float   # concurrency (closed loop) or rate in req/s (open loop)
-    mode: str      # closed | open
+    level: float  # concurrency (closed loop) or rate in req/s (open loop)
+    mode: str  # closed | open
     repeat: int = 1  # which measurement of the cell (sweep --repeats); 1: the first
 
     @property
@@ -96,14 +97,14 @@ class Cell:
 
 @dataclass
 class Plan:
-    deployment: str                 # catalog name or TOML path
-    engine: str | None              # override of the deployment's engine
+    deployment: str  # catalog name or TOML path
+    engine: str | None  # override of the deployment's engine
     variants: list[str]
-    workloads: list[str]            # specs
+    workloads: list[str]  # specs
     workload_labels: list[str]
-    mode: str                       # closed | open
+    mode: str  # closed | open
     levels: list[float]
-    num_requests: int | None        # per cell; None: by level (requests_for)
+    num_requests: int | None  # per cell; None: by level (requests_for)
     duration_s: float | None
     warmup: int
     seed: int = 0
@@ -114,12 +115,12 @@ class Plan:
     data_dir: str | None = None
     gpus: list[int] = field(default_factory=lambda: [0])
     parallel: bool = False
-    port: int | None = None         # None: 8000 for vLLM, a free port for the emulator
-    llama_server: str | None = None # llama.cpp's binary (None: found, llamacpp.find_server)
+    port: int | None = None  # None: 8000 for vLLM, a free port for the emulator
+    llama_server: str | None = None  # llama.cpp's binary (None: found, llamacpp.find_server)
     baseline: str = "baseline"
-    min_requests: int = 50          # with num_requests None: max(min_requests, per_user * C)
+    min_requests: int = 50  # with num_requests None: max(min_requests, per_user * C)
     per_user: int = 4
-    workers: int = 1                # load-generating processes per cell (loadgen.backends.workers)
+    workers: int = 1  # load-generating processes per cell (loadgen.backends.workers)
     # the emulated GPU's time scale (loadgen.load.timescale): None on a real server; "auto" or a number
     # on the emulator; with "auto", the scale the probe chose per level (level label -> scale)
     time_scale: str | float | None = None
@@ -128,8 +129,8 @@ class Plan:
     # (servers.deployments.with_acceptance_lengths); None: no axis
     acceptance_templates: list[str] | None = None
     acceptance_lengths: list[float] | None = None
-    repeats: int = 1                # each cell measured this many times (rounds, each on a fresh server)
-    virtual: bool = False           # every cell simulated in virtual time, no server (loadgen.sweep.virtual)
+    repeats: int = 1  # each cell measured this many times (rounds, each on a fresh server)
+    virtual: bool = False  # every cell simulated in virtual time, no server (loadgen.sweep.virtual)
     # a load shape of its own instead of steady levels (--ramp, or any member of loadgen.shapes
     # that is not the closed or open loop): its options as given, one level (its peak)
     shape: dict | None = None
@@ -138,6 +139,7 @@ class Plan:
         """The deployment the cells run on: loaded, on the plan's engine, with the acceptance
         axis's variants (DeploymentError for a bad one)."""
         from servers.deployments import load, with_acceptance_lengths
+
         dep = load(self.deployment).with_engine(self.engine)
         if self.acceptance_lengths:
             dep = with_acceptance_lengths(dep, self.acceptance_templates or [], self.acceptance_lengths)
@@ -146,8 +148,13 @@ class Plan:
     def cells(self) -> list[Cell]:
         """Round by round (--repeats; one round without), then variant by variant (one server
         each), workload, level (low to high)."""
-        return [Cell(v, w, lv, self.mode, r) for r in range(1, self.repeats + 1) for v in self.variants
-                for w in self.workload_labels for lv in self.levels]
+        return [
+            Cell(v, w, lv, self.mode, r)
+            for r in range(1, self.repeats + 1)
+            for v in self.variants
+            for w in self.workload_labels
+            for lv in self.levels
+        ]
 
     def workload_spec(self, label: str) -> str:
         return self.workloads[self.workload_labels.index(label)]
@@ -177,5 +184,5 @@ class Plan:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Plan":
+    def from_dict(cls, d: dict) -> Plan:
         return cls(**d)

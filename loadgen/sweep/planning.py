@@ -1,5 +1,6 @@
 """A sweep's plan from the options of `loadgen sweep`: the embedded default's presets, every
 option checked, the deployment loaded, and the plan described in words (--dry-run)."""
+
 from __future__ import annotations
 
 from dataclasses import fields
@@ -18,11 +19,17 @@ from workloads import WorkloadError, open_workload
 # `loadgen sweep` without --servers: the emulated engine with the study's Llama-3.1-8B on H100
 # cost model, four variants, two workloads of fixed 128-token answers, concurrency 1..64;
 # sized to finish within 5 minutes on a 2-core laptop (docs/sweep.md).
-EMBEDDED = {"servers": "llama-3.1-8b", "engine": "emulator", "variants": "baseline,ngram,eagle,eagle3",
-            "workloads": ("chat,output=fixed:128", "code-edit,output=fixed:128"), "concurrency": "1..64",
-            "min_requests": 8, "per_user": 2, "warmup": 1}
-DEFAULT = {"workloads": ("chat", "code-edit"), "concurrency": "1..256", "min_requests": 50,
-           "per_user": 4, "warmup": 4}
+EMBEDDED = {
+    "servers": "llama-3.1-8b",
+    "engine": "emulator",
+    "variants": "baseline,ngram,eagle,eagle3",
+    "workloads": ("chat,output=fixed:128", "code-edit,output=fixed:128"),
+    "concurrency": "1..64",
+    "min_requests": 8,
+    "per_user": 2,
+    "warmup": 1,
+}
+DEFAULT = {"workloads": ("chat", "code-edit"), "concurrency": "1..256", "min_requests": 50, "per_user": 4, "warmup": 4}
 PLAN_OPTIONS = tuple(f.name for f in fields(SweepOptions))  # what --resume takes from the manifest
 
 
@@ -45,11 +52,16 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         dep = load(o.servers or EMBEDDED["servers"]).with_engine(o.engine or (EMBEDDED["engine"] if embedded else None))
     except DeploymentError as e:
         raise LoadgenError(str(e)) from None
-    variants = [v.strip() for v in (o.variants or (EMBEDDED["variants"] if embedded else ",".join(dep.variants))).split(",") if v.strip()]
+    variants = [
+        v.strip()
+        for v in (o.variants or (EMBEDDED["variants"] if embedded else ",".join(dep.variants))).split(",")
+        if v.strip()
+    ]
     unknown = [v for v in variants if v not in dep.variants]
     if unknown:
-        raise LoadgenError(f"--variants: {', '.join(unknown)} not in deployment {dep.name!r} "
-                               f"(it has {', '.join(dep.variants)})")
+        raise LoadgenError(
+            f"--variants: {', '.join(unknown)} not in deployment {dep.name!r} (it has {', '.join(dep.variants)})"
+        )
     if len(set(variants)) != len(variants):
         raise LoadgenError("--variants lists a variant twice")
     templates, lengths = None, None
@@ -63,7 +75,8 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         except DeploymentError as e:
             raise LoadgenError(str(e)) from None
         variants = [v for v in variants if v not in templates] + [
-            acceptance_variant(t, length) for t in templates for length in lengths]
+            acceptance_variant(t, length) for t in templates for length in lengths
+        ]
     own = _own_shape(o)
     if o.concurrency and o.rates:
         raise LoadgenError("give one of --concurrency (closed loop) and --rates (open loop)")
@@ -86,8 +99,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         raise LoadgenError(f"--duration must be > 0, got {o.duration}")
     gpus = _ints(o.gpus, "--gpus") if o.gpus else list(range(dep.tensor_parallel_size))
     if len(gpus) < dep.tensor_parallel_size:
-        raise LoadgenError(f"--gpus {o.gpus}: deployment {dep.name!r} needs "
-                               f"{dep.tensor_parallel_size} GPUs per server")
+        raise LoadgenError(f"--gpus {o.gpus}: deployment {dep.name!r} needs {dep.tensor_parallel_size} GPUs per server")
     names = [_open(spec, o.data_dir).name for spec in specs]
     if o.virtual:
         _check_virtual(o, dep)
@@ -96,19 +108,38 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
     where = o.servers or EMBEDDED["servers"]
     if Path(where).exists():  # a file: found again by --resume from any directory
         where = str(Path(where).resolve())
-    plan = Plan(deployment=where, engine=dep.engine, variants=variants,
-                workloads=specs, workload_labels=labels(specs, names), mode=mode, levels=lv,
-                num_requests=o.num_requests, duration_s=o.duration,
-                warmup=preset["warmup"] if o.warmup is None else o.warmup, seed=o.seed,
-                endpoint=o.endpoint, arrival=arrival,
-                burstiness=1.0 if o.burstiness is None else o.burstiness,
-                request_timeout_s=o.request_timeout,
-                data_dir=str(Path(o.data_dir).resolve()) if o.data_dir else None, gpus=gpus,
-                parallel=o.parallel, port=o.port, baseline=o.baseline,
-                llama_server=_command(o.llama_server), min_requests=preset["min_requests"],
-                per_user=preset["per_user"], workers=o.workers, time_scale=time_scale,
-                acceptance_templates=templates, acceptance_lengths=lengths, repeats=o.repeats or 1,
-                virtual=bool(o.virtual), shape=None if own is None else own[0])
+    plan = Plan(
+        deployment=where,
+        engine=dep.engine,
+        variants=variants,
+        workloads=specs,
+        workload_labels=labels(specs, names),
+        mode=mode,
+        levels=lv,
+        num_requests=o.num_requests,
+        duration_s=o.duration,
+        warmup=preset["warmup"] if o.warmup is None else o.warmup,
+        seed=o.seed,
+        endpoint=o.endpoint,
+        arrival=arrival,
+        burstiness=1.0 if o.burstiness is None else o.burstiness,
+        request_timeout_s=o.request_timeout,
+        data_dir=str(Path(o.data_dir).resolve()) if o.data_dir else None,
+        gpus=gpus,
+        parallel=o.parallel,
+        port=o.port,
+        baseline=o.baseline,
+        llama_server=_command(o.llama_server),
+        min_requests=preset["min_requests"],
+        per_user=preset["per_user"],
+        workers=o.workers,
+        time_scale=time_scale,
+        acceptance_templates=templates,
+        acceptance_lengths=lengths,
+        repeats=o.repeats or 1,
+        virtual=bool(o.virtual),
+        shape=None if own is None else own[0],
+    )
     return plan, dep
 
 
@@ -136,8 +167,9 @@ def _lengths(text: str) -> list[float]:
     except ValueError:
         out = []
     if not out:
-        raise LoadgenError(f"--acceptance-lengths {text!r}: give mean acceptance lengths separated by commas, "
-                           "like 1.5,2,2.5,3")
+        raise LoadgenError(
+            f"--acceptance-lengths {text!r}: give mean acceptance lengths separated by commas, like 1.5,2,2.5,3"
+        )
     return out
 
 
@@ -146,12 +178,16 @@ def _check_virtual(o: SweepOptions, dep) -> None:
     to servers, real time or load-generating processes is refused, each in one line (--ray and
     --metrics-port, options of the job, in sweep/execute.py)."""
     if dep.engine != "emulator":
-        raise LoadgenError(f"--virtual simulates the emulator's engine; deployment {dep.name!r} runs on {dep.engine}: "
-                           "add --engine emulator (its variants' flags on the emulator's cost model)")
-    for key, given, why in (("time-scale", o.time_scale is not None, "virtual time needs no dilation"),
-                            ("repeats", (o.repeats or 1) > 1, "a simulation has no run-to-run variation"),
-                            ("parallel", o.parallel, "no servers to run side by side"),
-                            ("workers", o.workers > 1, "no real-time load to split")):
+        raise LoadgenError(
+            f"--virtual simulates the emulator's engine; deployment {dep.name!r} runs on {dep.engine}: "
+            "add --engine emulator (its variants' flags on the emulator's cost model)"
+        )
+    for key, given, why in (
+        ("time-scale", o.time_scale is not None, "virtual time needs no dilation"),
+        ("repeats", (o.repeats or 1) > 1, "a simulation has no run-to-run variation"),
+        ("parallel", o.parallel, "no servers to run side by side"),
+        ("workers", o.workers > 1, "no real-time load to split"),
+    ):
         if given:
             raise LoadgenError(f"--{key} does not apply to --virtual ({why}): drop one of them")
 
@@ -165,17 +201,22 @@ def _time_scale(given: str | None, dep) -> str | float | None:
         raise LoadgenError(str(e)) from None
     if dep.engine != "emulator":
         if value is not None:
-            raise LoadgenError(f"--time-scale runs the emulated GPU slower; deployment {dep.name!r} runs on "
-                                   f"{dep.engine}, whose hardware keeps its own time: drop --time-scale "
-                                   "(or add --engine emulator)")
+            raise LoadgenError(
+                f"--time-scale runs the emulated GPU slower; deployment {dep.name!r} runs on "
+                f"{dep.engine}, whose hardware keeps its own time: drop --time-scale "
+                "(or add --engine emulator)"
+            )
         return None
     if value is None and "--time-scale" in dep.emulator_args:
         i = dep.emulator_args.index("--time-scale")
         try:
             value = parse_scale(dep.emulator_args[i + 1], flag=f"deployment {dep.name!r} emulator_args --time-scale")
         except (IndexError, TimeScaleError) as e:
-            raise LoadgenError(str(e) if isinstance(e, TimeScaleError) else
-                          f"deployment {dep.name!r}: emulator_args ends with --time-scale and no value") from None
+            raise LoadgenError(
+                str(e)
+                if isinstance(e, TimeScaleError)
+                else f"deployment {dep.name!r}: emulator_args ends with --time-scale and no value"
+            ) from None
     return "auto" if value is None else value
 
 
@@ -198,22 +239,37 @@ def describe(plan: Plan, dep) -> str:
     """The plan in words (`loadgen sweep --dry-run`)."""
     cells = plan.cells()
     rounds = f" x {plan.repeats} repeats" if plan.repeats > 1 else ""
-    lines = [f"{len(plan.variants)} variants x {len(plan.workloads)} workloads x {len(plan.levels)} levels{rounds} "
-             f"= {len(cells)} cells ({'closed loop, concurrency' if plan.mode == 'closed' else 'open loop, req/s'} "
-             f"{', '.join(f'{lv:g}' for lv in plan.levels)}), {plan.warmup} warm-up request(s) per cell",
-             f"deployment {dep.name} ({dep.description}) on engine {dep.engine}"]
+    lines = [
+        f"{len(plan.variants)} variants x {len(plan.workloads)} workloads x {len(plan.levels)} levels{rounds} "
+        f"= {len(cells)} cells ({'closed loop, concurrency' if plan.mode == 'closed' else 'open loop, req/s'} "
+        f"{', '.join(f'{lv:g}' for lv in plan.levels)}), {plan.warmup} warm-up request(s) per cell",
+        f"deployment {dep.name} ({dep.description}) on engine {dep.engine}",
+    ]
     if plan.virtual:
-        lines.append("virtual time: every cell simulated on the emulator's engine as its command line "
-                     "configures it; no server starts (warm-up requests are not sent)")
+        lines.append(
+            "virtual time: every cell simulated on the emulator's engine as its command line "
+            "configures it; no server starts (warm-up requests are not sent)"
+        )
     if plan.time_scale is not None:
-        lines.append("time scale: " + ("auto (probed when the sweep starts: per level, the smallest that this "
-                                       "machine holds in real time)" if plan.time_scale == "auto" else
-                                       f"{plan.time_scale:g}x (the emulated GPU that much slower than its model)"))
+        lines.append(
+            "time scale: "
+            + (
+                "auto (probed when the sweep starts: per level, the smallest that this machine holds in real time)"
+                if plan.time_scale == "auto"
+                else f"{plan.time_scale:g}x (the emulated GPU that much slower than its model)"
+            )
+        )
     for v, srv in manifest.servers(dep, plan).items():
         lines.append(f"  {v}: {srv['command']}")
     for spec, label in zip(plan.workloads, plan.workload_labels):
         lines.append(f"  workload {label}: {spec}")
     per = {f"{c.level:g}": plan.requests_for(c) for c in cells}
-    lines.append("measured requests per cell: " + (f"{plan.duration_s:g} s of sending" if plan.duration_s and plan.num_requests is None
-                                                   else ", ".join(f"{k}: {v}" for k, v in per.items())))
+    lines.append(
+        "measured requests per cell: "
+        + (
+            f"{plan.duration_s:g} s of sending"
+            if plan.duration_s and plan.num_requests is None
+            else ", ".join(f"{k}: {v}" for k, v in per.items())
+        )
+    )
     return "\n".join(lines)

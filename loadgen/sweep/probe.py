@@ -26,6 +26,7 @@ near a process's limit). Once a level needs at most half of
 real time, the levels below it run in real time without being probed. Everything measured and
 chosen is kept in the sweep's manifest (time_scale_probe).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -45,18 +46,18 @@ from servers.deployments import Deployment, render
 from servers.launcher import LaunchError, Server, free_port
 
 LADDER = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0, 32.0)
-BUSY = 0.5        # the largest share of its time either process may be busy
-STEP_S = 0.002    # the largest per-step work, in emulated seconds (chunks written or read that late)
-LAG_S = 0.0025    # the client's loop lag p99, emulated (the self-check's bound over chunks is 4 ms)
-LATE_S = 0.005    # the client's send lateness p99, emulated: the self-check's bound itself, as the
-                  # probe's short answers end in waves more often, and more together, than a cell's
-ANSWER = 32       # tokens per probe request: a wave of requests ends, and the next is sent at once,
-                  # inside every window (with the sweep's fixed-length answers they end together)
-WINDOW_S = 0.3    # emulated seconds each level is measured over, once every request sent has its
-                  # first token (the prompts are in; what follows is the cell's steady state)
+BUSY = 0.5  # the largest share of its time either process may be busy
+STEP_S = 0.002  # the largest per-step work, in emulated seconds (chunks written or read that late)
+LAG_S = 0.0025  # the client's loop lag p99, emulated (the self-check's bound over chunks is 4 ms)
+LATE_S = 0.005  # the client's send lateness p99, emulated: the self-check's bound itself, as the
+# probe's short answers end in waves more often, and more together, than a cell's
+ANSWER = 32  # tokens per probe request: a wave of requests ends, and the next is sent at once,
+# inside every window (with the sweep's fixed-length answers they end together)
+WINDOW_S = 0.3  # emulated seconds each level is measured over, once every request sent has its
+# first token (the prompts are in; what follows is the cell's steady state)
 RAMP_MAX_S = 30.0  # real seconds a level may take to get there
-TRIAL = 2.0       # the scale the highest level is probed at; a level below, at the scale above it
-ENOUGH = 0.5      # a level needing at most this much: the levels below it are not probed
+TRIAL = 2.0  # the scale the highest level is probed at; a level below, at the scale above it
+ENOUGH = 0.5  # a level needing at most this much: the levels below it are not probed
 
 
 class ProbeError(RuntimeError):
@@ -66,7 +67,7 @@ class ProbeError(RuntimeError):
 @dataclass
 class LevelCost:
     level: float
-    probed_at: float               # the scale the window ran at
+    probed_at: float  # the scale the window ran at
     steps: float
     modeled_s: float
     emulator_cpu_s: float
@@ -98,19 +99,22 @@ class LevelCost:
         return max(limits[which], self.needed or 0.0), which
 
     def explain(self) -> str:
-        return (f"{self.variant + ' ' if self.variant else ''}{self.per_emulated_s(self.emulator_cpu_s):.2f} / "
-                f"{self.per_emulated_s(self.client_cpu_s):.2f} CPU s per emulated s (emulator / client), "
-                f"{1e3 * self.per_step(self.emulator_cpu_s):.2f} / {1e3 * self.per_step(self.client_cpu_s):.2f} ms "
-                f"per step; client loop lag and send lateness p99 {1e3 * self.client_lag_p99_s:.1f} and "
-                f"{1e3 * self.client_late_p99_s:.1f} ms (real, at {self.probed_at:g}x)")
+        return (
+            f"{self.variant + ' ' if self.variant else ''}{self.per_emulated_s(self.emulator_cpu_s):.2f} / "
+            f"{self.per_emulated_s(self.client_cpu_s):.2f} CPU s per emulated s (emulator / client), "
+            f"{1e3 * self.per_step(self.emulator_cpu_s):.2f} / {1e3 * self.per_step(self.client_cpu_s):.2f} ms "
+            f"per step; client loop lag and send lateness p99 {1e3 * self.client_lag_p99_s:.1f} and "
+            f"{1e3 * self.client_late_p99_s:.1f} ms (real, at {self.probed_at:g}x)"
+        )
 
 
 def on_ladder(x: float) -> float:
     return next((s for s in LADDER if s >= x - 1e-9), LADDER[-1])
 
 
-def choose(costs: list[LevelCost], busy: float = BUSY, mode: str = "closed",
-           levels: list[float] | None = None) -> dict[str, float]:
+def choose(
+    costs: list[LevelCost], busy: float = BUSY, mode: str = "closed", levels: list[float] | None = None
+) -> dict[str, float]:
     """Per level label (every one of `levels`, default those probed), the scale; sets each
     cost's `chosen` and `why` (the variant and limit that decided)."""
     worst: dict[float, LevelCost] = {}
@@ -141,13 +145,22 @@ async def _counters(session, url: str, headers: dict) -> tuple[float, float, flo
         raise ProbeError(f"the emulator at {url} did not answer ({e})") from None
 
 
-async def _level(session, api_base: str, model: str, workload, level: float, mode: str, scale: float,
-                 seed: int, headers: dict) -> LevelCost:
+async def _level(
+    session, api_base: str, model: str, workload, level: float, mode: str, scale: float, seed: int, headers: dict
+) -> LevelCost:
     await timescale.set_server_scale(session, api_base, scale, headers)
     clock = timescale.control_url(api_base)
     load = LoadShape(concurrency=int(level)) if mode == "closed" else LoadShape(rate=level)
-    spec = RunSpec(api_base=api_base, model=model, load=load, num_requests=None,
-                   duration_s=3600.0, seed=seed, headers=headers, time_scale=scale)
+    spec = RunSpec(
+        api_base=api_base,
+        model=model,
+        load=load,
+        num_requests=None,
+        duration_s=3600.0,
+        seed=seed,
+        headers=headers,
+        time_scale=scale,
+    )
     stop = asyncio.Event()
     started: list = []
     requests = (dataclasses.replace(r, max_tokens=ANSWER, ignore_eos=True) for r in workload.requests(None, seed))
@@ -156,8 +169,11 @@ async def _level(session, api_base: str, model: str, workload, level: float, mod
         if mode == "closed":  # until every user's first request has its first token
             deadline = time.monotonic() + RAMP_MAX_S
             await asyncio.sleep(0.05 + level * 0.001 * scale)
-            while not run.done() and time.monotonic() < deadline and not (
-                    started and all(len(r.chunk_t_ns) or r.error_type for r in started)):
+            while (
+                not run.done()
+                and time.monotonic() < deadline
+                and not (started and all(len(r.chunk_t_ns) or r.error_type for r in started))
+            ):
                 await asyncio.sleep(0.02)
         else:  # arrivals go on: long enough for a few of them to be served
             await asyncio.sleep(min(RAMP_MAX_S, max(0.5, 5.0 / level) * scale))
@@ -180,13 +196,21 @@ async def _level(session, api_base: str, model: str, workload, level: float, mod
     at, lag = np.asarray(result.loop_lag_at_ns), np.asarray(result.loop_lag_ns)
     inside = lag[(at >= t0) & (at <= t1)]
     late = [r.lateness_ns for r in result.records if t0 <= r.t_scheduled_ns <= t1 and r.t_send_ns]
-    return LevelCost(level, scale, steps1 - steps0, modeled1 - modeled0, cpu1 - cpu0, client1 - client0,
-                     float(np.percentile(inside, 99)) / 1e9 if inside.size else 0.0,
-                     float(np.percentile(late, 99)) / 1e9 if late else 0.0)
+    return LevelCost(
+        level,
+        scale,
+        steps1 - steps0,
+        modeled1 - modeled0,
+        cpu1 - cpu0,
+        client1 - client0,
+        float(np.percentile(inside, 99)) / 1e9 if inside.size else 0.0,
+        float(np.percentile(late, 99)) / 1e9 if late else 0.0,
+    )
 
 
-async def _probe_levels(url: str, model: str, workload, levels: list[float], mode: str, seed: int,
-                        headers: dict, variant: str, busy: float) -> list[LevelCost]:
+async def _probe_levels(
+    url: str, model: str, workload, levels: list[float], mode: str, seed: int, headers: dict, variant: str, busy: float
+) -> list[LevelCost]:
     costs: list[LevelCost] = []
     scale = TRIAL
     async with session_for(LoadShape(concurrency=1)) as session:
@@ -212,8 +236,9 @@ def probe_variants(plan: Plan, dep: Deployment) -> list[str]:
     return [first] + ([ngram] if ngram else [])
 
 
-def run_probe(plan: Plan, dep: Deployment, workload, log_dir: Path, slots: int = 1,
-              api_key: str | None = None) -> tuple[dict[str, float], dict]:
+def run_probe(
+    plan: Plan, dep: Deployment, workload, log_dir: Path, slots: int = 1, api_key: str | None = None
+) -> tuple[dict[str, float], dict]:
     """The scale per level (label -> scale) and the record of how it was chosen. With `slots`
     servers side by side (--parallel), each process may use a share of the CPUs that much
     smaller."""
@@ -222,18 +247,42 @@ def run_probe(plan: Plan, dep: Deployment, workload, log_dir: Path, slots: int =
     t0 = time.monotonic()
     costs: list[LevelCost] = []
     for variant in probe_variants(plan, dep):
-        launch = render(dep, variant, port=free_port(), gpus=tuple(plan.gpus[:dep.tensor_parallel_size]),
-                        llama_server=plan.llama_server)
+        launch = render(
+            dep,
+            variant,
+            port=free_port(),
+            gpus=tuple(plan.gpus[: dep.tensor_parallel_size]),
+            llama_server=plan.llama_server,
+        )
         try:
             with Server(launch, log_dir / "time-scale-probe.log", api_key) as srv:
-                costs += asyncio.run(_probe_levels(srv.launch.url, launch.served_model_name, workload,
-                                                   list(plan.levels), plan.mode, plan.seed, headers, variant, busy))
+                costs += asyncio.run(
+                    _probe_levels(
+                        srv.launch.url,
+                        launch.served_model_name,
+                        workload,
+                        list(plan.levels),
+                        plan.mode,
+                        plan.seed,
+                        headers,
+                        variant,
+                        busy,
+                    )
+                )
         except (LaunchError, timescale.TimeScaleError) as e:
             raise ProbeError(str(e)) from None
     chosen = choose(costs, busy, plan.mode, list(plan.levels))
-    record = {"variants": probe_variants(plan, dep), "workload": plan.workload_labels[0], "busy_limit": busy,
-              "step_limit_s": STEP_S, "lag_limit_s": LAG_S, "window_emulated_s": WINDOW_S,
-              "wall_s": time.monotonic() - t0, "levels": [asdict(c) for c in costs], "chosen": chosen}
+    record = {
+        "variants": probe_variants(plan, dep),
+        "workload": plan.workload_labels[0],
+        "busy_limit": busy,
+        "step_limit_s": STEP_S,
+        "lag_limit_s": LAG_S,
+        "window_emulated_s": WINDOW_S,
+        "wall_s": time.monotonic() - t0,
+        "levels": [asdict(c) for c in costs],
+        "chosen": chosen,
+    }
     return chosen, record
 
 
@@ -251,5 +300,4 @@ def describe(chosen: dict[str, float]) -> str:
             groups[-1][0].append(label)
         else:
             groups.append(([label], s))
-    return ", ".join((names[0] if len(names) == 1 else f"{names[0]}-{names[-1]}") + f" {s:g}x"
-                     for names, s in groups)
+    return ", ".join((names[0] if len(names) == 1 else f"{names[0]}-{names[-1]}") + f" {s:g}x" for names, s in groups)

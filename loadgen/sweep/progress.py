@@ -1,5 +1,6 @@
 """The sweep's progress bar: cells done of all, the cell running, its live output throughput,
 and the ETA; notes (servers starting, failures) printed above it."""
+
 from __future__ import annotations
 
 import sys
@@ -12,11 +13,18 @@ from loadgen.sweep.runner import Reporter
 class BarReporter(Reporter):
     def __init__(self, total: int, quiet: bool) -> None:
         from tqdm import tqdm
+
         tqdm.monitor_interval = 0  # no monitor thread in a process that measures latency
         self._tqdm = tqdm
-        self.bar = tqdm(total=total, unit="cell", disable=quiet or None, file=sys.stderr,
-                        dynamic_ncols=True, mininterval=0.5,
-                        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} cells [{elapsed}<{remaining}{postfix}]")
+        self.bar = tqdm(
+            total=total,
+            unit="cell",
+            disable=quiet or None,
+            file=sys.stderr,
+            dynamic_ncols=True,
+            mininterval=0.5,
+            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} cells [{elapsed}<{remaining}{postfix}]",
+        )
         self.quiet = quiet
         self.failed = 0
         self._tokens = 0

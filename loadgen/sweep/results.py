@@ -10,6 +10,7 @@
 A cell is written into a temporary directory and renamed into place: it is there completely or
 not at all, so a sweep killed at any moment loses at most the cell it was running.
 """
+
 from __future__ import annotations
 
 import json
@@ -81,21 +82,31 @@ def row(summary: dict) -> dict:
         return (summary.get(key) or {}).get(p)
 
     return {
-        "variant": c["variant"], "workload": c["workload"], "workload_spec": c["workload_spec"],
-        "mode": c["mode"], "level": c["level"], "repeat": c.get("repeat", 1),
+        "variant": c["variant"],
+        "workload": c["workload"],
+        "workload_spec": c["workload_spec"],
+        "mode": c["mode"],
+        "level": c["level"],
+        "repeat": c.get("repeat", 1),
         "cell": Cell(c["variant"], c["workload"], c["level"], c["mode"]).base_key,
-        "status": c["status"], "error": c.get("error"),
-        "completed": summary.get("completed"), "failed": summary.get("failed"),
+        "status": c["status"],
+        "error": c.get("error"),
+        "completed": summary.get("completed"),
+        "failed": summary.get("failed"),
         "duration_s": summary.get("duration_s"),
         "output_throughput_tok_s": summary.get("output_throughput_tok_s"),
         "total_throughput_tok_s": summary.get("total_throughput_tok_s"),
         "request_throughput_req_s": summary.get("request_throughput_req_s"),
-        **{f"{m}_{p}_ms": pct(f"{m}_ms", p) for m in ("ttft", "tpot", "itl", "e2e")
-           for p in ("mean", "p50", "p90", "p99")},
+        **{
+            f"{m}_{p}_ms": pct(f"{m}_ms", p)
+            for m in ("ttft", "tpot", "itl", "e2e")
+            for p in ("mean", "p50", "p90", "p99")
+        },
         "tokens_per_chunk_mean": summary.get("tokens_per_chunk_mean"),
         "acceptance_rate": sd.get("acceptance_rate"),
         "mean_acceptance_length": sd.get("mean_acceptance_length"),
-        "drafts": sd.get("drafts"), "draft_tokens": sd.get("draft_tokens"),
+        "drafts": sd.get("drafts"),
+        "draft_tokens": sd.get("draft_tokens"),
         "accepted_tokens": sd.get("accepted_tokens"),
         "server_generation_tok_s": srv.get("generation_tok_s"),
         "kv_usage_mean": (srv.get("kv_usage") or {}).get("mean"),

@@ -1,13 +1,14 @@
 """Running a sweep's cells: one server per variant, started, checked between cells,
 restarted when it dies, and always stopped; each cell written as soon as it ends."""
+
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from loadgen.measures.frame import request_frame
 from loadgen.sweep import results
@@ -27,6 +28,7 @@ class Interrupted(Exception):
 class Slot:
     """What one runner serves with: its variants, in order, on these GPUs and this port (None:
     a free port, chosen when each server starts)."""
+
     variants: tuple[str, ...]
     gpus: tuple[int, ...]
     port: int | None = None
@@ -57,18 +59,31 @@ def _port(slot: Slot) -> int:
 
 def _cell_info(cell: Cell, plan: Plan, status: str, error: str | None, server: Server | None) -> dict:
     la = server.launch if server else None
-    return {"key": cell.key, "variant": cell.variant, "workload": cell.workload, "repeat": cell.repeat,
-            "workload_spec": plan.workload_spec(cell.workload), "mode": cell.mode, "level": cell.level,
-            "status": status, "error": error, "finished_unix": time.time(),
-            "server": None if la is None else {
-                "engine": la.engine, "command": la.shell(), "url": la.url, "pid": server.pid,
-                "starts": server.starts}}
+    return {
+        "key": cell.key,
+        "variant": cell.variant,
+        "workload": cell.workload,
+        "repeat": cell.repeat,
+        "workload_spec": plan.workload_spec(cell.workload),
+        "mode": cell.mode,
+        "level": cell.level,
+        "status": status,
+        "error": error,
+        "finished_unix": time.time(),
+        "server": None
+        if la is None
+        else {"engine": la.engine, "command": la.shell(), "url": la.url, "pid": server.pid, "starts": server.starts},
+    }
 
 
 def failed_event(plan: Plan, cell: Cell, error: str, server: Server | None) -> tuple:
     """The "done" event of a cell that failed before measuring anything."""
-    return ("done", cell, request_frame([]),
-            {"cell": _cell_info(cell, plan, "failed", error, server), "completed": 0, "failed": 0})
+    return (
+        "done",
+        cell,
+        request_frame([]),
+        {"cell": _cell_info(cell, plan, "failed", error, server), "completed": 0, "failed": 0},
+    )
 
 
 def write_result(root: Path, cell: Cell, frame, summary: dict, order: list[str]) -> None:
@@ -91,8 +106,17 @@ def _died(server: Server, frame) -> int | None:
     return server.exit_code()
 
 
-def run_slot(root: Path, plan: Plan, dep: Deployment, slot: Slot, todo: list[Cell],
-             workloads: dict, reporter: Reporter, order: list[str], api_key: str | None = None) -> None:
+def run_slot(
+    root: Path,
+    plan: Plan,
+    dep: Deployment,
+    slot: Slot,
+    todo: list[Cell],
+    workloads: dict,
+    reporter: Reporter,
+    order: list[str],
+    api_key: str | None = None,
+) -> None:
     """Every cell of `todo` whose variant is in the slot, round by round (--repeats), variant by
     variant: each round starts each variant's server afresh, so the repeats' spread holds what
     changes from one server start to the next too. Raises Interrupted when a cell was
@@ -118,8 +142,9 @@ def run_slot(root: Path, plan: Plan, dep: Deployment, slot: Slot, todo: list[Cel
             server.stop()
 
 
-def variant_events(plan: Plan, server: Server, cells: list[Cell], workloads: dict,
-                   reporter: Reporter) -> Iterator[tuple]:
+def variant_events(
+    plan: Plan, server: Server, cells: list[Cell], workloads: dict, reporter: Reporter
+) -> Iterator[tuple]:
     """One variant's cells on its server (started here; stopping it is the caller's), as
     events: ("note", text), ("started", cell), ("done", cell, frame, summary). `reporter` sees
     each request. Raises Interrupted after the "done" of an interrupted cell. In a virtual sweep
@@ -148,9 +173,17 @@ def variant_events(plan: Plan, server: Server, cells: list[Cell], workloads: dic
                 return
         yield "started", cell
         try:
-            res = run_cell(plan, cell, workloads[cell.workload], la.url, la.served_model_name,
-                           on_record=reporter.record, api_key=server.api_key, on_start=reporter.request_started,
-                           time_scale=plan.scale_for(cell) if la.engine == "emulator" else None)
+            res = run_cell(
+                plan,
+                cell,
+                workloads[cell.workload],
+                la.url,
+                la.served_model_name,
+                on_record=reporter.record,
+                api_key=server.api_key,
+                on_start=reporter.request_started,
+                time_scale=plan.scale_for(cell) if la.engine == "emulator" else None,
+            )
         except CellError as e:
             yield "note", f"{cell.key}: {e}"
             yield failed_event(plan, cell, str(e), server)
@@ -161,9 +194,11 @@ def variant_events(plan: Plan, server: Server, cells: list[Cell], workloads: dic
         code = _died(server, res.frame)
         if code is not None:
             status = "failed"
-            error = (f"external server {la.url} stopped serving during the cell" if la.engine == "external"
-                     else f"server exited with code {code} during the cell; log {server.log_path}: "
-                          f"{server.log_tail()}")
+            error = (
+                f"external server {la.url} stopped serving during the cell"
+                if la.engine == "external"
+                else f"server exited with code {code} during the cell; log {server.log_path}: {server.log_tail()}"
+            )
             yield "note", f"{cell.key}: {error}"
         elif res.interrupted:
             status = "interrupted"
@@ -180,6 +215,7 @@ def variant_events(plan: Plan, server: Server, cells: list[Cell], workloads: dic
 
 def _simulated(plan: Plan, la, cells: list[Cell], workloads: dict) -> Iterator[tuple]:
     from loadgen.sweep.virtual import simulate_cell
+
     yield "note", f"simulating {la.variant} in virtual time: {la.shell()}"
     for cell in cells:
         yield "started", cell
@@ -197,8 +233,9 @@ def pending(root: Path, plan: Plan, retry_failed: bool) -> list[Cell]:
     generator died, `cause` "worker", always: that failure says nothing about the server)."""
     done = results.finished(root)
     keep = ("ok",) if retry_failed else results.DONE
-    return [c for c in plan.cells() if done.get(c.key, {}).get("status") not in keep
-            or done[c.key].get("cause") == "worker"]
+    return [
+        c for c in plan.cells() if done.get(c.key, {}).get("status") not in keep or done[c.key].get("cause") == "worker"
+    ]
 
 
 def slots(plan: Plan, dep: Deployment) -> list[Slot]:
@@ -213,6 +250,7 @@ def slots(plan: Plan, dep: Deployment) -> list[Slot]:
     groups: list[list[str]] = [[] for _ in range(n)]
     for i, v in enumerate(plan.variants):
         groups[i % n].append(v)
-    return [Slot(tuple(g), tuple(gpus[i * tp:(i + 1) * tp]), None if port is None else port + i)
-            for i, g in enumerate(groups)]
-
+    return [
+        Slot(tuple(g), tuple(gpus[i * tp : (i + 1) * tp]), None if port is None else port + i)
+        for i, g in enumerate(groups)
+    ]

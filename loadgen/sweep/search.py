@@ -3,11 +3,12 @@
 level that held and the first that failed, down to `resolution`; then both boundary levels
 are measured again (`repeats` times in all) so that one noisy run cannot move the answer, and
 the result says how often each held."""
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 @dataclass
@@ -21,11 +22,11 @@ class Probe:
 @dataclass
 class Capacity:
     variant: str
-    capacity: float | None            # the highest level that held; None: even `start` failed
-    held_at_capacity: str = ""        # e.g. "3/3"
-    failed_above: str = ""            # e.g. "3/3 at 24"
-    above_limit: bool = False         # held at every level up to the limit
-    sure: bool = False                # every repeat agreed
+    capacity: float | None  # the highest level that held; None: even `start` failed
+    held_at_capacity: str = ""  # e.g. "3/3"
+    failed_above: str = ""  # e.g. "3/3 at 24"
+    above_limit: bool = False  # held at every level up to the limit
+    sure: bool = False  # every repeat agreed
     probes: list[Probe] = field(default_factory=list)
 
     @property
@@ -35,7 +36,7 @@ class Capacity:
         if self.above_limit:
             return f"holds at every level up to the limit {self.capacity:g} ({self.held_at_capacity})"
         how = "sure" if self.sure else "not sure: the repeats disagree"
-        return (f"capacity {self.capacity:g} (held {self.held_at_capacity}; failed {self.failed_above}); {how}")
+        return f"capacity {self.capacity:g} (held {self.held_at_capacity}; failed {self.failed_above}); {how}"
 
 
 def _next(lo: float, hi: float, integer: bool) -> float | None:
@@ -46,8 +47,16 @@ def _next(lo: float, hi: float, integer: bool) -> float | None:
     return mid
 
 
-def search(variant: str, probe: Callable[[float], Probe], *, start: float, limit: float, integer: bool,
-           resolution: float = 0.1, repeats: int = 3) -> Capacity:
+def search(
+    variant: str,
+    probe: Callable[[float], Probe],
+    *,
+    start: float,
+    limit: float,
+    integer: bool,
+    resolution: float = 0.1,
+    repeats: int = 3,
+) -> Capacity:
     probes: list[Probe] = []
 
     def run(level: float) -> Probe:
@@ -82,8 +91,15 @@ def search(variant: str, probe: Callable[[float], Probe], *, start: float, limit
             hi = mid
     held = 1 + sum(run(lo).passed for _ in range(repeats - 1))
     failed = 1 + sum(not run(hi).passed for _ in range(repeats - 1))
-    return Capacity(variant, lo, f"{held}/{repeats}", f"{failed}/{repeats} at {hi:g}", False,
-                    held == repeats and failed == repeats, probes)
+    return Capacity(
+        variant,
+        lo,
+        f"{held}/{repeats}",
+        f"{failed}/{repeats} at {hi:g}",
+        False,
+        held == repeats and failed == repeats,
+        probes,
+    )
 
 
 def recommend(results: list[Capacity], baseline: str) -> list[str]:
@@ -96,8 +112,11 @@ def recommend(results: list[Capacity], baseline: str) -> list[str]:
         return ["No variant meets the SLOs even at the lowest level: relax the SLOs or add capacity."]
     best = ranked[0]
     ties = [r.variant for r in ranked if r.capacity == best.capacity]
-    lines.append(f"Most load within the SLOs: {' and '.join(ties)} (capacity {best.capacity:g}"
-                 + (", at the limit searched" if best.above_limit else "") + ").")
+    lines.append(
+        f"Most load within the SLOs: {' and '.join(ties)} (capacity {best.capacity:g}"
+        + (", at the limit searched" if best.above_limit else "")
+        + ")."
+    )
     base = next((r for r in results if r.variant == baseline), None)
     sd = [r for r in results if r.variant != baseline]
     if base is None or not sd:
@@ -106,9 +125,13 @@ def recommend(results: list[Capacity], baseline: str) -> list[str]:
     common = sorted(set.intersection(*(set(t) for t in tput.values()))) if tput else []
     off = [lv for lv in common if all(tput[baseline][lv] >= tput[r.variant][lv] for r in sd)]
     if off:
-        lines.append(f"Speculative decoding should be off from about {off[0]:g}: there {baseline} carried at least "
-                     "as many output tokens/s as every SD variant (levels measured by all variants: "
-                     f"{', '.join(f'{lv:g}' for lv in common)}).")
+        lines.append(
+            f"Speculative decoding should be off from about {off[0]:g}: there {baseline} carried at least "
+            "as many output tokens/s as every SD variant (levels measured by all variants: "
+            f"{', '.join(f'{lv:g}' for lv in common)})."
+        )
     elif common:
-        lines.append(f"Speculative decoding paid at every level all variants measured ({', '.join(f'{lv:g}' for lv in common)}).")
+        lines.append(
+            f"Speculative decoding paid at every level all variants measured ({', '.join(f'{lv:g}' for lv in common)})."
+        )
     return lines

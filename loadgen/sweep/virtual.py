@@ -6,6 +6,7 @@ of tens of cells takes seconds, with the cells, manifest and summaries a real sw
 `loadgen report` and `compare` read it as any other. Figures are the cost model's: what the
 emulated hardware would do with no client or machine in the way (never flagged client_bound);
 it measures nothing about a real server, and no run-to-run variation (refused with --repeats)."""
+
 from __future__ import annotations
 
 import time
@@ -26,17 +27,36 @@ def simulate_cell(plan: Plan, cell: Cell, workload, argv) -> CellResult:
     flag). The warm-up a real cell sends first is left out: a simulated engine has nothing to
     warm, and the figures are the measured requests' either way."""
     engine, served = engine_from_command(argv)
-    sim = SimSpec(engine.profile.name, engine.spec, load_shape(plan, cell), engine.cfg,
-                  num_requests=plan.requests_for(cell), duration_s=plan.duration_s, seed=plan.seed,
-                  endpoint=plan.endpoint)
+    sim = SimSpec(
+        engine.profile.name,
+        engine.spec,
+        load_shape(plan, cell),
+        engine.cfg,
+        num_requests=plan.requests_for(cell),
+        duration_s=plan.duration_s,
+        seed=plan.seed,
+        endpoint=plan.endpoint,
+    )
     started, wall = time.time(), time.monotonic()
     result = simulate(sim, workload.requests(None, plan.seed), engine=engine)
     frame = request_frame(result.run.records)
     config = run_config(
-        "sweep", base_url=f"simulated:{sim.profile}", model=served[0], endpoint=plan.endpoint,
-        load=sim.load.describe(), num_requests=sim.num_requests, duration_s=sim.duration_s, warmup=0,
-        seed=plan.seed, workload=workload.describe(), clock=clock(result.run.t0_ns, None, "virtual"),
-        simulated=True, profile=sim.profile, time_scale=1.0, started_unix=started)
+        "sweep",
+        base_url=f"simulated:{sim.profile}",
+        model=served[0],
+        endpoint=plan.endpoint,
+        load=sim.load.describe(),
+        num_requests=sim.num_requests,
+        duration_s=sim.duration_s,
+        warmup=0,
+        seed=plan.seed,
+        workload=workload.describe(),
+        clock=clock(result.run.t0_ns, None, "virtual"),
+        simulated=True,
+        profile=sim.profile,
+        time_scale=1.0,
+        started_unix=started,
+    )
     summary = summarize(frame, ([], []), config=config, load_info=result.run.load_info)
     summary.update(engine_figures(result, time.monotonic() - wall))
     return CellResult(frame, summary, False)

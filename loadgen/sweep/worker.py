@@ -1,6 +1,7 @@
 """A --parallel sweep's worker process: `python -m loadgen.sweep.worker OUTPUT SLOT` runs one
 slot's cells (loadgen.sweep.execute.run_worker); the API key comes in LOADGEN_API_KEY (argv
 is visible to ps). Exit 130 when interrupted, 2 with one line on an error."""
+
 from __future__ import annotations
 
 import os

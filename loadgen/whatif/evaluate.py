@@ -7,19 +7,20 @@ ends, the traces taken in order and cycled until at least 4 x B requests were se
 is measured exactly as a real run is (loadgen.measures.summary: output tokens per second over the
 steady window). Speedup: a policy's throughput over no speculation's at the same batch size.
 """
+
 from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
+from loadgen.load.execute import LoadShape
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
-from loadgen.load.execute import LoadShape
 from loadgen.simulate.virtual import SimSpec, simulate
 from loadgen.whatif import KS, policies
 from loadgen.whatif.policies import Step
@@ -39,8 +40,8 @@ class WhatIfError(ValueError):
 @dataclass(frozen=True)
 class Policy:
     name: str
-    kind: str          # none | fixed | oracle | combination | adaptive | hybrid
-    realisable: bool   # a server could run it without knowing the future
+    kind: str  # none | fixed | oracle | combination | adaptive | hybrid
+    realisable: bool  # a server could run it without knowing the future
     plan: Callable[[Trace], list[Step]]
     price_as: str | None = None  # charge every drafter at this one's price
 
@@ -48,6 +49,7 @@ class Policy:
 @dataclass
 class Outcome:
     """One policy at one batch size."""
+
     policy: str
     kind: str
     realisable: bool
@@ -55,7 +57,7 @@ class Outcome:
     requests: int
     output_tok_s: float
     speedup: float | None
-    tokens_per_step: float      # tokens per decoding step, over the plans served
+    tokens_per_step: float  # tokens per decoding step, over the plans served
     drafts_per_step: float
     tpot_ms: float | None
 
@@ -77,8 +79,9 @@ def hybrid_possible(traces: list[Trace], methods: list[str]) -> bool:
     return "ngram" in methods and all(t.drafters["ngram"].proposed is not None for t in traces)
 
 
-def candidates(methods: list[str], ks=KS, k_max: int = max(KS), oracle_depth: int | None = max(KS),
-               hybrid: bool = True) -> list[Policy]:
+def candidates(
+    methods: list[str], ks=KS, k_max: int = max(KS), oracle_depth: int | None = max(KS), hybrid: bool = True
+) -> list[Policy]:
     """No speculation; per drafter fixed k for each k, its oracle and adaptive k; with the
     n-gram drafter and a model drafter, the realisable hybrid; with two or more drafters, the
     combination oracle charged at each step's own drafter's price and at the n-gram price.
@@ -89,26 +92,44 @@ def candidates(methods: list[str], ks=KS, k_max: int = max(KS), oracle_depth: in
     out = [Policy("none", "none", True, lambda t: policies.none(len(t.generated_token_ids), START))]
     for m in methods:
         for k in ks:
-            out.append(Policy(f"{m} k={k}", "fixed", True,
-                              lambda t, m=m, k=k: policies.fixed_k(m, t.drafters[m], k, START)))
-        out.append(Policy(f"{m} adaptive k<={k_max}", "adaptive", True,
-                          lambda t, m=m: policies.adaptive(m, t.drafters[m], k_max=k_max, start=START)))
+            out.append(
+                Policy(f"{m} k={k}", "fixed", True, lambda t, m=m, k=k: policies.fixed_k(m, t.drafters[m], k, START))
+            )
+        out.append(
+            Policy(
+                f"{m} adaptive k<={k_max}",
+                "adaptive",
+                True,
+                lambda t, m=m: policies.adaptive(m, t.drafters[m], k_max=k_max, start=START),
+            )
+        )
         depth = f" <={caps[m]}" if caps[m] else ""
-        out.append(Policy(f"{m} oracle{depth}", "oracle", False,
-                          lambda t, m=m: policies.oracle(m, t.drafters[m], START, caps[m])))
+        out.append(
+            Policy(
+                f"{m} oracle{depth}", "oracle", False, lambda t, m=m: policies.oracle(m, t.drafters[m], START, caps[m])
+            )
+        )
     if "ngram" in methods and hybrid:
         for m in methods:
             if m != "ngram":
-                out.append(Policy(f"ngram k={k_max} where it matches, else {m} k=3", "hybrid", True,
-                                  lambda t, m=m: policies.hybrid("ngram", t.drafters["ngram"], m, t.drafters[m],
-                                                                 k_ngram=k_max, k_model=3, start=START)))
+                out.append(
+                    Policy(
+                        f"ngram k={k_max} where it matches, else {m} k=3",
+                        "hybrid",
+                        True,
+                        lambda t, m=m: policies.hybrid(
+                            "ngram", t.drafters["ngram"], m, t.drafters[m], k_ngram=k_max, k_model=3, start=START
+                        ),
+                    )
+                )
     if len(methods) > 1:
         both = "+".join(methods)
         comb = lambda t: policies.combination({m: t.drafters[m] for m in methods}, START, caps)  # noqa: E731
         out.append(Policy(f"combination oracle ({both})", "combination", False, comb))
         if "ngram" in methods:
-            out.append(Policy(f"combination oracle ({both}), n-gram price", "combination", False, comb,
-                              price_as="ngram"))
+            out.append(
+                Policy(f"combination oracle ({both}), n-gram price", "combination", False, comb, price_as="ngram")
+            )
     return out
 
 
@@ -122,31 +143,44 @@ def drafters_of(traces: list[Trace], profile: profiles.Profile, wanted: list[str
     if wanted:
         missing = [m for m in wanted if m not in common]
         if missing:
-            raise WhatIfError(f"not every trace has acc_{missing[0]}; the traces all have: "
-                              f"{', '.join(sorted(common)) or 'none'}")
+            raise WhatIfError(
+                f"not every trace has acc_{missing[0]}; the traces all have: {', '.join(sorted(common)) or 'none'}"
+            )
         common = set(wanted)
     unpriced = sorted(m for m in common if m not in profile.drafters)
     if unpriced:
-        raise WhatIfError(f"profile {profile.name!r} has no cost for drafter {unpriced[0]!r} "
-                          f"(it prices: {', '.join(sorted(profile.drafters))}); pick --drafters among those")
+        raise WhatIfError(
+            f"profile {profile.name!r} has no cost for drafter {unpriced[0]!r} "
+            f"(it prices: {', '.join(sorted(profile.drafters))}); pick --drafters among those"
+        )
     return order_drafters(common)
 
 
-def evaluate(traces: list[Trace], profile: str, batches: list[int], chosen: list[Policy], *,
-             requests: int | None = None, engine: EngineConfig = EngineConfig(),
-             progress: Callable[[str], None] | None = None) -> list[Outcome]:
+def evaluate(
+    traces: list[Trace],
+    profile: str,
+    batches: list[int],
+    chosen: list[Policy],
+    *,
+    requests: int | None = None,
+    engine: EngineConfig = EngineConfig(),
+    progress: Callable[[str], None] | None = None,
+) -> list[Outcome]:
     prof = profiles.load(profile)
     served = [t for t in traces if len(t.generated_token_ids) >= 1]
     if not served:
         raise WhatIfError("no trace has generated tokens")
     plans = {p.name: [[(s.drafter, s.drafts, s.emitted) for s in p.plan(t)] for t in served] for p in chosen}
     # per trace and policy: (steps, drafts, tokens emitted), for the per-step means
-    totals = {name: np.array([(len(pl), sum(d for _, d, _ in pl), sum(e for _, _, e in pl)) for pl in trace_plans])
-              for name, trace_plans in plans.items()}
+    totals = {
+        name: np.array([(len(pl), sum(d for _, d, _ in pl), sum(e for _, _, e in pl)) for pl in trace_plans])
+        for name, trace_plans in plans.items()
+    }
     counts = {b: requests or max(len(served), 4 * b) for b in batches}
     jobs = [(b, p.name, p.price_as) for b in batches for p in chosen]
-    served_at = _run_all(jobs, lambda b, name, price_as: _serve(prof, served, plans[name], b, counts[b], engine,
-                                                                 price_as))
+    served_at = _run_all(
+        jobs, lambda b, name, price_as: _serve(prof, served, plans[name], b, counts[b], engine, price_as)
+    )
     out: list[Outcome] = []
     for batch in batches:
         count = counts[batch]
@@ -156,10 +190,20 @@ def evaluate(traces: list[Trace], profile: str, batches: list[int], chosen: list
             steps, drafts, emitted = totals[p.name][np.arange(count) % len(served)].sum(axis=0)
             if p.kind == "none":
                 baseline = tok_s
-            out.append(Outcome(p.name, p.kind, p.realisable, batch, count, tok_s,
-                               tok_s / baseline if baseline else None,
-                               float(emitted / steps) if steps else float("nan"),
-                               float(drafts / steps) if steps else float("nan"), tpot))
+            out.append(
+                Outcome(
+                    p.name,
+                    p.kind,
+                    p.realisable,
+                    batch,
+                    count,
+                    tok_s,
+                    tok_s / baseline if baseline else None,
+                    float(emitted / steps) if steps else float("nan"),
+                    float(drafts / steps) if steps else float("nan"),
+                    tpot,
+                )
+            )
         if progress:
             progress(f"batch {batch}: {len(chosen)} policies over {count} requests")
     return out
@@ -188,27 +232,32 @@ def _run_all(jobs: list[tuple], work: Callable) -> dict:
         _WORK = None
 
 
-def _serve(prof, traces: list[Trace], plans: list[list], batch: int, count: int, cfg: EngineConfig,
-           price_as: str | None) -> tuple[float, float | None]:
+def _serve(
+    prof, traces: list[Trace], plans: list[list], batch: int, count: int, cfg: EngineConfig, price_as: str | None
+) -> tuple[float, float | None]:
     """Output tokens per second (and mean TPOT, ms) of `count` requests served closed loop by
     `batch` users, each request the next trace in turn with its plan."""
     engine = ReplayEngine(prof, cfg, price_as=price_as)
-    reqs = (Request(id=str(i), prompt="", max_tokens=len(traces[i % len(traces)].generated_token_ids),
-                    workload="traces") for i in range(count))
+    reqs = (
+        Request(id=str(i), prompt="", max_tokens=len(traces[i % len(traces)].generated_token_ids), workload="traces")
+        for i in range(count)
+    )
 
     def submit(eng: ReplayEngine, req: Request, t_send: float, sink) -> None:
         i = int(req.id)
         t = traces[i % len(traces)]
-        eng.submit_plan(req.id, t.prompt_token_ids, t.generated_token_ids, plans[i % len(traces)],
-                        arrival=t_send, sink=sink)
+        eng.submit_plan(
+            req.id, t.prompt_token_ids, t.generated_token_ids, plans[i % len(traces)], arrival=t_send, sink=sink
+        )
 
     sim = SimSpec(prof.name, None, LoadShape(concurrency=batch), engine=cfg, num_requests=count)
     result = simulate(sim, reqs, engine=engine, submit=submit)
     frame = request_frame(result.run.records)
     failed = frame[~frame["ok"]]
     if len(failed):
-        raise WhatIfError(f"{len(failed)} of the traces' requests cannot be served on {prof.name}: "
-                          f"{failed['error_message'].iloc[0]}")
+        raise WhatIfError(
+            f"{len(failed)} of the traces' requests cannot be served on {prof.name}: {failed['error_message'].iloc[0]}"
+        )
     s = summarize(frame, ([], []), config={"clock": {"t0_ns": result.run.t0_ns}})
     tpot = s["tpot_ms"].get("mean") if s["tpot_ms"] else None
     return float(s["output_throughput_tok_s"]), tpot

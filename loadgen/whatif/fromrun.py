@@ -3,6 +3,7 @@ past warm-up, its prompt and output token ids, the n-gram drafter's acceptance r
 over them, and, when the server speculated with a model drafter at fixed k, that drafter's
 acceptance estimated from the tokens each engine step emitted (traces.estimate: censored at k).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,6 +27,7 @@ def served_drafter(config: dict) -> tuple[str, int] | None:
     except (TypeError, ValueError):
         return None
     from servers.emulator.spec import ALIASES
+
     method = ALIASES.get(d.get("method") or "", d.get("method"))
     if method is None and "eagle" in str(d.get("model", "")).lower():
         method = "eagle3" if "eagle3" in str(d.get("model")).lower() else "eagle"
@@ -33,35 +35,45 @@ def served_drafter(config: dict) -> tuple[str, int] | None:
     return (method, int(k)) if method in MODEL_DRAFTERS and isinstance(k, int) else None
 
 
-def from_results(directory: Path, *, drafter: tuple[str, int] | None = None,
-                 ngram_lookup: tuple[int, int] = (5, 5)) -> tuple[list[Trace], list[str]]:
+def from_results(
+    directory: Path, *, drafter: tuple[str, int] | None = None, ngram_lookup: tuple[int, int] = (5, 5)
+) -> tuple[list[Trace], list[str]]:
     """The run's traces and notes (what was estimated, what was skipped). TraceError (one
     line) when the directory holds no run or the run kept no token ids."""
     try:
         frame = pd.read_parquet(directory / "requests.parquet")
         summary = json.loads((directory / "summary.json").read_text())
     except (OSError, ValueError) as e:
-        raise TraceError(f"{directory} holds no run results (requests.parquet, summary.json): "
-                         f"{getattr(e, 'strerror', None) or e}") from None
+        raise TraceError(
+            f"{directory} holds no run results (requests.parquet, summary.json): {getattr(e, 'strerror', None) or e}"
+        ) from None
     config = summary.get("config") if isinstance(summary, dict) else None
     config = config if isinstance(config, dict) else {}
-    missing = [c for c in ("request_id", "ok", "warmup", "step_tokens", "steps_source", "token_count_source")
-               if c not in frame.columns]
+    missing = [
+        c
+        for c in ("request_id", "ok", "warmup", "step_tokens", "steps_source", "token_count_source")
+        if c not in frame.columns
+    ]
     if missing:
-        raise TraceError(f"{directory / 'requests.parquet'} is not a loadgen run's request table (no column "
-                         f"{missing[0]!r}); give the directory of a `loadgen run --token-ids`")
+        raise TraceError(
+            f"{directory / 'requests.parquet'} is not a loadgen run's request table (no column "
+            f"{missing[0]!r}); give the directory of a `loadgen run --token-ids`"
+        )
     if "output_token_ids" not in frame.columns:
         frame["output_token_ids"] = frame["prompt_token_ids"] = None
     measured = frame[frame["ok"].fillna(False).astype(bool) & ~frame["warmup"].fillna(False).astype(bool)]
     has_ids = measured["output_token_ids"].notna() & measured["prompt_token_ids"].notna()
     if not has_ids.any():
-        raise TraceError(f"{directory}: the run kept no token ids; run it again with --token-ids "
-                         "(vLLM returns them from 0.10.2 on; with --tokenizer, loadgen tokenizes the text itself)")
+        raise TraceError(
+            f"{directory}: the run kept no token ids; run it again with --token-ids "
+            "(vLLM returns them from 0.10.2 on; with --tokenizer, loadgen tokenizes the text itself)"
+        )
     drafter = drafter or served_drafter(config)
     notes = []
     if drafter is None:
-        notes.append("n-gram only: no model drafter to estimate (if the server ran one at fixed k, "
-                     "give --drafter METHOD:K)")
+        notes.append(
+            "n-gram only: no model drafter to estimate (if the server ran one at fixed k, give --drafter METHOD:K)"
+        )
     lo, hi = ngram_lookup
     traces, mismatched, unreadable = [], 0, 0
     inexact = set()
@@ -85,11 +97,15 @@ def from_results(directory: Path, *, drafter: tuple[str, int] | None = None,
                 inexact.add(f"{row.steps_source}/{row.token_count_source}")
         traces.append(Trace(str(row.request_id), prompt, output, acc))
     if drafter is not None:
-        notes.append(f"acc_{drafter[0]}: estimated from this run at k={drafter[1]} (tokens per engine step); "
-                     f"censored at {drafter[1]} drafts: figures for more drafts are extrapolated (docs/whatif.md)")
+        notes.append(
+            f"acc_{drafter[0]}: estimated from this run at k={drafter[1]} (tokens per engine step); "
+            f"censored at {drafter[1]} drafts: figures for more drafts are extrapolated (docs/whatif.md)"
+        )
     if inexact:
-        notes.append(f"tokens per step were not counted per chunk by the server ({', '.join(sorted(inexact))}): "
-                     "the estimate inherits their error (docs/metrics.md)")
+        notes.append(
+            f"tokens per step were not counted per chunk by the server ({', '.join(sorted(inexact))}): "
+            "the estimate inherits their error (docs/metrics.md)"
+        )
     if mismatched:
         notes.append(f"{mismatched} requests skipped: their steps' tokens do not add up to their token ids")
     if unreadable:

@@ -1,12 +1,13 @@
 """`loadgen whatif` and `loadgen traces` as jobs: evaluating acceptance traces on a cost
 profile (whatif.json), and building traces from a run made with --token-ids."""
+
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from loadgen.errors import LoadgenError
 from loadgen.whatif import BATCHES, KS
@@ -15,35 +16,36 @@ from loadgen.whatif import BATCHES, KS
 @dataclass
 class WhatIfJob:
     traces: Path
-    profile: str                       # a cost profile's name (servers/emulator/profiles)
+    profile: str  # a cost profile's name (servers/emulator/profiles)
     batches: tuple[int, ...] = tuple(BATCHES)
     ks: tuple[int, ...] = tuple(KS)
     drafters: list[str] | None = None  # None: every drafter the traces have
-    oracle_depth: int | None = None    # None: the largest k; 0: no limit
-    requests: int | None = None        # per batch size [default: the traces, cycled to >= 4 x batch]
-    output: Path | None = None         # also write whatif.json there
-    acc_as: str = "eagle"              # the drafter a bare "acc" is
+    oracle_depth: int | None = None  # None: the largest k; 0: no limit
+    requests: int | None = None  # per batch size [default: the traces, cycled to >= 4 x batch]
+    output: Path | None = None  # also write whatif.json there
+    acc_as: str = "eagle"  # the drafter a bare "acc" is
     ngram_lookup: tuple[int, int] = (3, 7)  # prompt lookup min, max to derive a missing n-gram "proposed"
-    protocol: str = "closed"           # closed (loop at each batch size) | offline (the study's batches)
-    seed: int = 0                      # offline: which requests are sampled
-    schedule: bool = False             # also a deployment file per drafter: fixed k and the k schedule
+    protocol: str = "closed"  # closed (loop at each batch size) | offline (the study's batches)
+    seed: int = 0  # offline: which requests are sampled
+    schedule: bool = False  # also a deployment file per drafter: fixed k and the k schedule
 
 
 @dataclass
 class WhatIf:
-    doc: dict            # whatif.json's content
+    doc: dict  # whatif.json's content
     policies: int
     wall_s: float
-    notes: list[str]     # what reading the traces took (repairs, skipped lines), and policies left out
+    notes: list[str]  # what reading the traces took (repairs, skipped lines), and policies left out
     deployments: dict = field(default_factory=dict)  # with schedule: drafter -> (file text, where written or None)
 
 
 def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> WhatIf:
     from loadgen.whatif import evaluate as ev
-    from loadgen.whatif.results import to_json
     from loadgen.whatif.reading import read
+    from loadgen.whatif.results import to_json
     from loadgen.whatif.traces import TraceError
     from servers.emulator import profile as profiles
+
     lo, hi = job.ngram_lookup
     if not 1 <= lo <= hi:
         raise LoadgenError(f"--ngram-lookup {lo},{hi}: give MIN,MAX with 1 <= MIN <= MAX, like 3,7")
@@ -61,30 +63,44 @@ def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> 
         methods = ev.drafters_of(loaded, prof, job.drafters)
         hybrid = ev.hybrid_possible(loaded, methods)
         if not hybrid and "ngram" in methods and len(methods) > 1:
-            notes.append("the hybrid policy is left out: some traces have no n-gram 'proposed' and no token "
-                         "ids to derive it from")
+            notes.append(
+                "the hybrid policy is left out: some traces have no n-gram 'proposed' and no token "
+                "ids to derive it from"
+            )
         chosen = ev.candidates(methods, tuple(job.ks), k_max=max(job.ks), oracle_depth=depth, hybrid=hybrid)
         wall = time.monotonic()
         if job.protocol == "offline":
             from loadgen.whatif import offline
-            outcomes = offline.evaluate(loaded, job.profile, list(job.batches), chosen, requests=job.requests,
-                                        seed=job.seed, progress=progress)
+
+            outcomes = offline.evaluate(
+                loaded, job.profile, list(job.batches), chosen, requests=job.requests, seed=job.seed, progress=progress
+            )
         else:
-            outcomes = ev.evaluate(loaded, job.profile, list(job.batches), chosen, requests=job.requests,
-                                   progress=progress)
+            outcomes = ev.evaluate(
+                loaded, job.profile, list(job.batches), chosen, requests=job.requests, progress=progress
+            )
     except (profiles.ProfileError, TraceError, ev.WhatIfError) as e:
         raise LoadgenError(str(e)) from None
     wall = time.monotonic() - wall
-    doc = to_json(loaded, methods, job.profile, outcomes, source=str(job.traces), ks=list(job.ks),
-                  oracle_depth=depth, protocol=job.protocol)
+    doc = to_json(
+        loaded,
+        methods,
+        job.profile,
+        outcomes,
+        source=str(job.traces),
+        ks=list(job.ks),
+        oracle_depth=depth,
+        protocol=job.protocol,
+    )
     doc["input"] = {**reading.to_json(), "notes": notes}
     if job.output is not None:
         try:
             job.output.mkdir(parents=True, exist_ok=True)
             (job.output / "whatif.json").write_text(json.dumps(doc, indent=1))
         except OSError as e:
-            raise LoadgenError(f"cannot write {job.output / 'whatif.json'}: {e.strerror or e}; "
-                               "choose another --output") from None
+            raise LoadgenError(
+                f"cannot write {job.output / 'whatif.json'}: {e.strerror or e}; choose another --output"
+            ) from None
     deployments = _deployments(job, doc, prof) if job.schedule else {}
     return WhatIf(doc, len(chosen), wall, notes, deployments)
 
@@ -93,13 +109,20 @@ def _deployments(job: WhatIfJob, doc: dict, prof) -> dict:
     """Per drafter with a schedule, a deployment file for `loadgen sweep`: no speculation, each
     fixed k evaluated, and the schedule (written as OUTPUT/schedule-METHOD.toml with --output)."""
     from loadgen.whatif.schedule import deployment_toml
+
     out = {}
     for m, s in doc["schedules"].items():
         if not s["speculative_config"]:
             continue
-        text = deployment_toml(prof.models[0], m, s["speculative_config"], list(job.ks), max_num_seqs=256,
-                               description=f"{prof.models[0]}: {m} at fixed k and its k schedule from "
-                                           f"loadgen whatif {job.traces} ({doc['protocol']})")
+        text = deployment_toml(
+            prof.models[0],
+            m,
+            s["speculative_config"],
+            list(job.ks),
+            max_num_seqs=256,
+            description=f"{prof.models[0]}: {m} at fixed k and its k schedule from "
+            f"loadgen whatif {job.traces} ({doc['protocol']})",
+        )
         path = None
         if job.output is not None:
             path = job.output / f"schedule-{m}.toml"
@@ -111,12 +134,17 @@ def _deployments(job: WhatIfJob, doc: dict, prof) -> dict:
     return out
 
 
-def traces_from_run(results: Path, output: Path | None = None, drafter: tuple[str, int] | None = None,
-                    ngram_lookup: tuple[int, int] = (5, 5)) -> tuple[Path, list, list[str]]:
+def traces_from_run(
+    results: Path,
+    output: Path | None = None,
+    drafter: tuple[str, int] | None = None,
+    ngram_lookup: tuple[int, int] = (5, 5),
+) -> tuple[Path, list, list[str]]:
     """Acceptance traces from a run's results, written to `output` (default RESULTS/traces.jsonl):
     (where, the traces, notes for the user)."""
     from loadgen.whatif.fromrun import from_results
     from loadgen.whatif.traces import TraceError, write
+
     try:
         built, notes = from_results(results, drafter=drafter, ngram_lookup=ngram_lookup)
     except TraceError as e:

@@ -15,9 +15,10 @@ The plans are the policies' own (policies.py), so fixed k verifies k drafts a st
 where the request has fewer tokens left, or an n-gram lookup offers fewer) and emits
 min(acc_len, k + 1), and an oracle proposes exactly acc_len - 1.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -39,8 +40,13 @@ def sample(traces: list[Trace], count: int | None, seed: int = 0) -> list[Trace]
     return [served[i] for i in chosen]
 
 
-def step_times(prof: profiles.Profile, trace: Trace, plan: list[tuple[str, int, int]], batches: np.ndarray,
-               price_as: str | None = None) -> np.ndarray:
+def step_times(
+    prof: profiles.Profile,
+    trace: Trace,
+    plan: list[tuple[str, int, int]],
+    batches: np.ndarray,
+    price_as: str | None = None,
+) -> np.ndarray:
     """Seconds each step takes (the prefill first) when B copies of the request run together:
     one row per B in `batches`."""
     p = len(trace.prompt_token_ids)
@@ -60,17 +66,26 @@ def step_times(prof: profiles.Profile, trace: Trace, plan: list[tuple[str, int, 
     return out
 
 
-def evaluate(traces: list[Trace], profile: str, batches: list[int], chosen: list[Policy], *,
-             requests: int | None = None, seed: int = 0,
-             progress: Callable[[str], None] | None = None) -> list[Outcome]:
+def evaluate(
+    traces: list[Trace],
+    profile: str,
+    batches: list[int],
+    chosen: list[Policy],
+    *,
+    requests: int | None = None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> list[Outcome]:
     prof = profiles.load(profile)
     picked = sample(traces, requests, seed)
     if not picked:
         raise WhatIfError("no trace has generated tokens")
     for t in picked:
         if len(t.prompt_token_ids) + len(t.generated_token_ids) > prof.max_model_len:
-            raise WhatIfError(f"trace {t.id!r} needs {len(t.prompt_token_ids) + len(t.generated_token_ids)} tokens "
-                              f"of context; {prof.name} holds {prof.max_model_len}")
+            raise WhatIfError(
+                f"trace {t.id!r} needs {len(t.prompt_token_ids) + len(t.generated_token_ids)} tokens "
+                f"of context; {prof.name} holds {prof.max_model_len}"
+            )
     bs = np.asarray(batches)
     n_out = np.array([len(t.generated_token_ids) for t in picked], dtype=np.float64)
     out: list[Outcome] = []
@@ -93,10 +108,20 @@ def evaluate(traces: list[Trace], profile: str, batches: list[int], chosen: list
             baseline = tput
         mean_tpot = np.nanmean(tpot, axis=0) * 1e3 if np.isfinite(tpot).any() else [None] * len(bs)
         for j, b in enumerate(bs):
-            out.append(Outcome(p.name, p.kind, p.realisable, int(b), len(picked), float(tput[j]),
-                               float(tput[j] / baseline[j]) if baseline is not None else None,
-                               emitted / steps if steps else float("nan"), drafts / steps if steps else float("nan"),
-                               None if mean_tpot[j] is None else float(mean_tpot[j])))
+            out.append(
+                Outcome(
+                    p.name,
+                    p.kind,
+                    p.realisable,
+                    int(b),
+                    len(picked),
+                    float(tput[j]),
+                    float(tput[j] / baseline[j]) if baseline is not None else None,
+                    emitted / steps if steps else float("nan"),
+                    drafts / steps if steps else float("nan"),
+                    None if mean_tpot[j] is None else float(mean_tpot[j]),
+                )
+            )
         if progress:
             progress(f"{p.name}: {len(picked)} batches at each of {len(bs)} sizes")
     return out

@@ -19,6 +19,7 @@ proposes more drafts than tokens are left after its bonus (n - 1 - i), as vLLM c
 - hybrid (realisable): the n-gram drafter where its match offers drafts (known before
   verifying: the lookup found something), else the model drafter, each at a fixed k.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,10 +31,10 @@ from loadgen.whatif.traces import Acceptance
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    position: int   # output position the step starts at
-    drafter: str    # who proposed ("" for none)
-    drafts: int     # drafts proposed (and verified)
-    emitted: int    # tokens the step emits (accepted drafts + 1)
+    position: int  # output position the step starts at
+    drafter: str  # who proposed ("" for none)
+    drafts: int  # drafts proposed (and verified)
+    emitted: int  # tokens the step emits (accepted drafts + 1)
 
 
 def _fixed_step(method: str, a: Acceptance, i: int, k: int) -> Step:
@@ -66,12 +67,14 @@ def oracle(method: str, a: Acceptance, start: int = 0, max_drafts: int | None = 
     return out
 
 
-def combination(accs: dict[str, Acceptance], start: int = 0,
-                max_drafts: dict[str, int | None] | None = None) -> list[Step]:
+def combination(
+    accs: dict[str, Acceptance], start: int = 0, max_drafts: dict[str, int | None] | None = None
+) -> list[Step]:
     names = list(accs)
     caps = max_drafts or {}
-    table = np.vstack([accs[m].acc_len if caps.get(m) is None else np.minimum(accs[m].acc_len, caps[m] + 1)
-                       for m in names])
+    table = np.vstack(
+        [accs[m].acc_len if caps.get(m) is None else np.minimum(accs[m].acc_len, caps[m] + 1) for m in names]
+    )
     best = table.argmax(axis=0)
     n, i, out = table.shape[1], start, []
     while i < n:
@@ -96,8 +99,16 @@ def adaptive(method: str, a: Acceptance, k_max: int = 5, memory: float = 0.5, st
     return out
 
 
-def hybrid(ngram_method: str, ngram: Acceptance, model: str, model_acc: Acceptance, *,
-           k_ngram: int, k_model: int, start: int = 0) -> list[Step]:
+def hybrid(
+    ngram_method: str,
+    ngram: Acceptance,
+    model: str,
+    model_acc: Acceptance,
+    *,
+    k_ngram: int,
+    k_model: int,
+    start: int = 0,
+) -> list[Step]:
     """n-gram at k_ngram where its lookup offers drafts, else the model drafter at k_model."""
     if ngram.proposed is None:
         raise ValueError(f"hybrid needs the n-gram trace's 'proposed' (acc_{ngram_method})")

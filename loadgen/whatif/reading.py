@@ -14,6 +14,7 @@ A line that cannot be a trace (broken JSON, wrong types, NaN, values below 1, no
 skipped and counted by reason, with the first line of each; a file with nothing readable, or
 none at all, is one TraceError line.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,9 +42,9 @@ class Reading:
 
     path: str
     lines: int = 0
-    skipped: Counter = field(default_factory=Counter)    # reason -> lines
-    first: dict = field(default_factory=dict)            # reason -> "line N: detail"
-    repairs: Counter = field(default_factory=Counter)    # repair -> requests (or values, where said)
+    skipped: Counter = field(default_factory=Counter)  # reason -> lines
+    first: dict = field(default_factory=dict)  # reason -> "line N: detail"
+    repairs: Counter = field(default_factory=Counter)  # repair -> requests (or values, where said)
 
     def skip(self, no: int, e: _Skip) -> None:
         self.skipped[e.reason] += 1
@@ -55,9 +56,12 @@ class Reading:
         return out
 
     def to_json(self) -> dict:
-        return {"lines": self.lines, "read": self.lines - sum(self.skipped.values()),
-                "skipped": {r: {"lines": n, "first": self.first[r]} for r, n in self.skipped.items()},
-                "repairs": dict(self.repairs)}
+        return {
+            "lines": self.lines,
+            "read": self.lines - sum(self.skipped.values()),
+            "skipped": {r: {"lines": n, "first": self.first[r]} for r, n in self.skipped.items()},
+            "repairs": dict(self.repairs),
+        }
 
 
 def _whole(values, what: str, lo: int | None = None) -> list[int]:
@@ -66,8 +70,11 @@ def _whole(values, what: str, lo: int | None = None) -> list[int]:
         raise _Skip("wrong types", f"{what} is {type(values).__name__}, not a list")
     out = []
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or \
-                (isinstance(v, float) and not (math.isfinite(v) and v.is_integer())):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or (isinstance(v, float) and not (math.isfinite(v) and v.is_integer()))
+        ):
             raise _Skip("wrong types", f"{what} holds {v!r}, not a whole number")
         v = int(v)
         if lo is not None and v < lo:
@@ -83,7 +90,7 @@ def _drafters(d: dict, acc_as: str, fixes: Counter) -> dict[str, dict]:
             method = acc_as
             fixes[f"'acc' without a method read as {PREFIX}{acc_as}"] += 1
         elif key.startswith(PREFIX) and len(key) > len(PREFIX):
-            method = key[len(PREFIX):]
+            method = key[len(PREFIX) :]
         else:
             continue
         if isinstance(value, list):
@@ -93,8 +100,12 @@ def _drafters(d: dict, acc_as: str, fixes: Counter) -> dict[str, dict]:
             raise _Skip("wrong types", f'{key} must be an object with "acc_len"')
         acc = _whole(value["acc_len"], f"{key}.acc_len", lo=1)
         proposed = value.get("proposed")
-        found[method] = {"acc_len": acc, "proposed": None if proposed is None else _whole(proposed, f"{key}.proposed", 0),
-                         "censored_at": value.get("censored_at"), "source": value.get("source")}
+        found[method] = {
+            "acc_len": acc,
+            "proposed": None if proposed is None else _whole(proposed, f"{key}.proposed", 0),
+            "censored_at": value.get("censored_at"),
+            "source": value.get("source"),
+        }
     if not found:
         raise _Skip("no acceptance", f"no {PREFIX}<method> object")
     return found
@@ -132,13 +143,13 @@ def _trace(d, no: int, acc_as: str, lookup: tuple[int, int], fixes: Counter) -> 
             proposed = None
         if proposed is None and method == "ngram" and len(known) >= n:
             proposed = ngram(prompt, output, min_n=lookup[0], max_n=lookup[1]).proposed.tolist()
-            fixes[f"n-gram proposed derived by prompt lookup {lookup[0]}..{lookup[1]} over the "
-                            "token ids"] += 1
+            fixes[f"n-gram proposed derived by prompt lookup {lookup[0]}..{lookup[1]} over the token ids"] += 1
         if proposed is not None:
             p = np.array([min(v, n) for v in proposed[:n]], dtype=np.int64)  # more than n: as good as n
             if (p < acc - 1).any():
-                fixes[f"{PREFIX}{method}.proposed raised to acc_len - 1 where fewer drafts were "
-                                "offered than accepted"] += 1
+                fixes[
+                    f"{PREFIX}{method}.proposed raised to acc_len - 1 where fewer drafts were offered than accepted"
+                ] += 1
                 p = np.maximum(p, acc - 1)
             proposed = p
         censored = a["censored_at"]
@@ -153,8 +164,9 @@ def _trace(d, no: int, acc_as: str, lookup: tuple[int, int], fixes: Counter) -> 
     return Trace(str(d.get("id", f"line-{no}")), prompt, output, out)
 
 
-def read(path: str | Path, *, acc_as: str = "eagle", ngram_lookup: tuple[int, int] = NGRAM_LOOKUP
-         ) -> tuple[list[Trace], Reading]:
+def read(
+    path: str | Path, *, acc_as: str = "eagle", ngram_lookup: tuple[int, int] = NGRAM_LOOKUP
+) -> tuple[list[Trace], Reading]:
     """Every readable trace in a JSONL file and what reading it took; TraceError (one line) for
     a file that cannot be read or holds no trace at all."""
     reading = Reading(str(path))

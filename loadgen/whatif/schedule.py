@@ -9,6 +9,7 @@ holds, above the last its k holds up to the deployment's max_num_seqs; neighbour
 the same k are merged. Written as the `--speculative-config` JSON and as a deployment file whose
 variants are no speculation, each fixed k evaluated and the schedule, for `loadgen sweep`.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,13 +54,17 @@ def ranges(by_batch: dict[int, int], max_batch: int = MAX_BATCH) -> list[list[in
 def speculative_config(base: dict, schedule: list[list[int]]) -> dict:
     """`base` (the drafter's config: method, model, lookup) with the schedule; its
     num_speculative_tokens, the most drafts any range asks for, caps the schedule in vLLM."""
-    return {**base, "num_speculative_tokens": max(1, max(k for _, _, k in schedule)),
-            "num_speculative_tokens_per_batch_size": schedule}
+    return {
+        **base,
+        "num_speculative_tokens": max(1, max(k for _, _, k in schedule)),
+        "num_speculative_tokens_per_batch_size": schedule,
+    }
 
 
 def catalog_deployment(model: str | None):
     """The catalog deployment serving `model`, or None."""
     from servers.deployments import DeploymentError, available, load
+
     for name in available():
         try:
             dep = load(name)
@@ -74,10 +79,13 @@ def drafter_config(method: str, model: str | None) -> dict:
     """The drafter's --speculative-config from the catalog deployment serving `model` (its
     first variant with that method), or the method alone."""
     dep = catalog_deployment(model)
-    for v in (dep.variants.values() if dep else ()):
+    for v in dep.variants.values() if dep else ():
         if v.speculative_config and v.speculative_config.get("method") == method:
-            return {k: val for k, val in v.speculative_config.items()
-                    if k not in ("num_speculative_tokens", "num_speculative_tokens_per_batch_size")}
+            return {
+                k: val
+                for k, val in v.speculative_config.items()
+                if k not in ("num_speculative_tokens", "num_speculative_tokens_per_batch_size")
+            }
     return {"method": method} if method == "ngram" else {"method": method, "model": "YOUR-DRAFT-MODEL"}
 
 
@@ -93,18 +101,28 @@ def _toml(value) -> str:
     return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
 
 
-def deployment_toml(model: str, method: str, config: dict, ks: list[int], *, description: str,
-                    max_num_seqs: int = MAX_BATCH) -> str:
+def deployment_toml(
+    model: str, method: str, config: dict, ks: list[int], *, description: str, max_num_seqs: int = MAX_BATCH
+) -> str:
     """A deployment file: no speculation, `method` at each fixed k in `ks`, and the schedule."""
     fixed = {k: val for k, val in config.items() if k != "num_speculative_tokens_per_batch_size"}
     dep = catalog_deployment(model)  # its GPUs and flags, when the catalog serves the model
-    lines = [f"description = {_toml(description)}", f"model = {_toml(model)}",
-             f"tensor_parallel_size = {dep.tensor_parallel_size if dep else 1}",
-             f"max_num_seqs = {max_num_seqs}", f"args = {_toml(list(dep.args) if dep else ['--no-enable-prefix-caching'])}",
-             "", "[variants.baseline]", ""]
+    lines = [
+        f"description = {_toml(description)}",
+        f"model = {_toml(model)}",
+        f"tensor_parallel_size = {dep.tensor_parallel_size if dep else 1}",
+        f"max_num_seqs = {max_num_seqs}",
+        f"args = {_toml(list(dep.args) if dep else ['--no-enable-prefix-caching'])}",
+        "",
+        "[variants.baseline]",
+        "",
+    ]
     for k in ks:
-        lines += [f"[variants.{method}-k{k}]",
-                  f"speculative_config = {_toml({**fixed, 'num_speculative_tokens': k})}", ""]
+        lines += [
+            f"[variants.{method}-k{k}]",
+            f"speculative_config = {_toml({**fixed, 'num_speculative_tokens': k})}",
+            "",
+        ]
     lines += [f"[variants.{method}-schedule]", f"speculative_config = {_toml(config)}", ""]
     return "\n".join(lines)
 
@@ -115,14 +133,23 @@ def schedules(results: list[dict], methods: list[str], model: str | None, max_ba
     for m in methods:
         by_batch = best_k(results, m)
         if not by_batch or not any(by_batch.values()):
-            out[m] = {"by_batch": {str(b): k for b, k in by_batch.items()}, "ranges": None,
-                      "speculative_config": None, "why": "no fixed k beats no speculation at any batch size"}
+            out[m] = {
+                "by_batch": {str(b): k for b, k in by_batch.items()},
+                "ranges": None,
+                "speculative_config": None,
+                "why": "no fixed k beats no speculation at any batch size",
+            }
             continue
         rng = ranges(by_batch, max_batch)
-        out[m] = {"by_batch": {str(b): k for b, k in by_batch.items()}, "ranges": rng,
-                  "speculative_config": speculative_config(drafter_config(m, model), rng)}
+        out[m] = {
+            "by_batch": {str(b): k for b, k in by_batch.items()},
+            "ranges": rng,
+            "speculative_config": speculative_config(drafter_config(m, model), rng),
+        }
     return out
 
 
-RULE = ("at each batch size evaluated the fixed k (0: none) with the highest throughput; between sizes b < b' the "
-        "switch at floor(sqrt(b x b')); the first size's k below it, the last's up to max_num_seqs")
+RULE = (
+    "at each batch size evaluated the fixed k (0: none) with the highest throughput; between sizes b < b' the "
+    "switch at floor(sqrt(b x b')); the first size's k below it, the last's up to max_num_seqs"
+)

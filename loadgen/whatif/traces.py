@@ -9,12 +9,14 @@ JSONL, one request per line:
      "acc_eagle": {"acc_len": [...], "censored_at": 4}}
 
 `proposed` (optional, n-gram): how many drafts the drafter has to offer at that position (the
-tokens after its match; 0: no match, and then it proposes nothing and nothing is verified). `censored_at` (optional): the trace was estimated
+tokens after its match; 0: no match, and then it proposes nothing and nothing is verified). `censored_at`
+(optional): the trace was estimated
 from a fixed-k run, where a step that accepted all k drafts only says acc_len >= k + 1; such
 values are recorded as k + 1.
 
 Reading a file, with the repairs files from elsewhere need: loadgen/whatif/reading.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,9 +58,12 @@ class Trace:
     drafters: dict[str, Acceptance] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"id": self.id, "prompt_token_ids": self.prompt_token_ids,
-                "generated_token_ids": self.generated_token_ids,
-                **{PREFIX + m: a.to_json() for m, a in self.drafters.items()}}
+        return {
+            "id": self.id,
+            "prompt_token_ids": self.prompt_token_ids,
+            "generated_token_ids": self.generated_token_ids,
+            **{PREFIX + m: a.to_json() for m, a in self.drafters.items()},
+        }
 
 
 def write(path: str | Path, traces: list[Trace]) -> None:
@@ -71,11 +76,16 @@ def ngram(prompt: list[int], output: list[int], *, min_n: int = 1, max_n: int = 
     """The n-gram drafter's acceptance over a recorded request, exactly as the engine's
     prompt-lookup drafter (servers.emulator.ngram) decides it, proposing as far as it can."""
     from servers.emulator.ngram import acceptance_lengths
-    acc, matched = acceptance_lengths(prompt, output, min_n=min_n, max_n=max_n, k=max(1, len(output)),
-                                      with_matches=True)
+
+    acc, matched = acceptance_lengths(
+        prompt, output, min_n=min_n, max_n=max_n, k=max(1, len(output)), with_matches=True
+    )
     rest = len(output) - np.arange(len(output))  # a step cannot emit past the request's end
-    return Acceptance(np.minimum(np.asarray(acc, dtype=np.int64), rest), np.asarray(matched, dtype=np.int64),
-                      source=f"exact: prompt lookup {min_n}..{max_n} replayed over the token ids")
+    return Acceptance(
+        np.minimum(np.asarray(acc, dtype=np.int64), rest),
+        np.asarray(matched, dtype=np.int64),
+        source=f"exact: prompt lookup {min_n}..{max_n} replayed over the token ids",
+    )
 
 
 def estimate(step_tokens, n: int, k: int) -> Acceptance:
@@ -96,7 +106,7 @@ def estimate(step_tokens, n: int, k: int) -> Acceptance:
     acc = np.empty(n, dtype=np.int64)
     following = 1  # acc_len at the next step's start (nothing after the last)
     for s, e in zip(reversed(starts.tolist()), reversed(steps)):
-        acc[s:s + e] = e - np.arange(e) + (following - 1 if e == k + 1 else 0)
+        acc[s : s + e] = e - np.arange(e) + (following - 1 if e == k + 1 else 0)
         following = int(acc[s])
     acc = np.minimum(acc, n - np.arange(n))
     return Acceptance(acc, censored_at=k, source=f"estimated from a run at k={k}: tokens per engine step")

@@ -3,6 +3,7 @@
 Prints `listening on http://HOST:PORT` once it accepts connections, then serves until
 SIGINT/SIGTERM.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="0 lets the OS choose")
     p.add_argument("--model", default="canned", help="served model name (any name is accepted)")
     p.add_argument("--ttft-ms", type=float, default=0.0, help="first event this long after the request")
-    p.add_argument("--pacing-ms", type=float, default=0.0,
-                   help="time between events; 0 (default): as fast as the client reads")
+    p.add_argument(
+        "--pacing-ms", type=float, default=0.0, help="time between events; 0 (default): as fast as the client reads"
+    )
     p.add_argument("--events-per-write", type=int, default=1, help="SSE events per socket write")
     p.add_argument("--trace", default=None, help="append per-response write times (JSONL) to FILE")
     return p
@@ -28,8 +30,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     try:
-        opts = CannedOptions(model=args.model, ttft_ms=args.ttft_ms, pacing_ms=args.pacing_ms,
-                             events_per_write=args.events_per_write, trace_path=args.trace)
+        opts = CannedOptions(
+            model=args.model,
+            ttft_ms=args.ttft_ms,
+            pacing_ms=args.pacing_ms,
+            events_per_write=args.events_per_write,
+            trace_path=args.trace,
+        )
     except ValueError as e:
         sys.exit(f"python -m servers.canned: error: {e}")
     server = CannedServer(opts)

@@ -11,6 +11,7 @@ back to back, waiting only for the socket (the client's reading sets the rate).
 The trace (JSONL, one line per response) is the ground truth: when the request's first byte
 arrived, when each write was due and when it went out, and how many events it carried.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,7 +32,7 @@ _TERMINATOR = b"0\r\n\r\n"
 class CannedOptions:
     model: str = "canned"
     ttft_ms: float = 0.0
-    pacing_ms: float = 0.0      # time between events; 0: as fast as the client reads
+    pacing_ms: float = 0.0  # time between events; 0: as fast as the client reads
     events_per_write: int = 1
     trace_path: str | None = None
 
@@ -42,23 +43,24 @@ class CannedOptions:
             raise ValueError("--ttft-ms and --pacing-ms must not be negative")
 
 
-def render(chat: bool, n: int, per_write: int, model: str, continuous: bool,
-           final_usage: bool) -> list[tuple[bytes, int]]:
+def render(
+    chat: bool, n: int, per_write: int, model: str, continuous: bool, final_usage: bool
+) -> list[tuple[bytes, int]]:
     """One response of n one-token events as (framed write, token events in it); the last
     write also carries the final usage chunk (if asked for), [DONE] and the chunked terminator."""
-    r = StreamRenderer(chat=chat, request_id="cmpl-canned", model=model, created=0,
-                       prompt_tokens=16, continuous_usage=continuous)
+    r = StreamRenderer(
+        chat=chat, request_id="cmpl-canned", model=model, created=0, prompt_tokens=16, continuous_usage=continuous
+    )
     events = [r.chunk(" tok", i + 1, "length" if i == n - 1 else None) for i in range(n)]
     writes = []
     for j in range(0, n, per_write):
-        part = b"".join(events[j:j + per_write])
+        part = b"".join(events[j : j + per_write])
         if j == 0 and chat:
             part = r.role() + part
         last = j + per_write >= n
         if last:
             part += (r.final_usage(n) if final_usage else b"") + DONE
-        writes.append((frame_chunk(part) + (_TERMINATOR if last else b""),
-                       min(per_write, n - j)))
+        writes.append((frame_chunk(part) + (_TERMINATOR if last else b""), min(per_write, n - j)))
     return writes
 
 
@@ -78,9 +80,25 @@ class CannedServer:
         if req.path == "/health":
             return conn.respond(200, b"")
         if req.path == "/v1/models" and req.method == "GET":
-            return conn.respond(200, json.dumps({"object": "list", "data": [
-                {"id": self.opts.model, "object": "model", "created": 0, "owned_by": "loadgen",
-                 "root": self.opts.model, "max_model_len": 1 << 20}]}).encode(), "application/json")
+            return conn.respond(
+                200,
+                json.dumps(
+                    {
+                        "object": "list",
+                        "data": [
+                            {
+                                "id": self.opts.model,
+                                "object": "model",
+                                "created": 0,
+                                "owned_by": "loadgen",
+                                "root": self.opts.model,
+                                "max_model_len": 1 << 20,
+                            }
+                        ],
+                    }
+                ).encode(),
+                "application/json",
+            )
         chat = req.path == "/v1/chat/completions"
         if req.method != "POST" or not (chat or req.path == "/v1/completions"):
             return _error(conn, 404, f"no route {req.method} {req.path}")
@@ -91,15 +109,17 @@ class CannedServer:
         except (ValueError, TypeError, AttributeError):
             return _error(conn, 400, "request body is not a JSON object with a prompt and max_tokens")
         if text is None or n < 1 or not body.get("stream"):
-            return _error(conn, 400, "the canned server only streams: give a prompt, max_tokens >= 1 "
-                                     "and stream: true")
+            return _error(conn, 400, "the canned server only streams: give a prompt, max_tokens >= 1 and stream: true")
         so = body.get("stream_options") or {}
-        key = (chat, n, bool(so.get("include_usage")) and bool(so.get("continuous_usage_stats")),
-               bool(so.get("include_usage")))
+        key = (
+            chat,
+            n,
+            bool(so.get("include_usage")) and bool(so.get("continuous_usage_stats")),
+            bool(so.get("include_usage")),
+        )
         writes = self._cache.get(key)
         if writes is None:
-            writes = self._cache[key] = render(chat, n, self.opts.events_per_write, self.opts.model,
-                                               key[2], key[3])
+            writes = self._cache[key] = render(chat, n, self.opts.events_per_write, self.opts.model, key[2], key[3])
         conn.start_stream()
         t0 = req.t_recv + self.opts.ttft_ms / 1e3
         due = [t0 + (last - 1) * self.opts.pacing_ms / 1e3 for last in accumulate(e for _, e in writes)]
@@ -108,10 +128,18 @@ class CannedServer:
         else:
             written = await self._unpaced(conn, writes, t0)
         if self._trace:
-            self._trace.write(json.dumps({
-                "key": prompt_key(text), "t_recv_ns": int(req.t_recv * 1e9),
-                "events": [e for _, e in writes[:len(written)]], "write_ns": written,
-                "due_ns": [int(d * 1e9) for d in due[:len(written)]]}) + "\n")
+            self._trace.write(
+                json.dumps(
+                    {
+                        "key": prompt_key(text),
+                        "t_recv_ns": int(req.t_recv * 1e9),
+                        "events": [e for _, e in writes[: len(written)]],
+                        "write_ns": written,
+                        "due_ns": [int(d * 1e9) for d in due[: len(written)]],
+                    }
+                )
+                + "\n"
+            )
 
     async def _unpaced(self, conn: HttpConnection, writes, t0: float) -> list[int]:
         await self.clock.sleep_until(t0)
@@ -145,5 +173,4 @@ class CannedServer:
 
 
 def _error(conn: HttpConnection, status: int, message: str) -> None:
-    conn.respond(status, json.dumps(error_body(message, "BadRequestError", status)).encode(),
-                 "application/json")
+    conn.respond(status, json.dumps(error_body(message, "BadRequestError", status)).encode(), "application/json")

@@ -16,6 +16,7 @@ of the n-gram looked up:
 A model file is a GGUF path, or the name of a model packaged on PyPI (PACKAGED), assembled
 into the user's cache the first time a server needs it.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -23,10 +24,20 @@ import os
 import shutil
 from pathlib import Path
 
-SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
-              "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-SPEC_KEYS = ("type", "draft_model", "draft_n_max", "draft_n_min", "ngram_lookup", "ngram_min_hits",
-             "synth_rates")
+SPEC_TYPES = (
+    "none",
+    "draft-simple",
+    "draft-eagle3",
+    "draft-mtp",
+    "draft-dflash",
+    "draft-dspark",
+    "ngram-simple",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-mod",
+    "ngram-cache",
+)
+SPEC_KEYS = ("type", "draft_model", "draft_n_max", "draft_n_min", "ngram_lookup", "ngram_min_hits", "synth_rates")
 _MAP_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v")
 
 
@@ -40,11 +51,17 @@ def _flag(kind: str, key: str) -> str | None:
     if key == "synth_rates":
         return "--spec-synth-rates"
     if kind in _MAP_TYPES:
-        return {"draft_n_max": f"--spec-{kind}-size-m", "ngram_lookup": f"--spec-{kind}-size-n",
-                "ngram_min_hits": f"--spec-{kind}-min-hits"}.get(key)
+        return {
+            "draft_n_max": f"--spec-{kind}-size-m",
+            "ngram_lookup": f"--spec-{kind}-size-n",
+            "ngram_min_hits": f"--spec-{kind}-min-hits",
+        }.get(key)
     if kind == "ngram-mod":
-        return {"draft_n_max": "--spec-ngram-mod-n-max", "draft_n_min": "--spec-ngram-mod-n-min",
-                "ngram_lookup": "--spec-ngram-mod-n-match"}.get(key)
+        return {
+            "draft_n_max": "--spec-ngram-mod-n-max",
+            "draft_n_min": "--spec-ngram-mod-n-min",
+            "ngram_lookup": "--spec-ngram-mod-n-match",
+        }.get(key)
     return {"draft_n_max": "--spec-draft-n-max", "draft_n_min": "--spec-draft-n-min"}.get(key)
 
 
@@ -105,7 +122,7 @@ def find_server(explicit: str | None = None) -> str | None:
 
 def check_spec(where: str, spec) -> dict:
     if not isinstance(spec, dict):
-        raise LlamaCppError(f"{where}: spec must be a table, like {{ type = \"ngram-simple\", draft_n_max = 3 }}")
+        raise LlamaCppError(f'{where}: spec must be a table, like {{ type = "ngram-simple", draft_n_max = 3 }}')
     unknown = set(spec) - set(SPEC_KEYS)
     if unknown:
         raise LlamaCppError(f"{where}: spec keys are {', '.join(SPEC_KEYS)}; not {', '.join(sorted(unknown))}")
@@ -120,12 +137,14 @@ def check_spec(where: str, spec) -> dict:
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
             raise LlamaCppError(f"{where}: spec {key} must be an integer >= 0")
     rates = spec.get("synth_rates")
-    if rates is not None and (not isinstance(rates, list) or not rates
-                              or not all(isinstance(r, (int, float)) and 0 <= r <= 1 for r in rates)):
+    if rates is not None and (
+        not isinstance(rates, list) or not rates or not all(isinstance(r, (int, float)) and 0 <= r <= 1 for r in rates)
+    ):
         raise LlamaCppError(f"{where}: spec synth_rates must be a list of probabilities, like [0.9, 0.6]")
     if rates is not None and spec.get("draft_n_max") != len(rates):
-        raise LlamaCppError(f"{where}: spec synth_rates needs one rate per drafted position: "
-                            f"set draft_n_max = {len(rates)}")
+        raise LlamaCppError(
+            f"{where}: spec synth_rates needs one rate per drafted position: set draft_n_max = {len(rates)}"
+        )
     if kind == "draft-simple" and "draft_model" not in spec:
         raise LlamaCppError(f"{where}: type draft-simple needs a draft_model (a GGUF path or packaged model)")
     if "draft_model" in spec and not kind.startswith("draft-"):

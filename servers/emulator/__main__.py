@@ -1,5 +1,6 @@
 """`loadgen-emulator serve MODEL [vLLM flags]`: the emulated engine behind vLLM's API, started
 the way `vllm serve` is. Prints `listening on http://HOST:PORT` once it accepts connections."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8000, help="0 lets the OS choose")
     s.add_argument("--speculative-config", "--speculative_config", dest="speculative_config")
     s.add_argument("--served-model-name", nargs="+")
-    s.add_argument("--tensor-parallel-size", "-tp", type=int, default=1,
-                   help="checked against the cost profile's (its GPUs are emulated, not used)")
+    s.add_argument(
+        "--tensor-parallel-size",
+        "-tp",
+        type=int,
+        default=1,
+        help="checked against the cost profile's (its GPUs are emulated, not used)",
+    )
     s.add_argument("--max-num-seqs", type=int, default=256)
     s.add_argument("--max-num-batched-tokens", type=int, default=8192)
     s.add_argument("--max-model-len", type=int)
@@ -38,24 +44,46 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--profile", help=f"cost profile (default: by MODEL); one of {', '.join(profiles.available())}")
     s.add_argument("--seed", type=int, default=0, help="seeds the emulated model's output")
     s.add_argument("--kv-cache-tokens", type=int, help="KV cache size in tokens (default: the profile's)")
-    s.add_argument("--time-scale", type=float, default=1.0,
-                   help="run the emulated GPU S times slower than its model (every modeled duration x S; "
-                        "its metrics stay in emulated time); for machines that cannot keep the model's pace. "
-                        "Changed at run time by POST /emulator/clock")
-    s.add_argument("--acceptance-traces", metavar="FILE",
-                   help="append each finished request's exact acceptance trace (JSONL, docs/whatif.md): "
-                        "its token ids and, for every drafter of the profile, what a step at each position "
-                        "would emit")
-    s.add_argument("--per-request-spec-decode-metrics", choices=("none", "summary", "detailed"), default="none",
-                   help="each response carries metrics.speculative_decoding (on the final usage chunk when "
-                        "streaming), as vLLM's flag: summary, or detailed (plus the per-step lists)")
-    s.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
-                   help="reuse the KV of cached prompt blocks (on by default, as in vLLM; servers/emulator/prefix.py)")
-    s.add_argument("--enable-log-requests", action="store_true",
-                   help="log each request's prompt and parameters as received (vLLM logs the prompt at DEBUG)")
+    s.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="run the emulated GPU S times slower than its model (every modeled duration x S; "
+        "its metrics stay in emulated time); for machines that cannot keep the model's pace. "
+        "Changed at run time by POST /emulator/clock",
+    )
+    s.add_argument(
+        "--acceptance-traces",
+        metavar="FILE",
+        help="append each finished request's exact acceptance trace (JSONL, docs/whatif.md): "
+        "its token ids and, for every drafter of the profile, what a step at each position "
+        "would emit",
+    )
+    s.add_argument(
+        "--per-request-spec-decode-metrics",
+        choices=("none", "summary", "detailed"),
+        default="none",
+        help="each response carries metrics.speculative_decoding (on the final usage chunk when "
+        "streaming), as vLLM's flag: summary, or detailed (plus the per-step lists)",
+    )
+    s.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reuse the KV of cached prompt blocks (on by default, as in vLLM; servers/emulator/prefix.py)",
+    )
+    s.add_argument(
+        "--enable-log-requests",
+        action="store_true",
+        help="log each request's prompt and parameters as received (vLLM logs the prompt at DEBUG)",
+    )
     s.add_argument("--max-log-len", type=int, help="log at most this many characters and token ids of a prompt")
-    s.add_argument("--exit-after-requests", type=int, metavar="N",
-                   help="fault injection: crash (exit 70 at once, streams cut) when request N+1 arrives")
+    s.add_argument(
+        "--exit-after-requests",
+        type=int,
+        metavar="N",
+        help="fault injection: crash (exit 70 at once, streams cut) when request N+1 arrives",
+    )
     return p
 
 
@@ -77,41 +105,61 @@ def engine_from_command(argv) -> tuple[Engine, list[str]]:
     serving it (a sweep in virtual time simulates each variant's exact configuration);
     ValueError naming the flag when one is wrong."""
     argv = list(argv)
-    args, _ = _parser().parse_known_args(argv[argv.index("serve"):])
+    args, _ = _parser().parse_known_args(argv[argv.index("serve") :])
     return engine_for(args)
 
 
 def engine_for(args) -> tuple[Engine, list[str]]:
     name = args.profile or profiles.for_model(args.model)
     if name is None:
-        raise ValueError(f"no profile for model {args.model!r}; pass --profile (one of {', '.join(profiles.available())})")
+        raise ValueError(
+            f"no profile for model {args.model!r}; pass --profile (one of {', '.join(profiles.available())})"
+        )
     try:
         prof = profiles.load(name)
         spec = parse(args.speculative_config)
         if spec is None and args.per_request_spec_decode_metrics != "none":  # vLLM's VllmConfig check
-            raise ValueError("--per-request-spec-decode-metrics requires speculative decoding to be enabled "
-                             "(via --speculative-config)")
+            raise ValueError(
+                "--per-request-spec-decode-metrics requires speculative decoding to be enabled "
+                "(via --speculative-config)"
+            )
         if not args.time_scale > 0:
             raise ValueError(f"--time-scale must be > 0, got {args.time_scale}")
-        for key in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_tokens",
-                    "tensor_parallel_size"):
+        for key in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_model_len",
+            "kv_cache_tokens",
+            "tensor_parallel_size",
+        ):
             v = getattr(args, key)
             if v is not None and v < 1:
                 raise ValueError(f"--{key.replace('_', '-')} must be >= 1, got {v}")
-        engine = Engine(prof, spec, EngineConfig(max_num_seqs=args.max_num_seqs,
-                                                 max_num_batched_tokens=args.max_num_batched_tokens,
-                                                 max_model_len=args.max_model_len,
-                                                 kv_capacity_tokens=args.kv_cache_tokens, seed=args.seed,
-                                                 per_request_spec_decode_metrics=args.per_request_spec_decode_metrics,
-                                                 enable_prefix_caching=args.enable_prefix_caching),
-                        trace_sink=_trace_writer(args.acceptance_traces) if args.acceptance_traces else None)
+        engine = Engine(
+            prof,
+            spec,
+            EngineConfig(
+                max_num_seqs=args.max_num_seqs,
+                max_num_batched_tokens=args.max_num_batched_tokens,
+                max_model_len=args.max_model_len,
+                kv_capacity_tokens=args.kv_cache_tokens,
+                seed=args.seed,
+                per_request_spec_decode_metrics=args.per_request_spec_decode_metrics,
+                enable_prefix_caching=args.enable_prefix_caching,
+            ),
+            trace_sink=_trace_writer(args.acceptance_traces) if args.acceptance_traces else None,
+        )
     except (profiles.ProfileError, SpecError, EngineError, ValueError) as e:
         raise ValueError(str(e)) from None
     except OSError as e:
         raise ValueError(f"cannot write --acceptance-traces {args.acceptance_traces!r}: {e.strerror or e}") from None
     if args.tensor_parallel_size != prof.tensor_parallel_size:
-        log.warning("--tensor-parallel-size %d, but profile %s models tensor parallel %d; its "
-                    "timings are for that", args.tensor_parallel_size, name, prof.tensor_parallel_size)
+        log.warning(
+            "--tensor-parallel-size %d, but profile %s models tensor parallel %d; its timings are for that",
+            args.tensor_parallel_size,
+            name,
+            prof.tensor_parallel_size,
+        )
     return engine, args.served_model_name or [args.model]
 
 
@@ -120,22 +168,36 @@ def _trace_writer(path: str):
 
     def write(trace: dict) -> None:
         f.write(json.dumps(trace, separators=(",", ":")) + "\n")
+
     return write
 
 
 async def _serve(args, engine: Engine, served: list[str]) -> None:
     driver = RealtimeDriver(engine, time_scale=args.time_scale)
-    collector = VllmCollector(lambda: engine.stats, served[0], engine.spec.k if engine.spec else None,
-                              vllm_metrics=not args.disable_log_stats)
-    api = EmulatorAPI(driver, served, args.model, registry(collector), api_key=args.api_key,
-                      crash_after=args.exit_after_requests, log_requests=args.enable_log_requests,
-                      max_log_len=args.max_log_len)
+    collector = VllmCollector(
+        lambda: engine.stats, served[0], engine.spec.k if engine.spec else None, vllm_metrics=not args.disable_log_stats
+    )
+    api = EmulatorAPI(
+        driver,
+        served,
+        args.model,
+        registry(collector),
+        api_key=args.api_key,
+        crash_after=args.exit_after_requests,
+        log_requests=args.enable_log_requests,
+        max_log_len=args.max_log_len,
+    )
     try:
         listener = await serve(api.handle, args.host, args.port)
     except OSError as e:
         _fail(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
-    log.info("serving %s as %s on profile %s, %s", args.model, ", ".join(served), engine.profile.name,
-             engine.spec.label if engine.spec else "no speculative decoding")
+    log.info(
+        "serving %s as %s on profile %s, %s",
+        args.model,
+        ", ".join(served),
+        engine.profile.name,
+        engine.spec.label if engine.spec else "no speculative decoding",
+    )
     runner = asyncio.get_running_loop().create_task(driver.run())
     await announce_and_wait(listener, args.host)
     runner.cancel()

@@ -12,6 +12,7 @@ because steps crowd into the hard stretches. Requests differ too: with `request_
 each request draws its own easy share from a Beta distribution with mean `easy_share` and
 concentration 1/request_spread (some prompts are simply easier to draft for).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,8 +30,7 @@ class RegimeParams:
     request_spread: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("easy_share", "stay", "easy_accept", "hard_accept", "depth_factor",
-                     "request_spread"):
+        for name in ("easy_share", "stay", "easy_accept", "hard_accept", "depth_factor", "request_spread"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"acceptance parameter {name} must be in [0, 1], got {v}")
@@ -51,7 +51,7 @@ def _regimes(n: int, p: RegimeParams, rng: np.random.Generator) -> np.ndarray:
     while i < n:
         q = to_hard if easy else to_easy
         run = int(rng.geometric(q)) if q > 0 else n - i
-        out[i:i + run] = easy
+        out[i : i + run] = easy
         i += run
         easy = not easy
     return out

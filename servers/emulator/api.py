@@ -1,6 +1,7 @@
 """vLLM's OpenAI-compatible API over the emulated engine: /v1/completions and
 /v1/chat/completions (streaming: one SSE chunk per engine step; or whole; logprobs emulated),
 /v1/models, /tokenize, /detokenize, /health and /metrics. Bad request bodies get vLLM's JSON errors."""
+
 from __future__ import annotations
 
 import asyncio
@@ -54,9 +55,17 @@ def _int(body: dict, key: str, lo: int):
 
 
 class EmulatorAPI:
-    def __init__(self, driver: RealtimeDriver, served: list[str], model: str, registry,
-                 api_key: str | None = None, crash_after: int | None = None,
-                 log_requests: bool = False, max_log_len: int | None = None) -> None:
+    def __init__(
+        self,
+        driver: RealtimeDriver,
+        served: list[str],
+        model: str,
+        registry,
+        api_key: str | None = None,
+        crash_after: int | None = None,
+        log_requests: bool = False,
+        max_log_len: int | None = None,
+    ) -> None:
         self.driver = driver
         self.log_requests = log_requests  # vLLM's --enable-log-requests: each prompt as received
         self.max_log_len = max_log_len
@@ -75,8 +84,11 @@ class EmulatorAPI:
             return conn.respond(200, b"")
         if path == "/metrics" and req.method == "GET":
             return conn.respond(200, render(self.registry), CONTENT_TYPE)
-        if path.startswith(("/v1/", "/emulator/")) and self.api_key and \
-                req.headers.get("authorization") != f"Bearer {self.api_key}":
+        if (
+            path.startswith(("/v1/", "/emulator/"))
+            and self.api_key
+            and req.headers.get("authorization") != f"Bearer {self.api_key}"
+        ):
             return _json(conn, 401, {"error": "Unauthorized"})
         if path == "/emulator/clock":
             return self._clock(req, conn)
@@ -89,10 +101,25 @@ class EmulatorAPI:
             except (ValueError, UnicodeDecodeError, parity.ParityError) as e:
                 return _json(conn, 400, error_body(str(e), "BadRequestError", 400))
         if path == "/v1/models" and req.method == "GET":
-            return _json(conn, 200, {"object": "list", "data": [
-                {"id": name, "object": "model", "created": self.created, "owned_by": "vllm",
-                 "root": self.model, "parent": None, "max_model_len": self.driver.engine.max_model_len}
-                for name in self.served]})
+            return _json(
+                conn,
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": name,
+                            "object": "model",
+                            "created": self.created,
+                            "owned_by": "vllm",
+                            "root": self.model,
+                            "parent": None,
+                            "max_model_len": self.driver.engine.max_model_len,
+                        }
+                        for name in self.served
+                    ],
+                },
+            )
         if path in ("/v1/completions", "/v1/chat/completions") and req.method == "POST":
             if self.crash_after is not None and next(self._requests) >= self.crash_after:
                 log.error("--exit-after-requests %d: crashing", self.crash_after)
@@ -113,14 +140,24 @@ class EmulatorAPI:
                 body = json.loads(req.body)
                 scale = self.driver.set_time_scale(body["time_scale"] if isinstance(body, dict) else None)
             except (ValueError, KeyError, UnicodeDecodeError, TimeScaleError) as e:
-                return _json(conn, 400, error_body(f'give {{"time_scale": S}} with S a number > 0 ({e})',
-                                                   "BadRequestError", 400))
+                return _json(
+                    conn, 400, error_body(f'give {{"time_scale": S}} with S a number > 0 ({e})', "BadRequestError", 400)
+                )
             return _json(conn, 200, {"time_scale": scale})
         if req.method != "GET":
             return _json(conn, 405, error_body("use GET or POST", "MethodNotAllowed", 405))
         s = self.driver.engine.stats
-        _json(conn, 200, {"time_scale": self.driver.time_scale, "modeled_seconds": s.modeled_seconds,
-                          "lost_seconds": s.lost_seconds, "steps": s.steps, "cpu_seconds": time.process_time()})
+        _json(
+            conn,
+            200,
+            {
+                "time_scale": self.driver.time_scale,
+                "modeled_seconds": s.modeled_seconds,
+                "lost_seconds": s.lost_seconds,
+                "steps": s.steps,
+                "cpu_seconds": time.process_time(),
+            },
+        )
 
     def _parse(self, req: HttpRequest, chat: bool) -> dict:
         try:
@@ -133,8 +170,11 @@ class EmulatorAPI:
             raise BadRequest(f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError")
         if chat:
             msgs = body.get("messages")
-            if not isinstance(msgs, list) or not msgs or not all(
-                    isinstance(m, dict) and isinstance(m.get("role"), str) for m in msgs):
+            if (
+                not isinstance(msgs, list)
+                or not msgs
+                or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in msgs)
+            ):
                 raise BadRequest("messages must be a non-empty list of {role, content} objects")
             text = chat_prompt(msgs)
         else:
@@ -174,9 +214,17 @@ class EmulatorAPI:
             logprobs = parity.requested(body, chat)
         except parity.ParityError as e:
             raise BadRequest(str(e)) from None
-        return {"model": body["model"], "text": text, "stream": stream, "opts": opts or {}, "logprobs": logprobs,
-                "max_tokens": max_tokens, "min_tokens": min_tokens, "ignore_eos": ignore_eos,
-                "return_token_ids": return_ids}
+        return {
+            "model": body["model"],
+            "text": text,
+            "stream": stream,
+            "opts": opts or {},
+            "logprobs": logprobs,
+            "max_tokens": max_tokens,
+            "min_tokens": min_tokens,
+            "ignore_eos": ignore_eos,
+            "return_token_ids": return_ids,
+        }
 
     async def _complete(self, req: HttpRequest, conn: HttpConnection, chat: bool) -> None:
         p = self._parse(req, chat)
@@ -187,17 +235,21 @@ class EmulatorAPI:
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
         done = asyncio.get_running_loop().create_future()
         state: dict = {}
-        sink = self._stream_sink(conn, chat, rid, p, state, done) if p["stream"] else \
-            self._whole_sink(state, done)
+        sink = self._stream_sink(conn, chat, rid, p, state, done) if p["stream"] else self._whole_sink(state, done)
         try:
-            seq = self.driver.submit(rid, p["text"], max_tokens, ignore_eos=p["ignore_eos"],
-                                     min_tokens=p["min_tokens"], sink=sink)
+            seq = self.driver.submit(
+                rid, p["text"], max_tokens, ignore_eos=p["ignore_eos"], min_tokens=p["min_tokens"], sink=sink
+            )
         except EngineError as e:
             raise BadRequest(str(e)) from None
         state["seq"] = seq
         if self.log_requests:  # vLLM logs the prompt at DEBUG, the rest at INFO; here both at INFO
-            log.info("Request %s details: prompt: %r, prompt_token_ids: %s.", rid, p["text"][:self.max_log_len],
-                     seq.prompt[:self.max_log_len])
+            log.info(
+                "Request %s details: prompt: %r, prompt_token_ids: %s.",
+                rid,
+                p["text"][: self.max_log_len],
+                seq.prompt[: self.max_log_len],
+            )
             log.info("Received request %s: max_tokens: %d, ignore_eos: %s.", rid, max_tokens, p["ignore_eos"])
         if p["stream"]:
             conn.start_stream()
@@ -208,18 +260,25 @@ class EmulatorAPI:
             raise
         if not p["stream"]:
             text = "".join(" " + w for w in state["words"])
-            choice = ({"index": 0, "message": {"role": "assistant", "content": text},
-                       "finish_reason": seq.finish_reason} if chat else
-                      {"index": 0, "text": text, "finish_reason": seq.finish_reason})
-            whole = {"id": rid, "object": "chat.completion" if chat else "text_completion",
-                     "created": int(time.time()), "model": p["model"], "choices": [choice],
-                     "usage": usage(len(seq.prompt), seq.emitted)}
+            choice = (
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": seq.finish_reason}
+                if chat
+                else {"index": 0, "text": text, "finish_reason": seq.finish_reason}
+            )
+            whole = {
+                "id": rid,
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": p["model"],
+                "choices": [choice],
+                "usage": usage(len(seq.prompt), seq.emitted),
+            }
             if seq.sd is not None:  # --per-request-spec-decode-metrics: on the response, as vLLM
                 whole["metrics"] = {"speculative_decoding": seq.sd.to_dict()}
             if p["logprobs"] is not None:  # emulated values (parity.py)
-                choice["logprobs"] = parity.block(seq.output[:seq.emitted], state["words"], p["logprobs"], chat)
+                choice["logprobs"] = parity.block(seq.output[: seq.emitted], state["words"], p["logprobs"], chat)
             if p["return_token_ids"]:  # vLLM: the prompt's ids on the response (chat) or choice
-                choice["token_ids"] = list(seq.output[:seq.emitted])
+                choice["token_ids"] = list(seq.output[: seq.emitted])
                 (whole if chat else choice)["prompt_token_ids"] = list(seq.prompt)
             _json(conn, 200, whole)
 
@@ -232,11 +291,11 @@ class EmulatorAPI:
             words.extend(em.words)
             if em.finished and not done.done():
                 done.set_result(None)
+
         return sink
 
     @staticmethod
-    def _stream_sink(conn: HttpConnection, chat: bool, rid: str, p: dict, state: dict,
-                     done: asyncio.Future):
+    def _stream_sink(conn: HttpConnection, chat: bool, rid: str, p: dict, state: dict, done: asyncio.Future):
         include_usage = bool(p["opts"].get("include_usage"))
         continuous = include_usage and bool(p["opts"].get("continuous_usage_stats"))
         renderer: list[StreamRenderer] = []
@@ -244,14 +303,21 @@ class EmulatorAPI:
         def sink(em: Emission) -> None:
             seq = em.seq
             if not renderer:  # first output: vLLM sends the role first (chat), then content
-                renderer.append(StreamRenderer(chat=chat, request_id=rid, model=p["model"],
-                                               created=int(time.time()), prompt_tokens=len(seq.prompt),
-                                               continuous_usage=continuous,
-                                               prompt_token_ids=list(seq.prompt) if p["return_token_ids"] else None,
-                                               return_token_ids=p["return_token_ids"],
-                                               logprobs=None if p["logprobs"] is None else (
-                                                   lambda ids, text, at: parity.block(
-                                                       ids, text.split(" ")[1:], p["logprobs"], chat, at))))
+                renderer.append(
+                    StreamRenderer(
+                        chat=chat,
+                        request_id=rid,
+                        model=p["model"],
+                        created=int(time.time()),
+                        prompt_tokens=len(seq.prompt),
+                        continuous_usage=continuous,
+                        prompt_token_ids=list(seq.prompt) if p["return_token_ids"] else None,
+                        return_token_ids=p["return_token_ids"],
+                        logprobs=None
+                        if p["logprobs"] is None
+                        else (lambda ids, text, at: parity.block(ids, text.split(" ")[1:], p["logprobs"], chat, at)),
+                    )
+                )
                 if chat:
                     conn.write_chunk(renderer[0].role())
             r = renderer[0]
@@ -266,4 +332,5 @@ class EmulatorAPI:
                 conn.end_stream()
                 if not done.done():
                     done.set_result(None)
+
         return sink

@@ -7,6 +7,7 @@ n-gram drafter can exploit, so n-gram acceptance comes out of the content itself
 is deterministic in (seed, prompt): the same prompt gives the same output, as greedy decoding
 does.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,12 +22,35 @@ _AGENTIC = re.compile(r"^Available tools:", re.M)
 
 _CODE = re.compile(r"```|^\s*(def|class|return|import|for|if|while)\b.*[:({]\s*$|;\s*$", re.M)
 _FENCED = re.compile(r"```.*?(```|$)", re.S)
-_EDIT = re.compile(r"\b(edit|modify|refactor|rewrite|change|add|fix|update|replace|rename|convert|"
-                   r"remove|improve|optimi[sz]e|restructure|simplify)\b", re.I)
+_EDIT = re.compile(
+    r"\b(edit|modify|refactor|rewrite|change|add|fix|update|replace|rename|convert|"
+    r"remove|improve|optimi[sz]e|restructure|simplify)\b",
+    re.I,
+)
 _NUMBER = re.compile(r"\b\d+(\.\d+)?\b")
 _MATH_WORDS = ("how many", "how much", "calculate", "solve", "total", "math", "percent", "sum of")
-_SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "be", "da", "fo", "gu", "ha",
-              "ji", "ke", "la", "mo", "ni", "po", "se")
+_SYLLABLES = (
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "sa",
+    "to",
+    "vi",
+    "be",
+    "da",
+    "fo",
+    "gu",
+    "ha",
+    "ji",
+    "ke",
+    "la",
+    "mo",
+    "ni",
+    "po",
+    "se",
+)
 _NOVEL_BASE = 1 << 31  # prompt words hash into [2^31, 2^32); new tokens below 2^31
 
 
@@ -113,12 +137,13 @@ def rng_for(seed: int, text: str) -> np.random.Generator:
 
 
 def natural_length(params: ContentParams, rng: np.random.Generator) -> int:
-    mu = math.log(params.length_mean) - params.length_sigma ** 2 / 2
+    mu = math.log(params.length_mean) - params.length_sigma**2 / 2
     return max(1, int(round(rng.lognormal(mu, params.length_sigma))))
 
 
-def generate(prompt_ids: list[int], prompt_words: list[str], n: int, params: ContentParams,
-             rng: np.random.Generator) -> tuple[list[int], list[str]]:
+def generate(
+    prompt_ids: list[int], prompt_words: list[str], n: int, params: ContentParams, rng: np.random.Generator
+) -> tuple[list[int], list[str]]:
     """`n` output tokens (ids and words)."""
     ids: list[int] = []
     words: list[str] = []
@@ -143,8 +168,8 @@ def generate(prompt_ids: list[int], prompt_words: list[str], n: int, params: Con
             cursor = start + length + int(rng.integers(0, 4))
         else:
             start = int(rng.integers(0, p - length + 1))
-        ids.extend(prompt_ids[start:start + length])
-        words.extend(prompt_words[start:start + length])
+        ids.extend(prompt_ids[start : start + length])
+        words.extend(prompt_words[start : start + length])
     return ids[:n], words[:n]
 
 
@@ -153,9 +178,15 @@ def template_of(text: str) -> str:
     return text.split("\n\n", 1)[0]
 
 
-def generate_templated(prompt_ids: list[int], prompt_words: list[str], template_words: int, n: int,
-                       params: ContentParams, template_rng: np.random.Generator,
-                       rng: np.random.Generator) -> tuple[list[int], list[str]]:
+def generate_templated(
+    prompt_ids: list[int],
+    prompt_words: list[str],
+    template_words: int,
+    n: int,
+    params: ContentParams,
+    template_rng: np.random.Generator,
+    rng: np.random.Generator,
+) -> tuple[list[int], list[str]]:
     """`n` output tokens of a templated request: the template's stretches (the same for every
     request of that template: `template_rng` draws only them), each token varied with
     probability template_vary, between copies from the request's input (`rng`)."""
@@ -176,8 +207,8 @@ def generate_templated(prompt_ids: list[int], prompt_words: list[str], template_
             continue
         length = min(p, 3 + int(round(rng.lognormal(params.copy_log_mu, params.copy_log_sigma))))
         start = int(rng.integers(0, p - length + 1))
-        ids.extend(src_ids[start:start + length])
-        words.extend(src_words[start:start + length])
+        ids.extend(src_ids[start : start + length])
+        words.extend(src_words[start : start + length])
     return ids[:n], words[:n]
 
 

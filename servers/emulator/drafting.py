@@ -12,6 +12,7 @@
 Per request, when the server reports it (`--per-request-spec-decode-metrics`), the counts vLLM
 keeps in RequestSpecDecodeMetrics (`RequestSD`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -55,11 +56,15 @@ class RequestSD:
         """The response's `metrics.speculative_decoding`, as vLLM's to_dict builds it."""
         steps = sum(self.histogram)
         accepted = sum(j * c for j, c in enumerate(self.histogram))
-        out = {"mean_acceptance_length": 1.0 + accepted / steps if steps else 1.0,
-               "draft_acceptance_rate": accepted / self.num_draft_tokens if self.num_draft_tokens else 0.0,
-               "acceptance_histogram": list(self.histogram), "num_spec_steps": steps,
-               "num_accepted_draft_tokens": accepted, "num_draft_tokens": self.num_draft_tokens,
-               "num_spec_tokens": self.num_spec_tokens}
+        out = {
+            "mean_acceptance_length": 1.0 + accepted / steps if steps else 1.0,
+            "draft_acceptance_rate": accepted / self.num_draft_tokens if self.num_draft_tokens else 0.0,
+            "acceptance_histogram": list(self.histogram),
+            "num_spec_steps": steps,
+            "num_accepted_draft_tokens": accepted,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_spec_tokens": self.num_spec_tokens,
+        }
         if self.per_step_accepted:
             out["per_step_accepted"] = list(self.per_step_accepted)
             out["per_step_drafted"] = list(self.per_step_drafted)
@@ -69,13 +74,21 @@ class RequestSD:
 class Drafting:
     def __init__(self, profile: Profile, spec: SpecConfig, seed: int, per_request: str = "none") -> None:
         if per_request not in LEVELS:
-            raise ValueError(f"--per-request-spec-decode-metrics must be one of {', '.join(LEVELS)}, "
-                             f"got {per_request!r}")
+            raise ValueError(
+                f"--per-request-spec-decode-metrics must be one of {', '.join(LEVELS)}, got {per_request!r}"
+            )
         self.profile, self.spec, self.seed, self.per_request = profile, spec, seed, per_request
         self.conditional = spec.conditional_rates
-        self.suffix = (SuffixCache(spec.suffix_max_tree_depth, spec.suffix_max_cached_requests,
-                                   spec.suffix_max_spec_factor, spec.suffix_min_token_prob)
-                       if spec.method == "suffix" else None)
+        self.suffix = (
+            SuffixCache(
+                spec.suffix_max_tree_depth,
+                spec.suffix_max_cached_requests,
+                spec.suffix_max_spec_factor,
+                spec.suffix_min_token_prob,
+            )
+            if spec.method == "suffix"
+            else None
+        )
 
     def start(self, seq, prompt_text: str) -> None:
         spec = self.spec
@@ -84,8 +97,7 @@ class Drafting:
         elif self.suffix is not None:
             self.suffix.start(seq.request_id, seq.prompt)
         elif self.conditional is None:
-            seq.acc = acceptance(self.profile, self.seed, spec.method, len(seq.output), spec.k,
-                                 prompt_text, seq.kind)
+            seq.acc = acceptance(self.profile, self.seed, spec.method, len(seq.output), spec.k, prompt_text, seq.kind)
         if self.conditional is not None:
             seq.rng = content.rng_for(self.seed, "synthetic\0" + prompt_text)
         if self.per_request != "none":
@@ -115,7 +127,7 @@ class Drafting:
         if seq.acc is not None:
             return min(int(seq.acc[pos]) - 1, drafts)
         accepted = 0
-        for d, tok in zip(seq.drafts, seq.output[pos:pos + drafts]):
+        for d, tok in zip(seq.drafts, seq.output[pos : pos + drafts]):
             if d != tok:
                 break
             accepted += 1
@@ -126,8 +138,7 @@ class Drafting:
             self.suffix.finish(seq.request_id)
 
 
-def acceptance(profile: Profile, seed: int, method: str, n: int, k: int, prompt_text: str,
-               kind: str) -> np.ndarray:
+def acceptance(profile: Profile, seed: int, method: str, n: int, k: int, prompt_text: str, kind: str) -> np.ndarray:
     """A model drafter's acceptance over a request: drawn from (seed, prompt), the same draws at
     every k (acceptance.py), so the same request is as easy at any k."""
     acc_rng = content.rng_for(seed, "acceptance\0" + prompt_text)
@@ -148,14 +159,24 @@ def exact_trace(profile: Profile, spec: SpecConfig | None, seed: int, seq, promp
         if method == "suffix":
             continue
         if method == "ngram":
-            lo, hi = ((spec.prompt_lookup_min, spec.prompt_lookup_max)
-                      if spec is not None and spec.method == "ngram" else (5, 5))
-            acc, offered = ngram.acceptance_lengths(seq.prompt, seq.output, min_n=lo, max_n=hi,
-                                                    k=max(1, n), with_matches=True)
-            out[method] = {"acc_len": np.minimum(acc, rest).tolist(), "proposed": offered,
-                           "source": f"exact: the emulator's prompt lookup {lo}..{hi}"}
+            lo, hi = (
+                (spec.prompt_lookup_min, spec.prompt_lookup_max)
+                if spec is not None and spec.method == "ngram"
+                else (5, 5)
+            )
+            acc, offered = ngram.acceptance_lengths(
+                seq.prompt, seq.output, min_n=lo, max_n=hi, k=max(1, n), with_matches=True
+            )
+            out[method] = {
+                "acc_len": np.minimum(acc, rest).tolist(),
+                "proposed": offered,
+                "source": f"exact: the emulator's prompt lookup {lo}..{hi}",
+            }
         else:
             acc = acceptance(profile, seed, method, n, DEPTH, prompt_text, seq.kind)
-            out[method] = {"acc_len": np.minimum(acc, rest).tolist(), "censored_at": DEPTH,
-                           "source": f"exact: the emulator's draws, {DEPTH} drafts deep"}
+            out[method] = {
+                "acc_len": np.minimum(acc, rest).tolist(),
+                "censored_at": DEPTH,
+                "source": f"exact: the emulator's draws, {DEPTH} drafts deep",
+            }
     return out

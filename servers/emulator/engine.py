@@ -14,11 +14,12 @@ What a step does, as vLLM's v1 scheduler does it:
 - each decoding request then accepts a prefix of its drafts and emits accepted + 1 tokens;
   a request whose prefill completed emits its first token.
 """
+
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -39,7 +40,7 @@ class EngineError(ValueError):
 class EngineConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
-    max_model_len: int | None = None      # default: the profile's
+    max_model_len: int | None = None  # default: the profile's
     kv_capacity_tokens: int | None = None  # default: the profile's
     seed: int = 0
     per_request_spec_decode_metrics: str = "none"  # none | summary | detailed, as vLLM's flag
@@ -60,16 +61,16 @@ class Sequence:
     kind: str
     arrival: float
     sink: Callable | None = None
-    computed: int = 0                 # tokens whose KV exists
-    emitted: int = 0                  # output tokens emitted so far
-    drafts: list[int] | int = 0       # drafts proposed for the next step (tokens, or a count)
-    acc: np.ndarray | None = None     # model drafter: tokens a step at each position yields
+    computed: int = 0  # tokens whose KV exists
+    emitted: int = 0  # output tokens emitted so far
+    drafts: list[int] | int = 0  # drafts proposed for the next step (tokens, or a count)
+    acc: np.ndarray | None = None  # model drafter: tokens a step at each position yields
     ngram: NgramIndex | None = None
     rng: np.random.Generator | None = None  # synthetic acceptance's draws
-    sd: RequestSD | None = None       # per-request SD metrics, when the server reports them
-    plan: list | None = None          # a replayed request's steps (servers/emulator/replay.py)
-    step_no: int = -1                 # its plan's next step
-    trace: dict | None = None         # exact acceptance per drafter, when the engine keeps traces
+    sd: RequestSD | None = None  # per-request SD metrics, when the server reports them
+    plan: list | None = None  # a replayed request's steps (servers/emulator/replay.py)
+    step_no: int = -1  # its plan's next step
+    trace: dict | None = None  # exact acceptance per drafter, when the engine keeps traces
     first_scheduled: float | None = None
     first_token: float | None = None
     last_token: float | None = None
@@ -105,11 +106,19 @@ class Step:
 
 
 class Engine:
-    def __init__(self, profile: Profile, spec: SpecConfig | None, cfg: EngineConfig = EngineConfig(),
-                 *, trace_sink: Callable[[dict], None] | None = None) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        spec: SpecConfig | None,
+        cfg: EngineConfig = EngineConfig(),
+        *,
+        trace_sink: Callable[[dict], None] | None = None,
+    ) -> None:
         if spec is not None and spec.method not in profile.drafters:
-            raise EngineError(f"profile {profile.name!r} has no {spec.method} drafter "
-                              f"(it has: {', '.join(sorted(profile.drafters)) or 'none'})")
+            raise EngineError(
+                f"profile {profile.name!r} has no {spec.method} drafter "
+                f"(it has: {', '.join(sorted(profile.drafters)) or 'none'})"
+            )
         self.profile = profile
         self.spec = spec
         self.cfg = cfg
@@ -128,18 +137,29 @@ class Engine:
         self._step_k = spec.k if spec is not None else 0  # the drafts the step being applied proposes
 
     # -- requests ---------------------------------------------------------------------------
-    def submit(self, request_id: str, prompt_text: str, max_tokens: int, *, arrival: float,
-               ignore_eos: bool = False, min_tokens: int | None = None,
-               sink: Callable | None = None) -> Sequence:
+    def submit(
+        self,
+        request_id: str,
+        prompt_text: str,
+        max_tokens: int,
+        *,
+        arrival: float,
+        ignore_eos: bool = False,
+        min_tokens: int | None = None,
+        sink: Callable | None = None,
+    ) -> Sequence:
         words, ids = content.tokenize(prompt_text)
         if len(ids) + max_tokens > self.max_model_len:
-            raise EngineError(f"This model's maximum context length is {self.max_model_len} tokens. "
-                              f"However, you requested {len(ids) + max_tokens} tokens "
-                              f"({len(ids)} in the messages, {max_tokens} in the completion). "
-                              "Please reduce the length of the messages or completion.")
+            raise EngineError(
+                f"This model's maximum context length is {self.max_model_len} tokens. "
+                f"However, you requested {len(ids) + max_tokens} tokens "
+                f"({len(ids)} in the messages, {max_tokens} in the completion). "
+                "Please reduce the length of the messages or completion."
+            )
         if len(ids) + max_tokens > self.kv_capacity:
-            raise EngineError(f"the request needs {len(ids) + max_tokens} tokens of KV cache; "
-                              f"this engine holds {self.kv_capacity}")
+            raise EngineError(
+                f"the request needs {len(ids) + max_tokens} tokens of KV cache; this engine holds {self.kv_capacity}"
+            )
         kind = content.classify(prompt_text)
         params = self.profile.content(kind)
         rng = content.rng_for(self.cfg.seed, prompt_text)
@@ -148,12 +168,19 @@ class Engine:
         if params.templated:
             template = content.template_of(prompt_text)
             out_ids, out_words = content.generate_templated(
-                ids, words, len(template.split()), n, params,
-                content.rng_for(self.cfg.seed, "template\0" + template), rng)
+                ids,
+                words,
+                len(template.split()),
+                n,
+                params,
+                content.rng_for(self.cfg.seed, "template\0" + template),
+                rng,
+            )
         else:
             out_ids, out_words = content.generate(ids, words, n, params, rng)
-        seq = Sequence(request_id, ids, out_ids, out_words, words,
-                       "length" if n >= max_tokens else "stop", kind, arrival, sink)
+        seq = Sequence(
+            request_id, ids, out_ids, out_words, words, "length" if n >= max_tokens else "stop", kind, arrival, sink
+        )
         if self.drafting is not None:
             self.drafting.start(seq, prompt_text)
         if self.trace_sink is not None:
@@ -170,9 +197,12 @@ class Engine:
         acceptance of every drafter this engine's profile has; needs a trace_sink."""
         if seq.trace is None:
             raise EngineError("this engine keeps no traces (give it a trace_sink)")
-        return {"id": seq.request_id, "prompt_token_ids": list(seq.prompt),
-                "generated_token_ids": list(seq.output),
-                **{f"acc_{m}": a for m, a in seq.trace.items()}}
+        return {
+            "id": seq.request_id,
+            "prompt_token_ids": list(seq.prompt),
+            "generated_token_ids": list(seq.output),
+            **{f"acc_{m}": a for m, a in seq.trace.items()},
+        }
 
     def abort(self, seq: Sequence) -> None:
         if seq.finished:
@@ -325,8 +355,8 @@ class Engine:
 
     def _emit(self, seq: Sequence, count: int, now: float) -> Emission:
         start = seq.emitted
-        tokens = seq.output[start:start + count]
-        words = seq.words[start:start + count]
+        tokens = seq.output[start : start + count]
+        words = seq.words[start : start + count]
         seq.emitted += len(tokens)
         stats = self.stats
         stats.generation_tokens += len(tokens)
@@ -363,7 +393,7 @@ class Engine:
         if self.drafting is not None:
             self.drafting.finish(seq)
         if self.prefix_cache is not None:  # prompt and output, as a later turn sends them back
-            self.prefix_cache.insert(seq.prompt_words + seq.words[:seq.emitted])
+            self.prefix_cache.insert(seq.prompt_words + seq.words[: seq.emitted])
         stats.e2e.observe(now - seq.arrival)
         stats.decode.observe(now - seq.first_token)
         stats.request_prompt_tokens.observe(len(seq.prompt))

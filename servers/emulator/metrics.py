@@ -2,10 +2,11 @@
 buckets of ../shared/reference/vllm.md, rendered by prometheus-client from the engine's exact
 statistics. Counters carry `_created` samples, as vLLM's do. Always the plain-text exposition
 format, so colons survive whatever a scraper asks for (the OpenMetrics escaping trap)."""
+
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -42,8 +43,9 @@ def _histogram(name: str, doc: str, labels: dict, h: Histogram) -> HistogramMetr
 
 
 class VllmCollector:
-    def __init__(self, stats: Callable[[], EngineStats], model_name: str, spec_k: int | None,
-                 vllm_metrics: bool = True) -> None:
+    def __init__(
+        self, stats: Callable[[], EngineStats], model_name: str, spec_k: int | None, vllm_metrics: bool = True
+    ) -> None:
         self._stats = stats
         self._labels = {"model_name": model_name, "engine": "0"}
         self._spec_k = spec_k
@@ -59,49 +61,71 @@ class VllmCollector:
     def collect(self):
         s = self._stats()
         lv = list(self._labels.values())
-        yield _histogram("emulator:step_lag_seconds",
-                         "How long after its modeled end each step's chunks were written (emulated seconds).",
-                         self._labels, s.lag)
+        yield _histogram(
+            "emulator:step_lag_seconds",
+            "How long after its modeled end each step's chunks were written (emulated seconds).",
+            self._labels,
+            s.lag,
+        )
         for name, doc, value in (
-                ("emulator:slowdown", "Actual over modeled time of recent steps (1 = real time).", s.slowdown),
-                ("emulator:time_scale", "Real seconds per modeled second (--time-scale).", s.time_scale)):
+            ("emulator:slowdown", "Actual over modeled time of recent steps (1 = real time).", s.slowdown),
+            ("emulator:time_scale", "Real seconds per modeled second (--time-scale).", s.time_scale),
+        ):
             g = GaugeMetricFamily(name, doc, labels=list(self._labels))
             g.add_metric(lv, value)
             yield g
         yield self._counter("emulator:steps", "Engine steps run.", s.steps)
-        yield self._counter("emulator:modeled_seconds", "Modeled time of the steps run (emulated seconds).",
-                            s.modeled_seconds)
-        yield self._counter("emulator:lost_seconds", "Modeled time lost where the schedule restarted after a "
-                            "step written late (emulated seconds).", s.lost_seconds)
-        yield self._counter("emulator:cpu_seconds", "CPU time of this process, to the microsecond (what "
-                            "loadgen sweep --time-scale auto measures).", time.process_time())
+        yield self._counter(
+            "emulator:modeled_seconds", "Modeled time of the steps run (emulated seconds).", s.modeled_seconds
+        )
+        yield self._counter(
+            "emulator:lost_seconds",
+            "Modeled time lost where the schedule restarted after a step written late (emulated seconds).",
+            s.lost_seconds,
+        )
+        yield self._counter(
+            "emulator:cpu_seconds",
+            "CPU time of this process, to the microsecond (what loadgen sweep --time-scale auto measures).",
+            time.process_time(),
+        )
         if not self._vllm:
             return
-        for name, doc, value in (("vllm:num_requests_running", "Number of requests in model execution batches.", s.running),
-                                 ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting),
-                                 ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage)):
+        for name, doc, value in (
+            ("vllm:num_requests_running", "Number of requests in model execution batches.", s.running),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage),
+        ):
             g = GaugeMetricFamily(name, doc, labels=list(self._labels))
             g.add_metric(lv, value)
             yield g
         yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens)
         yield self._counter("vllm:generation_tokens", "Number of generation tokens processed.", s.generation_tokens)
         yield self._counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", s.preemptions)
-        yield self._counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-                            s.prefix_queries)
-        yield self._counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
-                            s.prefix_hits)
-        success = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
-                                      labels=[*self._labels, "finished_reason"])
+        yield self._counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", s.prefix_queries
+        )
+        yield self._counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", s.prefix_hits
+        )
+        success = CounterMetricFamily(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            labels=[*self._labels, "finished_reason"],
+        )
         for reason in FINISHED_REASONS:
             success.add_metric([*lv, reason], s.request_success.get(reason, 0), created=self._created)
         yield success
         if self._spec_k:
             yield self._counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", s.spec_drafts)
             yield self._counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", s.spec_draft_tokens)
-            yield self._counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", s.spec_accepted_tokens)
-            per_pos = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
-                                          "Accepted tokens per draft position.",
-                                          labels=[*self._labels, "position"])
+            yield self._counter(
+                "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", s.spec_accepted_tokens
+            )
+            per_pos = CounterMetricFamily(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.",
+                labels=[*self._labels, "position"],
+            )
             for pos, n in enumerate(s.spec_accepted_per_pos):
                 per_pos.add_metric([*lv, str(pos)], n, created=self._created)
             yield per_pos

@@ -11,6 +11,7 @@ reaches `max`, else the longest, earliest among equals. One dictionary probe per
 and per lookup, plus a scan of that n-gram's occurrences, usually a handful. This is the
 engine's drafter; `loadgen` (what-if analysis) and tests import it from here.
 """
+
 from __future__ import annotations
 
 
@@ -32,7 +33,7 @@ class NgramIndex:
     def extend(self, tokens) -> None:
         self._tokens.extend(tokens)
 
-    def prepare(self) -> "NgramIndex":
+    def prepare(self) -> NgramIndex:
         """Index what is there now (a request's prompt, when it arrives), so that the first
         lookup, which comes for many requests at once when a prefill step ends, is cheap."""
         self._index_upto(len(self._tokens) - 1)
@@ -42,7 +43,7 @@ class NgramIndex:
         """Index every min-gram that ends before position `end`."""
         toks, starts, lo = self._tokens, self._starts, self.min_n
         for s in range(self._indexed, end - lo + 1):
-            key = tuple(toks[s:s + lo])
+            key = tuple(toks[s : s + lo])
             found = starts.get(key)
             if found is None:
                 starts[key] = [s]
@@ -59,7 +60,7 @@ class NgramIndex:
         if total < lo:
             return None
         self._index_upto(total - 1)  # occurrences must end before the suffix's last token
-        found = self._starts.get(tuple(toks[total - lo:]))
+        found = self._starts.get(tuple(toks[total - lo :]))
         if not found:
             return None
         longest = min(self.max_n, total - 1) - lo  # how far a match may extend backwards
@@ -79,11 +80,10 @@ class NgramIndex:
     def propose(self, k: int) -> list[int]:
         """The drafts for the next position: up to k tokens, or [] when nothing matches."""
         begin = self.match() if k > 0 else None
-        return [] if begin is None else self._tokens[begin:begin + k]
+        return [] if begin is None else self._tokens[begin : begin + k]
 
 
-def acceptance_lengths(prompt, output, *, min_n: int, max_n: int, k: int,
-                       with_matches: bool = False):
+def acceptance_lengths(prompt, output, *, min_n: int, max_n: int, k: int, with_matches: bool = False):
     """For every output position i: the tokens one n-gram step starting there would emit
     (accepted drafts + the bonus token), proposing up to k drafts. With `with_matches`, also
     how many drafts were proposed there (0: no match; a draft then rejected still costs)."""

@@ -7,6 +7,7 @@ is a deterministic function of its id (the same token, the same value), the chos
 most likely, and the alternatives in `top_logprobs` are pseudo-words with lower values. They
 have vLLM's shape and sizes, not a model's meaning.
 """
+
 from __future__ import annotations
 
 from servers.emulator.content import chat_prompt, detokenize, novel_word, tokenize
@@ -29,15 +30,20 @@ def tokenize_response(body, max_model_len: int) -> dict:
     else:
         raise ParityError("give prompt (a string) or messages (a list)")
     words, ids = tokenize(text)
-    return {"count": len(ids), "max_model_len": max_model_len, "tokens": ids,
-            "token_strs": words if body.get("return_token_strs") else None}
+    return {
+        "count": len(ids),
+        "max_model_len": max_model_len,
+        "tokens": ids,
+        "token_strs": words if body.get("return_token_strs") else None,
+    }
 
 
 def detokenize_response(body) -> dict:
     """POST /detokenize: {"tokens": [int, ...]} -> {"prompt": text}."""
     tokens = body.get("tokens") if isinstance(body, dict) else None
-    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
-                                               for t in tokens):
+    if not isinstance(tokens, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens
+    ):
         raise ParityError("tokens must be a list of integers >= 0")
     return {"prompt": detokenize(tokens).lstrip(" ")}
 
@@ -82,13 +88,24 @@ def block(tokens: list[int], words: list[str], top: int, chat: bool, offset: int
         for tok, text in zip(tokens, texts):
             lp = _value(tok)
             alts = [(text, lp), *_alternatives(tok, top - 1)] if top else []
-            content.append({"token": text, "logprob": lp, "bytes": list(text.encode()),
-                            "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in alts]})
+            content.append(
+                {
+                    "token": text,
+                    "logprob": lp,
+                    "bytes": list(text.encode()),
+                    "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in alts],
+                }
+            )
         return {"content": content}
     offsets, at = [], offset
     for text in texts:
         offsets.append(at)
         at += len(text)
-    return {"text_offset": offsets, "token_logprobs": [_value(t) for t in tokens], "tokens": texts,
-            "top_logprobs": [dict([(text, _value(tok)), *_alternatives(tok, top - 1)]) if top else {}
-                             for tok, text in zip(tokens, texts)]}
+    return {
+        "text_offset": offsets,
+        "token_logprobs": [_value(t) for t in tokens],
+        "tokens": texts,
+        "top_logprobs": [
+            dict([(text, _value(tok)), *_alternatives(tok, top - 1)]) if top else {} for tok, text in zip(tokens, texts)
+        ],
+    }

@@ -8,7 +8,8 @@ stopping at the first block missing; a prompt wholly cached still computes its l
 hit is at most prompt length - 1, rounded down to a block); blocks are cached as they are
 computed (a prompt's when its prefill ends, the output's when the request finishes), so a
 later turn of a conversation, whose prompt repeats the earlier prompt and reply, hits both;
-the least recently used block is evicted first (of one chain, its tail first); `vllm:prefix_cache_queries` / `_hits` count
+the least recently used block is evicted first (of one chain, its tail first); `vllm:prefix_cache_queries` /
+`_hits` count
 prompt tokens asked and found.
 
 What is approximated: the cache holds at most as many blocks as the KV cache has
@@ -17,6 +18,7 @@ cached prefix counts in full against its KV use (vLLM shares one copy between ru
 requests). Blocks are keyed by the emulated words, not token ids: the emulated model's output
 words, sent back as text in a later turn, read as the same words (servers/emulator/content.py).
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -37,7 +39,7 @@ class PrefixCache:
         h = 0
         bs = self.block_size
         for start in range(0, limit - bs + 1, bs):
-            h = hash((h, tuple(words[start:start + bs])))
+            h = hash((h, tuple(words[start : start + bs])))
             yield h
 
     def lookup(self, words: list[str]) -> int:

@@ -1,10 +1,11 @@
 """Cost profiles (one TOML file per model and hardware, in profiles/) and acceptance data (one
 per model family, in data/): how long an engine step takes and how drafters fare."""
+
 from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from servers.emulator.acceptance import RegimeParams
@@ -35,15 +36,17 @@ class Forward:
         """Seconds; numbers or numpy arrays (element-wise) alike."""
         t = self.constant + self.per_kv_token * kv_tokens + self.per_batched_token * batched_tokens
         if self.moe_expert_time:
-            t = t + self.moe_expert_time * (1.0 - (1.0 - self.moe_top_k / self.moe_experts) ** batched_tokens) \
-                * (batched_tokens > 0)
+            t = t + self.moe_expert_time * (1.0 - (1.0 - self.moe_top_k / self.moe_experts) ** batched_tokens) * (
+                batched_tokens > 0
+            )
         return t
 
 
 @dataclass(frozen=True)
 class Drafter:
     """What proposing drafts for a step costs. ngram: a share of the verification forward;
-    suffix: per_request x requests (CPU work, like n-gram's, but per request); draft_model: k forwards of its own profile; a head (eagle, eagle3, mtp): constant x k/fit_k
+    suffix: per_request x requests (CPU work, like n-gram's, but per request); draft_model: k forwards of its
+    own profile; a head (eagle, eagle3, mtp): constant x k/fit_k
     + per_kv_token x KV + per_draft_token x drafts."""
 
     method: str
@@ -107,7 +110,7 @@ def _forward(d: dict, where: str) -> Forward:
         raise ProfileError(f"{where}: bad [forward] section: {e}") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> Profile:
     path = PROFILES / f"{name}.toml"
     if not path.is_file():
@@ -120,11 +123,18 @@ def load(name: str) -> Profile:
         d = dict(d)
         draft_forward = load(d.pop("profile")).forward if "profile" in d else None
         drafters[method] = Drafter(method=method, draft_forward=draft_forward, **d)
-    return Profile(name=name, description=raw["description"], models=tuple(raw["models"]),
-                   forward=_forward(raw["forward"], name), step_overhead=raw["step"]["overhead"],
-                   kv_capacity_tokens=int(raw["kv_capacity_tokens"]),
-                   max_model_len=int(raw["max_model_len"]), drafters=drafters,
-                   tensor_parallel_size=int(raw.get("tensor_parallel_size", 1)), data=data)
+    return Profile(
+        name=name,
+        description=raw["description"],
+        models=tuple(raw["models"]),
+        forward=_forward(raw["forward"], name),
+        step_overhead=raw["step"]["overhead"],
+        kv_capacity_tokens=int(raw["kv_capacity_tokens"]),
+        max_model_len=int(raw["max_model_len"]),
+        drafters=drafters,
+        tensor_parallel_size=int(raw.get("tensor_parallel_size", 1)),
+        data=data,
+    )
 
 
 def for_model(model: str) -> str | None:

@@ -19,6 +19,7 @@ whether it keeps up, exported in /metrics and warned about in the log:
   time; informative: writing late does not cost throughput while the schedule holds).
 On a small machine it can fall behind, and a user must see it; a larger time scale is the cure.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -35,9 +36,15 @@ WINDOW = 200  # steps the warnings look back over
 
 
 class RealtimeDriver:
-    def __init__(self, engine: Engine, *, time_scale: float = 1.0,
-                 warn_lag_s: float = 0.005, warn_lost: float = 0.02,
-                 warn_every_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        time_scale: float = 1.0,
+        warn_lag_s: float = 0.005,
+        warn_lost: float = 0.02,
+        warn_every_s: float = 10.0,
+    ) -> None:
         self.engine = engine
         self.timeline = Timeline(time_scale, time.monotonic())
         self.clock = PreciseClock()
@@ -103,7 +110,7 @@ class RealtimeDriver:
                 continue
             lost = 0.0
             if start + step.duration < now:  # the work since the last step took longer than this
-                lost = now - start           # one: it starts now, the time in between is lost
+                lost = now - start  # one: it starts now, the time in between is lost
                 self._restart(step, start, now)
                 start = now
                 stats.lost_seconds += lost
@@ -115,8 +122,12 @@ class RealtimeDriver:
                     em.seq.sink(em)
             delivered = time.monotonic()
             stats.modeled_seconds += step.duration
-            self._observe((delivered - end_real) / line.scale,
-                          (delivered - min(began, line.real(start))) / line.scale, step.duration, lost)
+            self._observe(
+                (delivered - end_real) / line.scale,
+                (delivered - min(began, line.real(start))) / line.scale,
+                step.duration,
+                lost,
+            )
             t = end
 
     @staticmethod
@@ -141,9 +152,15 @@ class RealtimeDriver:
         lost_share = sum(r[3] for r in self._recent) / (modeled_total + sum(r[3] for r in self._recent))
         if p99 > self.warn_lag_s or lost_share > self.warn_lost:
             self._last_warning = now
-            log.warning("emulator is behind its schedule: %.1f%% of the modeled time lost to steps that ended "
-                        "late, chunks written %.1f ms (emulated) after their step's end at p99, steps taking "
-                        "%.2fx their modeled time over the last %d steps (%d requests running, time scale %g); "
-                        "raise --time-scale, lower the load or give the emulator a core of its own",
-                        100 * lost_share, p99 * 1e3, stats.slowdown, len(lags), len(self.engine.running),
-                        self.timeline.scale)
+            log.warning(
+                "emulator is behind its schedule: %.1f%% of the modeled time lost to steps that ended "
+                "late, chunks written %.1f ms (emulated) after their step's end at p99, steps taking "
+                "%.2fx their modeled time over the last %d steps (%d requests running, time scale %g); "
+                "raise --time-scale, lower the load or give the emulator a core of its own",
+                100 * lost_share,
+                p99 * 1e3,
+                stats.slowdown,
+                len(lags),
+                len(self.engine.running),
+                self.timeline.scale,
+            )

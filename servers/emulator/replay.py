@@ -11,50 +11,65 @@ What a step costs: the target's forward over every scheduled token (drafts inclu
 fixed overhead, as in engine.py, plus, for every drafter that proposes for the next step of at
 least one request in the batch, that drafter's price (profile.Drafter.time) for the requests
 it drafts for, at the largest k among them, over the batch's KV (as the serving engine charges
-its one drafter). No prefix caching (the study's traces are priced as computed in full). `price_as` charges every drafter at one drafter's price instead (the study
+its one drafter). No prefix caching (the study's traces are priced as computed in full). `price_as` charges
+every drafter at one drafter's price instead (the study
 charged its combined steps at the n-gram price).
 """
+
 from __future__ import annotations
 
-from typing import Callable
-from typing import Sequence as Seq
+from collections.abc import Callable
+from collections.abc import Sequence as Seq
 
 from servers.emulator.engine import Engine, EngineConfig, EngineError, Sequence
 from servers.emulator.profile import Profile
 
 
 class ReplayEngine(Engine):
-    def __init__(self, profile: Profile, cfg: EngineConfig = EngineConfig(), *,
-                 price_as: str | None = None) -> None:
+    def __init__(self, profile: Profile, cfg: EngineConfig = EngineConfig(), *, price_as: str | None = None) -> None:
         super().__init__(profile, None, cfg)
         self.prefix_cache = None  # a trace's token ids are not the emulated words: no prefix caching
         if price_as is not None and price_as not in profile.drafters:
             raise EngineError(f"profile {profile.name!r} has no {price_as} drafter to price steps at")
         self.price_as = price_as
 
-    def submit_plan(self, request_id: str, prompt: list[int], output: list[int],
-                    plan: Seq[tuple[str, int, int]], *, arrival: float,
-                    sink: Callable | None = None) -> Sequence:
+    def submit_plan(
+        self,
+        request_id: str,
+        prompt: list[int],
+        output: list[int],
+        plan: Seq[tuple[str, int, int]],
+        *,
+        arrival: float,
+        sink: Callable | None = None,
+    ) -> Sequence:
         """`plan`: (drafter, drafts, emitted) per decoding step, from output position 1; the
         emitted tokens add up to len(output) - 1. Drafter "" proposes nothing."""
         n = len(output)
         if n < 1:
             raise EngineError(f"request {request_id!r} has no output tokens")
         if sum(e for _, _, e in plan) != n - 1:
-            raise EngineError(f"request {request_id!r}: the plan emits {sum(e for _, _, e in plan)} "
-                              f"tokens after the first, the output has {n - 1}")
+            raise EngineError(
+                f"request {request_id!r}: the plan emits {sum(e for _, _, e in plan)} "
+                f"tokens after the first, the output has {n - 1}"
+            )
         for drafter, drafts, emitted in plan:
             if not 1 <= emitted <= drafts + 1:
                 raise EngineError(f"request {request_id!r}: a step with {drafts} drafts cannot emit {emitted}")
             if drafter and drafter not in self.profile.drafters:
-                raise EngineError(f"profile {self.profile.name!r} has no {drafter} drafter "
-                                  f"(it has: {', '.join(sorted(self.profile.drafters))})")
+                raise EngineError(
+                    f"profile {self.profile.name!r} has no {drafter} drafter "
+                    f"(it has: {', '.join(sorted(self.profile.drafters))})"
+                )
         if len(prompt) + n > self.max_model_len:
-            raise EngineError(f"This model's maximum context length is {self.max_model_len} tokens. "
-                              f"However, you requested {len(prompt) + n} tokens.")
+            raise EngineError(
+                f"This model's maximum context length is {self.max_model_len} tokens. "
+                f"However, you requested {len(prompt) + n} tokens."
+            )
         if len(prompt) + n > self.kv_capacity:
-            raise EngineError(f"the request needs {len(prompt) + n} tokens of KV cache; "
-                              f"this engine holds {self.kv_capacity}")
+            raise EngineError(
+                f"the request needs {len(prompt) + n} tokens of KV cache; this engine holds {self.kv_capacity}"
+            )
         seq = Sequence(request_id, list(prompt), list(output), [""] * n, [], "length", "replay", arrival, sink)
         seq.plan = list(plan)
         return self._enqueue(seq)
@@ -72,8 +87,10 @@ class ReplayEngine(Engine):
             nxt = self._next_step(seq)
             if nxt is not None and nxt[0]:  # priced as one drafter: one group
                 groups.setdefault(self.price_as or nxt[0], []).append(nxt[1])
-        return sum(self.profile.drafters[drafter].time(max(1, max(drafts)), len(drafts), kv, verify)
-                   for drafter, drafts in groups.items())
+        return sum(
+            self.profile.drafters[drafter].time(max(1, max(drafts)), len(drafts), kv, verify)
+            for drafter, drafts in groups.items()
+        )
 
     def _accepted(self, seq: Sequence, drafts: int) -> int:
         emitted = seq.plan[seq.step_no][2]
@@ -81,7 +98,7 @@ class ReplayEngine(Engine):
         if accepted < emitted - 1:
             # the token budget cut this step's drafts: the tokens it could not emit are
             # written one per step, so the plan's later steps start where they should
-            seq.plan[seq.step_no + 1:seq.step_no + 1] = [("", 0, 1)] * (emitted - 1 - accepted)
+            seq.plan[seq.step_no + 1 : seq.step_no + 1] = [("", 0, 1)] * (emitted - 1 - accepted)
         return accepted
 
     def _propose(self, seq: Sequence, new_tokens: list[int]) -> None:

@@ -1,12 +1,19 @@
 """`--speculative-config` as vLLM reads it (see ../shared/reference/vllm.md)."""
+
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
 METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
-ALIASES = {"deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "glm4_moe_mtp": "mtp",
-           "ernie_mtp": "mtp", "mimo_mtp": "mtp", "longcat_flash_mtp": "mtp"}
+ALIASES = {
+    "deepseek_mtp": "mtp",
+    "qwen3_next_mtp": "mtp",
+    "glm4_moe_mtp": "mtp",
+    "ernie_mtp": "mtp",
+    "mimo_mtp": "mtp",
+    "longcat_flash_mtp": "mtp",
+}
 NOT_EMULATED = ("medusa", "mlp_speculator", "ngram_gpu")
 REJECTION_METHODS = ("standard", "synthetic", "block", "fly")
 
@@ -35,11 +42,13 @@ class SpecConfig:
 
     @property
     def label(self) -> str:
-        synthetic = (" synthetic acceptance " + ",".join(f"{r:g}" for r in self.synthetic_rates)
-                     if self.synthetic_rates is not None else "")
+        synthetic = (
+            " synthetic acceptance " + ",".join(f"{r:g}" for r in self.synthetic_rates)
+            if self.synthetic_rates is not None
+            else ""
+        )
         if self.schedule:
-            return (f"{self.method} k by batch size " + ",".join(f"{a}-{b}:{k}" for a, b, k in self.schedule)
-                    + synthetic)
+            return f"{self.method} k by batch size " + ",".join(f"{a}-{b}:{k}" for a, b, k in self.schedule) + synthetic
         return f"{self.method} k={self.k}{synthetic}"
 
     @property
@@ -73,14 +82,21 @@ def _schedule(value) -> tuple[tuple[int, int, int], ...]:
     (validate_and_normalize_dynamic_sd_schedule), sorted by range start."""
     key = "num_speculative_tokens_per_batch_size"
     if not isinstance(value, list) or not value:
-        raise SpecError(f"--speculative-config: {key} must be a non-empty list of "
-                        "[range_start, range_end, num_speculative_tokens] entries")
+        raise SpecError(
+            f"--speculative-config: {key} must be a non-empty list of "
+            "[range_start, range_end, num_speculative_tokens] entries"
+        )
     out = []
     for entry in value:
-        if not isinstance(entry, (list, tuple)) or len(entry) != 3 or \
-                not all(isinstance(x, int) and not isinstance(x, bool) for x in entry):
-            raise SpecError(f"--speculative-config: each {key} entry must be 3 integers "
-                            f"[range_start, range_end, num_speculative_tokens], got {entry!r}")
+        if (
+            not isinstance(entry, (list, tuple))
+            or len(entry) != 3
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in entry)
+        ):
+            raise SpecError(
+                f"--speculative-config: each {key} entry must be 3 integers "
+                f"[range_start, range_end, num_speculative_tokens], got {entry!r}"
+            )
         first, last, k = entry
         if first <= 0 or last <= 0:
             raise SpecError(f"--speculative-config: batch-size range ({first}, {last}) must be positive")
@@ -96,8 +112,7 @@ def _schedule(value) -> tuple[tuple[int, int, int], ...]:
             raise SpecError("--speculative-config: batch-size ranges must be non-overlapping")
         end = last
     if out[0][0] != 1:
-        raise SpecError("--speculative-config: the first batch-size range must start at 1, so every "
-                        "batch size has a k")
+        raise SpecError("--speculative-config: the first batch-size range must start at 1, so every batch size has a k")
     return tuple(out)
 
 
@@ -117,8 +132,10 @@ def parse(text: str | None) -> SpecConfig | None:
     try:
         cfg = json.loads(text)
     except ValueError as e:
-        raise SpecError(f"--speculative-config is not valid JSON ({e}); give e.g. "
-                        '\'{"method": "ngram", "num_speculative_tokens": 3}\'') from None
+        raise SpecError(
+            f"--speculative-config is not valid JSON ({e}); give e.g. "
+            '\'{"method": "ngram", "num_speculative_tokens": 3}\''
+        ) from None
     if not isinstance(cfg, dict):
         raise SpecError("--speculative-config must be a JSON object")
     model = cfg.get("model")
@@ -130,14 +147,14 @@ def parse(text: str | None) -> SpecConfig | None:
         elif "eagle-" in name:
             method = "eagle"
         elif model:
-            raise SpecError(f"--speculative-config: draft model {model!r} needs "
-                            '"method": "draft_model" (vLLM does not guess it)')
+            raise SpecError(
+                f'--speculative-config: draft model {model!r} needs "method": "draft_model" (vLLM does not guess it)'
+            )
         else:
             raise SpecError(f"--speculative-config: give a method ({', '.join(METHODS)})")
     method = ALIASES.get(method, method)
     if method in NOT_EMULATED:
-        raise SpecError(f"--speculative-config: method {method!r} is not emulated; "
-                        f"emulated: {', '.join(METHODS)}")
+        raise SpecError(f"--speculative-config: method {method!r} is not emulated; emulated: {', '.join(METHODS)}")
     if method not in METHODS:
         raise SpecError(f"--speculative-config: unknown method {method!r}; valid: {', '.join(METHODS)}")
     suffix = _suffix(cfg) if method == "suffix" else {}
@@ -146,7 +163,7 @@ def parse(text: str | None) -> SpecConfig | None:
     # suffix decoding: vLLM defaults num_speculative_tokens to the tree depth (a maximum)
     k = _positive_int(cfg, "num_speculative_tokens", suffix.get("suffix_max_tree_depth"))
     if method in ("eagle", "eagle3", "draft_model") and not model:
-        raise SpecError(f"--speculative-config: method {method} needs \"model\" (the draft)")
+        raise SpecError(f'--speculative-config: method {method} needs "model" (the draft)')
     lo = _positive_int(cfg, "prompt_lookup_min")
     hi = _positive_int(cfg, "prompt_lookup_max")
     if hi is None:
@@ -156,9 +173,16 @@ def parse(text: str | None) -> SpecConfig | None:
     if lo > hi:
         raise SpecError(f"--speculative-config: prompt_lookup_min {lo} > prompt_lookup_max {hi}")
     schedule = cfg.get("num_speculative_tokens_per_batch_size")
-    return SpecConfig(method=method, k=k, model=model, prompt_lookup_min=lo, prompt_lookup_max=hi,
-                      schedule=None if schedule is None else _schedule(schedule),
-                      synthetic_rates=_synthetic(cfg, k), **suffix)
+    return SpecConfig(
+        method=method,
+        k=k,
+        model=model,
+        prompt_lookup_min=lo,
+        prompt_lookup_max=hi,
+        schedule=None if schedule is None else _schedule(schedule),
+        synthetic_rates=_synthetic(cfg, k),
+        **suffix,
+    )
 
 
 def _number(cfg: dict, key: str):
@@ -173,8 +197,10 @@ def _suffix(cfg: dict) -> dict:
     out = {}
     depth = cfg.get("suffix_decoding_max_tree_depth", 24)
     cached = cfg.get("suffix_decoding_max_cached_requests", 10000)
-    for key, v, lo in (("suffix_decoding_max_tree_depth", depth, 1),
-                       ("suffix_decoding_max_cached_requests", cached, 0)):
+    for key, v, lo in (
+        ("suffix_decoding_max_tree_depth", depth, 1),
+        ("suffix_decoding_max_cached_requests", cached, 0),
+    ):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise SpecError(f"--speculative-config: {key}={v!r} must be an integer >= {lo}")
     out["suffix_max_tree_depth"], out["suffix_max_cached_requests"] = depth, cached
@@ -196,23 +222,33 @@ def _synthetic(cfg: dict, k: int) -> tuple[float, ...] | None:
     method = cfg.get("rejection_sample_method", "standard")
     rates, length = cfg.get("synthetic_acceptance_rates"), cfg.get("synthetic_acceptance_length")
     if method not in REJECTION_METHODS:
-        raise SpecError(f"--speculative-config: rejection_sample_method {method!r} is not one of "
-                        f"{', '.join(REJECTION_METHODS)}")
+        raise SpecError(
+            f"--speculative-config: rejection_sample_method {method!r} is not one of {', '.join(REJECTION_METHODS)}"
+        )
     if method != "synthetic":
         if rates is not None or length is not None:
-            raise SpecError("--speculative-config: synthetic_acceptance_rates / synthetic_acceptance_length "
-                            "are only valid with rejection_sample_method='synthetic'")
+            raise SpecError(
+                "--speculative-config: synthetic_acceptance_rates / synthetic_acceptance_length "
+                "are only valid with rejection_sample_method='synthetic'"
+            )
         if method in ("block", "fly"):
-            raise SpecError(f"--speculative-config: rejection_sample_method {method!r} is not emulated "
-                            "(emulated: standard, synthetic)")
+            raise SpecError(
+                f"--speculative-config: rejection_sample_method {method!r} is not emulated "
+                "(emulated: standard, synthetic)"
+            )
         return None
     if (rates is None) == (length is None):
-        raise SpecError("--speculative-config: rejection_sample_method='synthetic' requires exactly one of "
-                        "synthetic_acceptance_rates or synthetic_acceptance_length")
+        raise SpecError(
+            "--speculative-config: rejection_sample_method='synthetic' requires exactly one of "
+            "synthetic_acceptance_rates or synthetic_acceptance_length"
+        )
     if rates is not None:
-        if not isinstance(rates, list) or not all(isinstance(r, (int, float)) and not isinstance(r, bool)
-                                                  for r in rates):
-            raise SpecError(f"--speculative-config: synthetic_acceptance_rates must be a list of numbers, got {rates!r}")
+        if not isinstance(rates, list) or not all(
+            isinstance(r, (int, float)) and not isinstance(r, bool) for r in rates
+        ):
+            raise SpecError(
+                f"--speculative-config: synthetic_acceptance_rates must be a list of numbers, got {rates!r}"
+            )
         if len(rates) != k:
             raise SpecError(f"--speculative-config: synthetic_acceptance_rates must have length {k}, got {rates}")
         if not all(0.0 <= r <= 1.0 for r in rates):

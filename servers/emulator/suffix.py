@@ -17,6 +17,7 @@ indexed: matches are at most INDEXED tokens long and a walk past that depth cont
 last INDEXED tokens (an order-INDEXED Markov walk, where the real tree walks the whole path).
 That bounds the cost of a token to INDEXED dictionary updates.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -40,7 +41,7 @@ class SuffixTree:
         for i in range(max(start, 1), len(tokens)):
             tok = tokens[i]
             for m in range(1, min(depth, i) + 1):
-                key = tuple(tokens[i - m:i])
+                key = tuple(tokens[i - m : i])
                 counts = nodes.get(key)
                 if counts is None:
                     if sign < 0:
@@ -63,8 +64,9 @@ class SuffixTree:
                 return m
         return 0
 
-    def speculate(self, context, max_tokens: int, spec_factor: float, min_prob: float,
-                  max_depth: int) -> tuple[list[int], float]:
+    def speculate(
+        self, context, max_tokens: int, spec_factor: float, min_prob: float, max_depth: int
+    ) -> tuple[list[int], float]:
         """Drafts from the longest match, and their score."""
         m = self.match(context)
         if m == 0:
@@ -118,7 +120,7 @@ class SuffixCache:
 
     def propose(self, request_id: str, k: int) -> list[int]:
         tree, context, _ = self.active[request_id]
-        pattern = context[-self.depth:]
+        pattern = context[-self.depth :]
         local, s_local = tree.speculate(pattern, k, self.spec_factor, self.min_prob, self.depth)
         if self.max_cached <= 0:
             return local

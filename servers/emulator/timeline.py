@@ -13,6 +13,7 @@ emulated terms. `loadgen` converts its timestamps the same way (loadgen/load/tim
 Changing S re-anchors the mapping at a given real instant, so modeled time runs on without a
 jump. At S = 1 modeled time is this machine's monotonic clock.
 """
+
 from __future__ import annotations
 
 import math

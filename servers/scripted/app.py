@@ -1,5 +1,6 @@
 """The scripted server's endpoints: vLLM's OpenAI-compatible API, each chunk written at the
 time its script says (absolute deadlines on a precise clock, so errors do not accumulate)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,12 +10,14 @@ import time
 from dataclasses import dataclass
 
 from servers.clock import PreciseClock
-from servers.openai_stream import DONE, StreamRenderer, error_body, prompt_text, sse, usage
 from servers.http import HttpConnection, HttpRequest
+from servers.openai_stream import DONE, StreamRenderer, error_body, prompt_text, sse, usage
 from servers.scripted.script import Script, ScriptConfig, prompt_key, prompt_token_count, script_for
 
-_HTML_500 = (b"<html><head><title>500 Internal Server Error</title></head>"
-             b"<body><h1>Internal Server Error</h1><p>scripted fault</p></body></html>")
+_HTML_500 = (
+    b"<html><head><title>500 Internal Server Error</title></head>"
+    b"<body><h1>Internal Server Error</h1><p>scripted fault</p></body></html>"
+)
 _MID_STREAM_FAULTS = ("reset", "stall", "malformed_sse", "invalid_json", "stream_error")
 
 
@@ -22,10 +25,10 @@ _MID_STREAM_FAULTS = ("reset", "stall", "malformed_sse", "invalid_json", "stream
 class ServerOptions:
     model: str = "scripted"
     api_key: str | None = None
-    honour_usage: bool = True             # include_usage: a final usage chunk
+    honour_usage: bool = True  # include_usage: a final usage chunk
     honour_continuous_usage: bool = True  # continuous_usage_stats: usage on every chunk
-    trace_path: str | None = None         # JSONL: per request, scripted deadlines and write times
-    metrics: bool = False                 # serve /metrics with the time scale (only with --time-scale)
+    trace_path: str | None = None  # JSONL: per request, scripted deadlines and write times
+    metrics: bool = False  # serve /metrics with the time scale (only with --time-scale)
 
 
 def _json(conn: HttpConnection, status: int, obj: dict, headers: dict | None = None) -> None:
@@ -55,18 +58,41 @@ class ScriptedServer:
             conn.respond(200, b"")
             return
         if req.path == "/metrics" and self.opts.metrics:
-            conn.respond(200, ("# HELP emulator:time_scale Real seconds per scripted second.\n"
-                               "# TYPE emulator:time_scale gauge\n"
-                               f"emulator:time_scale {self.cfg.time_scale}\n").encode(), "text/plain; version=0.0.4")
+            conn.respond(
+                200,
+                (
+                    "# HELP emulator:time_scale Real seconds per scripted second.\n"
+                    "# TYPE emulator:time_scale gauge\n"
+                    f"emulator:time_scale {self.cfg.time_scale}\n"
+                ).encode(),
+                "text/plain; version=0.0.4",
+            )
             return
-        if req.path.startswith("/v1/") and self.opts.api_key and \
-                req.headers.get("authorization") != f"Bearer {self.opts.api_key}":
+        if (
+            req.path.startswith("/v1/")
+            and self.opts.api_key
+            and req.headers.get("authorization") != f"Bearer {self.opts.api_key}"
+        ):
             _json(conn, 401, {"error": "Unauthorized"})
             return
         if req.path == "/v1/models" and req.method == "GET":
-            _json(conn, 200, {"object": "list", "data": [
-                {"id": self.opts.model, "object": "model", "created": 0, "owned_by": "loadgen",
-                 "root": self.opts.model, "max_model_len": 1 << 20}]})
+            _json(
+                conn,
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": self.opts.model,
+                            "object": "model",
+                            "created": 0,
+                            "owned_by": "loadgen",
+                            "root": self.opts.model,
+                            "max_model_len": 1 << 20,
+                        }
+                    ],
+                },
+            )
         elif req.path in ("/v1/completions", "/v1/chat/completions") and req.method == "POST":
             await self._complete(req, conn, chat=req.path == "/v1/chat/completions")
         else:
@@ -96,8 +122,12 @@ class ScriptedServer:
         if fault == "http500_html":
             return conn.respond(500, _HTML_500, "text/html")
         if fault == "http429":
-            return _json(conn, 429, error_body("scripted fault: rate limit exceeded", "RateLimitError", 429),
-                         {"Retry-After": "1"})
+            return _json(
+                conn,
+                429,
+                error_body("scripted fault: rate limit exceeded", "RateLimitError", 429),
+                {"Retry-After": "1"},
+            )
         if fault == "disconnect":
             return conn.reset()
 
@@ -105,10 +135,17 @@ class ScriptedServer:
         opts = body.get("stream_options") or {}
         stream = bool(body.get("stream"))
         renderer = StreamRenderer(
-            chat=chat, request_id=f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids)}",
-            model=self.opts.model, created=int(time.time()), prompt_tokens=prompt_token_count(text),
-            continuous_usage=stream and self.opts.honour_usage and self.opts.honour_continuous_usage
-            and bool(opts.get("include_usage")) and bool(opts.get("continuous_usage_stats")))
+            chat=chat,
+            request_id=f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids)}",
+            model=self.opts.model,
+            created=int(time.time()),
+            prompt_tokens=prompt_token_count(text),
+            continuous_usage=stream
+            and self.opts.honour_usage
+            and self.opts.honour_continuous_usage
+            and bool(opts.get("include_usage"))
+            and bool(opts.get("continuous_usage_stats")),
+        )
         if not stream:
             return await self._whole(req, conn, renderer, script, chat)
         final_usage = self.opts.honour_usage and bool(opts.get("include_usage"))
@@ -117,16 +154,35 @@ class ScriptedServer:
     async def _whole(self, req, conn, renderer: StreamRenderer, script: Script, chat: bool) -> None:
         await self.clock.sleep_until(req.t_recv + script.offsets_s()[-1])
         text = "".join(" " + w for w in script.words[: script.completion_tokens])
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text},
-                   "finish_reason": "length"} if chat else
-                  {"index": 0, "text": text, "finish_reason": "length"})
-        _json(conn, 200, {
-            "id": renderer.request_id, "object": "chat.completion" if chat else "text_completion",
-            "created": renderer.created, "model": renderer.model, "choices": [choice],
-            "usage": usage(renderer.prompt_tokens, script.completion_tokens)})
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+            if chat
+            else {"index": 0, "text": text, "finish_reason": "length"}
+        )
+        _json(
+            conn,
+            200,
+            {
+                "id": renderer.request_id,
+                "object": "chat.completion" if chat else "text_completion",
+                "created": renderer.created,
+                "model": renderer.model,
+                "choices": [choice],
+                "usage": usage(renderer.prompt_tokens, script.completion_tokens),
+            },
+        )
 
-    async def _stream(self, req, conn: HttpConnection, renderer: StreamRenderer, script: Script,
-                      fault: str, final_usage: bool, chat: bool, text: str) -> None:
+    async def _stream(
+        self,
+        req,
+        conn: HttpConnection,
+        renderer: StreamRenderer,
+        script: Script,
+        fault: str,
+        final_usage: bool,
+        chat: bool,
+        text: str,
+    ) -> None:
         conn.start_stream()
         if chat:
             conn.write_chunk(renderer.role())  # vLLM sends the role first, with no tokens
@@ -143,7 +199,7 @@ class ScriptedServer:
                 if await self._mid_stream_fault(conn, fault):
                     return
                 pending = []
-            piece = "".join(" " + w for w in script.words[done:done + n])
+            piece = "".join(" " + w for w in script.words[done : done + n])
             done += n
             last = i == len(tokens) - 1
             pending.append(renderer.chunk(piece, done, "length" if last else None))
@@ -163,9 +219,18 @@ class ScriptedServer:
         conn.write_chunk(tail if fault == "missing_done" else tail + DONE)
         conn.end_stream()
         if self._trace:
-            self._trace.write(json.dumps({"id": renderer.request_id, "key": prompt_key(text),
-                                          "t_recv_ns": int(req.t_recv * 1e9),
-                                          "deadline_ns": deadlines, "write_ns": writes}) + "\n")
+            self._trace.write(
+                json.dumps(
+                    {
+                        "id": renderer.request_id,
+                        "key": prompt_key(text),
+                        "t_recv_ns": int(req.t_recv * 1e9),
+                        "deadline_ns": deadlines,
+                        "write_ns": writes,
+                    }
+                )
+                + "\n"
+            )
 
     async def _mid_stream_fault(self, conn: HttpConnection, fault: str) -> bool:
         """Inject a fault; True when the response is over."""
@@ -179,6 +244,9 @@ class ScriptedServer:
             conn.write_chunk(sse(error_body("scripted fault: engine failed", "InternalServerError", 500)) + DONE)
             conn.end_stream()
             return True
-        conn.write_chunk(b"this line is not server-sent events\n\n" if fault == "malformed_sse"
-                         else b'data: {"id":"x","choices":[{"index":0,"text":"cut\n\n')
+        conn.write_chunk(
+            b"this line is not server-sent events\n\n"
+            if fault == "malformed_sse"
+            else b'data: {"id":"x","choices":[{"index":0,"text":"cut\n\n'
+        )
         return False

@@ -2,6 +2,7 @@
 and how many tokens it carries. Pure functions, so a test can compute the truth it measures
 against from the same request.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -9,23 +10,43 @@ import random
 from dataclasses import dataclass, field
 
 FAULTS = (
-    "ok",            # a normal stream
+    "ok",  # a normal stream
     "http400_json",  # 400 with an OpenAI-style JSON error body
     "http500_html",  # 500 with an HTML body
-    "http429",       # 429 rate limited, JSON body, Retry-After
-    "disconnect",    # connection closed before any response
-    "reset",         # a few chunks, then the TCP connection is reset
-    "malformed_sse", # a line that is not SSE in the middle of the stream
+    "http429",  # 429 rate limited, JSON body, Retry-After
+    "disconnect",  # connection closed before any response
+    "reset",  # a few chunks, then the TCP connection is reset
+    "malformed_sse",  # a line that is not SSE in the middle of the stream
     "invalid_json",  # a data event whose JSON is cut off
     "missing_done",  # the whole stream except `data: [DONE]`
-    "stall",         # first chunk, then silence
+    "stall",  # first chunk, then silence
     "stream_error",  # an error event in the middle of the stream
-    "empty",         # a well-formed stream with no tokens
+    "empty",  # a well-formed stream with no tokens
 )
 
 # The scripted "model" vocabulary: every generated token is one of these words.
-WORDS = ("alpha", "be", "cat", "delta", "echo", "fig", "golf", "hotel", "in", "juliet",
-          "kilo", "lima", "mike", "no", "oscar", "papa", "quebec", "romeo", "sierra", "tango")
+WORDS = (
+    "alpha",
+    "be",
+    "cat",
+    "delta",
+    "echo",
+    "fig",
+    "golf",
+    "hotel",
+    "in",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "no",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
 """What every loader shares: reading a required field, and the loader description."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from workloads.errors import BadRecord
 from workloads.request import Request

@@ -3,6 +3,7 @@ optional `question_id`, `category` (absent or empty: the request has none) and `
 (an answer per turn). `turns=first` (default): the first turn; `turns=all`: every turn as its
 own request, earlier turns answered by the reference (or a placeholder); `turns=session`: one
 conversation per question, later turns sent with the server's actual replies."""
+
 from __future__ import annotations
 
 from workloads.errors import BadRecord
@@ -22,10 +23,20 @@ def _convert(name: str):
         mode = opts.get("turns", "first")
         if mode == "session":
             rid = f"{name}-{qid}"
-            return [Request(id=rid, prompt=turns[0], messages=({"role": "user", "content": turns[0]},),
-                            max_tokens=CAP, workload=name, category=category, turn=1,
-                            reference=refs[0] if refs and isinstance(refs[0], str) else None,
-                            followups=tuple(turns[1:]), session=rid)]
+            return [
+                Request(
+                    id=rid,
+                    prompt=turns[0],
+                    messages=({"role": "user", "content": turns[0]},),
+                    max_tokens=CAP,
+                    workload=name,
+                    category=category,
+                    turn=1,
+                    reference=refs[0] if refs and isinstance(refs[0], str) else None,
+                    followups=tuple(turns[1:]),
+                    session=rid,
+                )
+            ]
         which = range(len(turns)) if mode == "all" else range(1)
         out = []
         for i in which:
@@ -36,15 +47,36 @@ def _convert(name: str):
                 messages.append({"role": "assistant", "content": answer})
             messages.append({"role": "user", "content": turns[i]})
             ref = refs[i] if i < len(refs) and isinstance(refs[i], str) else None
-            out.append(Request(id=f"{name}-{qid}" + (f"-t{i + 1}" if i else ""),
-                               prompt=turns[0] if i == 0 else None, messages=tuple(messages),
-                               max_tokens=CAP, workload=name, category=category, turn=i + 1,
-                               reference=ref))
+            out.append(
+                Request(
+                    id=f"{name}-{qid}" + (f"-t{i + 1}" if i else ""),
+                    prompt=turns[0] if i == 0 else None,
+                    messages=tuple(messages),
+                    max_tokens=CAP,
+                    workload=name,
+                    category=category,
+                    turn=i + 1,
+                    reference=ref,
+                )
+            )
         return out
+
     return convert
 
 
-SPEC_BENCH = Format("spec_bench", _convert("spec_bench"), frozenset({"turns"}), categories=True,
-                    hub={"hemingkx/Spec-Bench": (None, "test")}, file_kind="jsonl")
-MT_BENCH = Format("mt_bench", _convert("mt_bench"), frozenset({"turns"}), categories=True,
-                  hub={"philschmid/mt-bench": (None, "train")}, file_kind="jsonl")
+SPEC_BENCH = Format(
+    "spec_bench",
+    _convert("spec_bench"),
+    frozenset({"turns"}),
+    categories=True,
+    hub={"hemingkx/Spec-Bench": (None, "test")},
+    file_kind="jsonl",
+)
+MT_BENCH = Format(
+    "mt_bench",
+    _convert("mt_bench"),
+    frozenset({"turns"}),
+    categories=True,
+    hub={"philschmid/mt-bench": (None, "train")},
+    file_kind="jsonl",
+)
