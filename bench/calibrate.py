@@ -171,8 +171,8 @@ def main() -> None:
                     }
                 )
     print(f"{'method':<12}{'workload':<15}" + "".join(f"{'B=' + str(b):>16}" for b in BATCHES))
-    for (method, workload), cells in itertools.groupby(rows, key=lambda r: (r["method"], r["workload"])):
-        cells = list(cells)
+    for (method, workload), group in itertools.groupby(rows, key=lambda r: (r["method"], r["workload"])):
+        cells = list(group)
         print(
             f"{method:<12}{workload:<15}"
             + "".join(

@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -157,8 +158,9 @@ class Harness:
     def sustain(self, workers: int) -> list[dict]:
         """One ladder of open-loop rates for `workers` processes: up by 1.25x to the first
         failing run, then three bisections between the last pass and the first failure."""
-        pin = self.pin if workers == 1 or not self.pin else ["taskset", "-c", f"0-{os.cpu_count() - 1}"]
-        rows, rate, passed, failed, bisections = [], 400.0, 0.0, None, 3
+        pin = self.pin if workers == 1 or not self.pin else ["taskset", "-c", f"0-{(os.cpu_count() or 1) - 1}"]
+        rows: list[dict] = []
+        rate, passed, failed, bisections = 400.0, 0.0, None, 3
         with canned_server(
             "--pacing-ms", "0", "--events-per-write", "64", "--ttft-ms", "0", cpu=self.server_cpu
         ) as srv:
@@ -223,7 +225,7 @@ class Harness:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_USE_RUST_BENCH": "1" if rust else "0"}
         cmd = [
             *self.pin,
-            str(self.vllm / "bin" / "vllm"),
+            str(Path(str(self.vllm)) / "bin" / "vllm"),
             "bench",
             "serve",
             "--backend",
@@ -298,7 +300,8 @@ def _truth(resp: list[dict], got: dict) -> dict:
     }
     row["itl_p99_err_ms"] = abs(row["itl_p99_ms"] - row["true_itl_p99_ms"])
     if "frame" in got:
-        row["itl_err_matched_p99_ms"] = _matched_itl_error(*got["frame"], resp)
+        ok, out_len = got["frame"]
+        row["itl_err_matched_p99_ms"] = _matched_itl_error(ok, out_len, resp)
     return row
 
 
@@ -318,7 +321,7 @@ def _matched_itl_error(ok: pd.DataFrame, out_len: int, resp: list[dict]) -> floa
 
 
 def _median(runs: list[dict]) -> dict:
-    out = {k: float(np.median([r[k] for r in runs])) for k in runs[0] if k != "flagged"}
+    out: dict[str, Any] = {k: float(np.median([r[k] for r in runs])) for k in runs[0] if k != "flagged"}
     flags = [r["flagged"] for r in runs]
     out["flagged"] = flags[0] if flags[0] == "no check" else f"{flags.count('yes')}/{len(flags)}"
     return out

@@ -87,7 +87,7 @@ def measure(variant: str, workload: str, users: int, requests: int) -> dict:
         req = next(source)
         p = {"model": "m", "opts": {"include_usage": True, "continuous_usage_stats": True}, "return_token_ids": False}
         done = loop.create_future()
-        sink = EmulatorAPI._stream_sink(conn, False, f"cmpl-{submitted}", p, {}, done)
+        sink = EmulatorAPI._stream_sink(conn, False, f"cmpl-{submitted}", p, {}, done)  # type: ignore[arg-type]
         text = req.prompt if req.prompt is not None else chat_prompt(req.as_messages())
         t = clock()
         engine.submit(str(submitted), text, req.max_tokens, arrival=now, ignore_eos=req.ignore_eos, sink=sink)
@@ -99,6 +99,7 @@ def measure(variant: str, workload: str, users: int, requests: int) -> dict:
     while engine.has_work:
         t = clock()
         step = engine.plan(now)
+        assert step is not None  # it has work
         parts["plan"] += clock() - t
         now += step.duration
         t = clock()
@@ -106,7 +107,7 @@ def measure(variant: str, workload: str, users: int, requests: int) -> dict:
         parts["commit"] += clock() - t
         t = clock()
         for em in emissions:
-            em.seq.sink(em)
+            em.seq.sink(em)  # type: ignore[misc]  # every request here has its stream sink
         parts["render"] += clock() - t
         steps += 1
         chunks += len(emissions)

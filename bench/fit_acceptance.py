@@ -29,6 +29,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,7 @@ from workloads import kind_like  # noqa: E402
 
 # paper.md, "Acceptance statistics from the study's published traces" (Llama-3.1-8B, greedy):
 # (requests; mean prompt / output tokens), EAGLE and n-gram: tokens/step k=1/3/5, P(j) j=0..4
-PAPER = {
+PAPER: dict[str, Any] = {
     "chat": dict(
         prompt=355,
         output=728,
@@ -143,7 +144,7 @@ def ngram_stats(cls: str, x, n: int = 24, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     traces = []
     for req in kind_like(cls, n, seed=seed + 100):
-        words, ids = tokenize(req.prompt)
+        words, ids = tokenize(req.prompt or "")
         out, _ = generate(ids, words, PAPER[cls]["output"], params, rng)
         traces.append(ngram_lengths(ids, out, min_n=NGRAM_MIN, max_n=NGRAM_MAX, k=6, with_matches=True))
     stats = trace_stats([a for a, _ in traces])

@@ -38,6 +38,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -56,7 +57,7 @@ def workloads(output: int) -> tuple[str, str]:
     return f"chat,output=fixed:{output}", f"synthetic:random,input_len=2048,output_len={output}"
 
 
-LLAMA_8B = {
+LLAMA_8B: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
     "hidden_size": 4096,
@@ -285,13 +286,15 @@ def check_lines(python: str, out: Path) -> int:
         print(res.stderr[-2000:])
         return 1
     got = json.loads(res.stdout.strip().splitlines()[-1])
-    for line, err in zip(job["serve_lines"], got["serve_lines"]):
+    lines: list = job["serve_lines"]  # type: ignore[assignment]
+    models: list = job["models"]  # type: ignore[assignment]
+    for line, err in zip(lines, got["serve_lines"]):
         print(
             ("ok   " if err is None else "FAIL ")
             + " ".join(line["argv"][3:])
             + ("" if err is None else f"\n     {err}")
         )
-    for path, err in zip(job["models"], got.get("models", [])):
+    for path, err in zip(models, got.get("models", [])):
         print(
             ("ok   " if err is None else "FAIL ")
             + f"config and tokenizer load in transformers: {path}"
@@ -364,6 +367,7 @@ def main() -> None:
         f"{off['per_batched_token']:>7}"
     )
     dm = prof.drafters["draft_model"].draft_forward
+    assert dm is not None  # the profile prices the 1B drafter
     expect = {
         "ngram": f"profile: {prof.drafters['ngram'].verify_fraction:.2%} of the verify forward",
         "synthetic": f"profile: 3 forwards of the 1B, {3 * dm.constant * 1e3:.3f} ms + "

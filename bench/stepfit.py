@@ -46,9 +46,9 @@ def samples(frame: pd.DataFrame, drafts_per_step: float = 0.0) -> np.ndarray:
     t_sorted = t_all[order]
     kv_after = np.cumsum(np.concatenate(dkv)[order])
     run_after = np.cumsum(np.concatenate(drun)[order])
-    firsts, prompts = np.asarray(firsts), np.asarray(prompts)
-    f_order = np.argsort(firsts)
-    f_sorted, p_cum = firsts[f_order], np.concatenate([[0], np.cumsum(prompts[f_order])])
+    first_arr, prompt_arr = np.asarray(firsts), np.asarray(prompts)
+    f_order = np.argsort(first_arr)
+    f_sorted, p_cum = first_arr[f_order], np.concatenate([[0], np.cumsum(prompt_arr[f_order])])
     out = []
     for t in times:
         a, b = t[:-1], t[1:]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from servers.emulator import profile as profiles  # noqa: E402
@@ -19,7 +20,7 @@ from servers.emulator.spec import parse  # noqa: E402
 from workloads.synthetic import agentic, kind_like  # noqa: E402
 
 PROFILE = profiles.load("h100-llama-3.1-8b")
-VARIANTS = {
+VARIANTS: dict[str, Any] = {
     "ngram": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 3, "prompt_lookup_max": 7},
     "eagle3": {"method": "eagle3", "model": "d", "num_speculative_tokens": 3},
     "suffix": {"method": "suffix"},

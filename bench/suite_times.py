@@ -31,7 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def per_file(junit: Path) -> tuple[dict[str, float], collections.Counter]:
-    seconds, count = collections.defaultdict(float), collections.Counter()
+    seconds: dict[str, float] = collections.defaultdict(float)
+    count: collections.Counter[str] = collections.Counter()
     for case in ET.parse(junit).iter("testcase"):
         name = case.get("classname", "").split(".")[-1] + ".py"
         seconds[name] += float(case.get("time") or 0)

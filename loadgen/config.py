@@ -31,7 +31,7 @@ def run_config(
     warmup: int,
     seed: int,
     workload: dict,
-    clock: dict,
+    clock: dict | None,
     **extra,
 ) -> dict:
     """The keys every run has, then `extra` (the command's own) in the order given."""

@@ -70,7 +70,8 @@ def server_process(module_args: list[str], *, host: str, timeout_s: float, cpu: 
             yield RunningServer(_wait_ready(proc, log, timeout_s), proc.pid, log.name)
         finally:
             stop_group(proc, grace_s=10.0)
-            proc.stdout.close()
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
 def _log_tail(log, n: int = 3) -> str:
@@ -80,6 +81,7 @@ def _log_tail(log, n: int = 3) -> str:
 
 def _wait_ready(proc: subprocess.Popen, log, timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None  # spawned with stdout=PIPE
     ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
     line = proc.stdout.readline() if ready else ""
     if not line.startswith("listening on "):

@@ -50,7 +50,7 @@ class HttpConnection(asyncio.Protocol):
         self._handler = handler
         self._buf = b""
         self._t_first: float | None = None
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set by connection_made, first
         self._task: asyncio.Task | None = None
         self._closed = False
         self._writable = asyncio.Event()
@@ -125,7 +125,8 @@ class HttpConnection(asyncio.Protocol):
             body = self._buf[end + 4 : end + 4 + length]
             self._buf = self._buf[end + 4 + length :]
         self._keep_alive = headers.get("connection", "").lower() != "close" and version != "HTTP/1.0"
-        req = HttpRequest(method, target.split("?", 1)[0], headers, body, self._t_first)
+        t_first = self._t_first if self._t_first is not None else time.monotonic()
+        req = HttpRequest(method, target.split("?", 1)[0], headers, body, t_first)
         self._t_first = time.monotonic() if self._buf else None
         self._task = asyncio.get_running_loop().create_task(self._run(req))
 
@@ -214,7 +215,7 @@ class HttpConnection(asyncio.Protocol):
 def _dechunk(buf: bytes, at: int) -> tuple[bytes, int] | None:
     """A chunked body starting at buf[at:]: (body, where the request ends), None while it is
     incomplete, ValueError when it is malformed."""
-    parts = []
+    parts: list[bytes] = []
     while True:
         eol = buf.find(b"\r\n", at)
         if eol < 0:

@@ -163,7 +163,7 @@ class Server:
             except (llamacpp.LlamaCppError, OSError) as e:
                 raise LaunchError(f"cannot prepare {name} at {path}: {e}") from None
         parts = urlsplit(la.url)
-        if port_in_use(parts.hostname, parts.port):
+        if port_in_use(parts.hostname or "127.0.0.1", parts.port or 80):
             raise LaunchError(
                 f"port {parts.port} is already in use on {parts.hostname}; stop what "
                 "listens there or choose another --port"
@@ -182,6 +182,7 @@ class Server:
     def _wait_ready(self) -> None:
         la = self.launch
         deadline = time.monotonic() + la.startup_timeout_s
+        assert self.proc is not None  # start() spawned it
         while True:
             code = self.proc.poll()
             if code is not None:

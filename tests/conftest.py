@@ -58,7 +58,7 @@ def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def synthetic_prompts(n: int, *, input_len: int, output_len: int, seed: int) -> list[str]:
     """The prompts `loadgen run --workload synthetic` sends, in order (request index i)."""
     gen = random_lengths(None, input_len=input_len, output_len=output_len, seed=seed)
-    return [r.prompt for r in itertools.islice(gen, n)]
+    return [r.prompt or "" for r in itertools.islice(gen, n)]
 
 
 def _environ(entry: Path) -> bytes:

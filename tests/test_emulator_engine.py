@@ -122,7 +122,7 @@ def test_ngram_speeds_up_code_edits_more_than_chat():
         for spec in (None, NGRAM):
             e = Engine(prof, spec)
             for r in kind_like(kind, 8, seed=1, output_len=200):
-                e.submit(r.id, r.prompt, r.max_tokens, arrival=0.0, ignore_eos=True)
+                e.submit(r.id, r.prompt or "", r.max_tokens, arrival=0.0, ignore_eos=True)
             times.append(run_all(e)[0])
         return times[0] / times[1]
 

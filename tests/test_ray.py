@@ -184,13 +184,13 @@ class _Sweep:
         self.seen = threading.Event()  # the eagle c1 cell has started
         self._readers = [
             threading.Thread(target=self._read_stderr, daemon=True),
-            threading.Thread(target=lambda: self.stdout.extend(self.proc.stdout), daemon=True),
+            threading.Thread(target=lambda: self.stdout.extend(self.proc.stdout or ()), daemon=True),
         ]
         for t in self._readers:
             t.start()
 
     def _read_stderr(self) -> None:
-        for line in self.proc.stderr:
+        for line in self.proc.stderr or ():
             self.lines.append(line)
             if "eagle/chat/c1: started on" in line:
                 self.seen.set()

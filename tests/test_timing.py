@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,7 +48,7 @@ from tests.conftest import assert_light_load_unflagged, run_cli, synthetic_promp
 
 pytestmark = pytest.mark.timing  # figures against the server's own record: runs alone (tests/conftest.py)
 
-SCRIPT = dict(ttft_ms=40.0, step_ms=25.0, step_jitter=0.5, chunk_tokens="sd:3:0.7", seed=3)
+SCRIPT: dict[str, Any] = dict(ttft_ms=40.0, step_ms=25.0, step_jitter=0.5, chunk_tokens="sd:3:0.7", seed=3)
 SERVER_ARGS = [
     "--ttft-ms",
     "40",

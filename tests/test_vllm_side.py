@@ -34,7 +34,7 @@ LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 def vllm_check(tmp_path: Path, job: dict) -> dict:
     (tmp_path / "job.json").write_text(json.dumps(job))
     res = subprocess.run(
-        [PYTHON, str(ROOT / "tests" / "vllm_side.py"), str(tmp_path / "job.json")],
+        [str(PYTHON), str(ROOT / "tests" / "vllm_side.py"), str(tmp_path / "job.json")],
         capture_output=True,
         text=True,
         timeout=600,

@@ -48,7 +48,7 @@ def responses(items: list[dict]) -> list[str | None]:
             "ChatCompletionStreamResponse",
         )
     }
-    out = []
+    out: list[str | None] = []
     for item in items:
         try:
             m = models[item["model"]].model_validate(item["obj"])
@@ -70,7 +70,7 @@ def serve_lines(lines: list[list[str]]) -> list[str | None]:
 
     parser = FlexibleArgumentParser(prog="vllm")
     ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
-    out = []
+    out: list[str | None] = []
     for item in lines:
         argv, full = (item["argv"], item.get("engine_config")) if isinstance(item, dict) else (item, False)
         try:
@@ -94,7 +94,7 @@ def serve_lines(lines: list[list[str]]) -> list[str | None]:
 
 def models(paths: list[str]) -> list[str | None]:
     """A local model directory's config and tokenizer load as vLLM loads them (no download)."""
-    out = []
+    out: list[str | None] = []
     for path in paths:
         try:
             from transformers import AutoConfig
@@ -115,7 +115,7 @@ def models(paths: list[str]) -> list[str | None]:
 def synthetic(items: list[dict]) -> list:
     from vllm.config.speculative import SpeculativeConfig
 
-    out = []
+    out: list[str | None] = []
     for item in items:
         try:
             out.append(SpeculativeConfig._resolve_synthetic_acceptance_rates(item["k"], item["rates"], item["length"]))

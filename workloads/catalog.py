@@ -53,7 +53,7 @@ def data_dir(explicit: str | None) -> Path | None:
 
 def candidates(e: Entry, data: Path | None) -> list[tuple[str, str | None]]:
     """(workload spec, reason it cannot be used or None) for each source, in order."""
-    out = []
+    out: list[tuple[str, str | None]] = []
     for src in e.sources:
         if "{data}" in src:
             if data is None:

@@ -69,6 +69,7 @@ def trace_requests(
     for i in range(len(trace)):
         n, out = int(trace.input_len[i]), int(trace.output_len[i])
         ids = trace.hash_ids[i] if trace.hash_ids is not None else None
+        prompt: str | None
         if ids:
             words: list[str] = []
             for h in ids:

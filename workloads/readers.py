@@ -25,7 +25,7 @@ def check_file(path: str | Path) -> Path:
     return p
 
 
-def jsonl(path: str | Path) -> Iterator[tuple[str, dict]]:
+def jsonl(path: str | Path) -> Iterator[tuple[str, dict | BadRecord]]:
     p = check_file(path)
     seen = False
     with _open_text(p) as f:
@@ -36,7 +36,7 @@ def jsonl(path: str | Path) -> Iterator[tuple[str, dict]]:
             try:
                 obj = json.loads(line)
             except ValueError as e:
-                yield where, BadRecord(where, f"not valid JSON ({e.msg})")
+                yield where, BadRecord(where, f"not valid JSON ({getattr(e, 'msg', e)})")
                 continue
             if not isinstance(obj, dict):
                 yield where, BadRecord(where, "not a JSON object")
@@ -47,7 +47,7 @@ def jsonl(path: str | Path) -> Iterator[tuple[str, dict]]:
         raise WorkloadError(f"{p}: no records (an empty or blank file)")
 
 
-def json_list(path: str | Path) -> Iterator[tuple[str, dict]]:
+def json_list(path: str | Path) -> Iterator[tuple[str, dict | BadRecord]]:
     p = check_file(path)
     try:
         with _open_text(p) as f:
@@ -85,7 +85,7 @@ def parquet_rows(path: str | Path) -> Iterator[tuple[str, dict]]:
         yield f"{p}: row {n}", row
 
 
-def records(path: str | Path) -> Iterator[tuple[str, dict]]:
+def records(path: str | Path) -> Iterator[tuple[str, dict | BadRecord]]:
     """By extension: .jsonl/.jsonl.gz, .json (a list), .csv, .parquet."""
     name = str(path).lower()
     if name.endswith((".jsonl", ".jsonl.gz", ".ndjson")):

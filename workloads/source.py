@@ -24,6 +24,7 @@ def convert(rows: Iterable[tuple[str, object]], fmt: Format, opts: dict, skip_ba
         try:
             if isinstance(row, BadRecord):
                 raise row
+            assert isinstance(row, dict)  # the readers yield records or BadRecords
             out.requests.extend(fmt.convert(where, row, index, opts))
         except BadRecord as e:
             if not skip_bad:

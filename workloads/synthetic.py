@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -309,7 +310,13 @@ def _bool(v: str) -> bool:
 
 
 KIND_OPTIONS = {"input_len": _int, "output_len": _int, "ignore_eos": _bool}
-SYNTHETIC = {
+
+
+def _like(kind: str) -> Callable[..., Iterator[Request]]:
+    return lambda num, **kw: kind_like(kind, num, **kw)
+
+
+SYNTHETIC: dict[str, tuple[Callable[..., Iterator[Request]], Mapping[str, Callable[[str], Any]]]] = {
     "random": (
         random_lengths,
         {
@@ -327,7 +334,7 @@ SYNTHETIC = {
         agentic,
         {"tasks": _int, "template_len": _int, "input_len": _int, "output_len": _int, "ignore_eos": _bool},
     ),
-    **{k: (lambda num, k=k, **kw: kind_like(k, num, **kw), KIND_OPTIONS) for k in KINDS},
+    **{k: (_like(k), KIND_OPTIONS) for k in KINDS},
 }
 
 

@@ -136,10 +136,10 @@ def _rows(path: Path, kind: str):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                obj = json.loads(line)
             except ValueError:
-                row = None
-            yield no, row
+                obj = None
+            yield no, obj
 
 
 def read_trace(text: str, *, skip_bad: bool = False) -> Trace:
@@ -190,8 +190,8 @@ def read_trace(text: str, *, skip_bad: bool = False) -> Trace:
             for c in (tcol, icol, ocol):
                 if row.get(c) in (None, ""):
                     raise TraceError(f"{where}: missing field {c!r}")
-            t = _time(row[tcol], unit, where, tcol)
-            n_in, n_out = _length(row[icol], where, icol), _length(row[ocol], where, ocol)
+            t = _time(row[tcol], unit, where, str(tcol))
+            n_in, n_out = _length(row[icol], where, str(icol)), _length(row[ocol], where, str(ocol))
             if last is not None and t < last:
                 raise TraceError(
                     f"{where}: {tcol} goes back in time ({t - last:+.3f} s after the line before); "
@@ -213,10 +213,10 @@ def read_trace(text: str, *, skip_bad: bool = False) -> Trace:
         hashes.append(h or [])
     if not times:
         raise TraceError(f"trace {text!r} has no readable requests" + (f" (first problem: {bad[0]})" if bad else ""))
-    t = np.asarray(times, float)
+    at = np.asarray(times, float)
     return Trace(
         text,
-        t - t[0],
+        at - at[0],
         np.asarray(ins, np.int64),
         np.asarray(outs, np.int64),
         hashes if any(hashes) else None,

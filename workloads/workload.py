@@ -8,6 +8,7 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -30,13 +31,13 @@ class Workload:
     skipped: int = 0
     bad: list[str] = field(default_factory=list)
     notice: str | None = None
-    exact: object = None  # workloads.lengths.ExactLengths when prompts are built to exact tokens
+    exact: Any = None  # workloads.lengths.ExactLengths when prompts are built to exact tokens
     # records read although optional metadata was absent or empty, by what was missing
     repairs: dict[str, int] = field(default_factory=dict)
 
     @property
     def sensitive(self) -> bool:
-        return bool(self.records) and any(r.sensitive for r in self.records)
+        return any(r.sensitive for r in self.records or ())
 
     @property
     def conversations(self) -> bool:
@@ -52,9 +53,9 @@ class Workload:
 
     def _apply(self, req: Request) -> Request:
         pol = self.policy
-        if pol.mode == "cap":
+        if pol.mode == "cap" and pol.tokens is not None:
             return dataclasses.replace(req, max_tokens=pol.tokens, ignore_eos=False)
-        if pol.mode == "fixed":
+        if pol.mode == "fixed" and pol.tokens is not None:
             return dataclasses.replace(req, max_tokens=pol.tokens, ignore_eos=True)
         if pol.mode == "reference" and req.reference:
             return dataclasses.replace(req, max_tokens=max(1, len(req.reference.split())), ignore_eos=True)
@@ -71,9 +72,10 @@ class Workload:
 
     def _epochs(self, seed: int) -> Iterator[Request]:
         rng = np.random.default_rng(seed)
+        records = self.records or []
         for epoch in itertools.count(1):
-            for i in rng.permutation(len(self.records)).tolist():
-                req = self._apply(self.records[i])
+            for i in rng.permutation(len(records)).tolist():
+                req = self._apply(records[i])
                 yield req if epoch == 1 else dataclasses.replace(req, id=f"{req.id}#{epoch}")
 
     def describe(self) -> dict:
@@ -152,20 +154,21 @@ def open_workload(
         _check_options(spec, fmt.options | {"format", "config", "split"})
         loaded = convert(hub_rows(spec.name, config, split), fmt, spec.options, skip_bad)
     else:
-        fmt = FORMATS.get(spec.name)
-        if fmt is None:
+        found = FORMATS.get(spec.name)
+        if found is None:
             raise WorkloadError(
                 f"unknown workload format {spec.name!r} in {text!r}; formats: "
                 f"{', '.join(FORMATS)} (or hf:ID, synthetic:KIND, a catalog name)"
             )
+        fmt = found
         _check_options(spec, fmt.options)
         try:
-            loaded = convert(file_rows(fmt, spec.path), fmt, spec.options, skip_bad)
+            loaded = convert(file_rows(fmt, spec.path or ""), fmt, spec.options, skip_bad)
         except WorkloadError as e:
             raise WorkloadError(f"{e} (workload {text!r})" if str(e).startswith("no ") else str(e)) from None
     w = Workload(text, fmt.name, text, records=loaded.requests, policy=policy, skipped=loaded.skipped, bad=loaded.bad)
     if fmt.categories:
-        missing = sum(1 for r in w.records if not r.category)
+        missing = sum(1 for r in loaded.requests if not r.category)
         if missing:
             w.repairs["no category"] = missing
     _filter(w, category, fmt.categories)

@@ -196,7 +196,8 @@ async def execute_workers(
     ctx = multiprocessing.get_context("spawn")
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue = asyncio.Queue()
-    procs, conns = [], []
+    procs: list = []
+    conns: list = []
     # the parent scrapes the server, and judges the error rate
     worker_spec = dataclasses.replace(spec, metrics_url=None, max_error_rate=None)
     errors = ErrorRate(spec.max_error_rate, asyncio.Event())
@@ -315,7 +316,12 @@ def merge(
     """The workers' results as one run: records in numbering order, loop-lag ticks with whose
     loop each was, the ramp over every worker's first sends; `stopped_early`: why the parent
     stopped them all (--max-error-rate), which is not an interruption."""
-    records, at, lag, who, firsts, where = [], [], [], [], [], set()
+    records: list = []
+    at: list[int] = []
+    lag: list[int] = []
+    who: list[int] = []
+    firsts: list[int] = []
+    where: set = set()
     for w in sorted(results):
         r = results[w]
         records.extend(r.records)

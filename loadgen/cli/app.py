@@ -19,7 +19,7 @@ class Failure(click.ClickException):
 
     def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
         super().__init__(message)
-        self.exit_code = code
+        self.exit_code = code  # type: ignore[misc]  # click reads it per instance
 
 
 class _Group(click.Group):

@@ -185,14 +185,12 @@ def sweep(**o) -> None:
         except DeploymentError as e:
             raise Failure(str(e)) from None
         return
-    plan = (
-        None if o["resume"] else plan_from(options.build(api.SweepOptions, o))[0]
-    )  # a bad option leaves no directory behind
+    new_plan = None if o["resume"] else plan_from(options.build(api.SweepOptions, o))[0]  # bad: no directory left
     out = options.prepare_output(o, "sweep")
     result = api.sweep(
         api.SweepJob(
             out,
-            plan,
+            new_plan,
             retry_failed=o["retry_failed"],
             api_key=o["api_key"],
             ray_address=o["ray_address"],

@@ -94,4 +94,4 @@ async def probe(
             f"model {model!r} is not served at {base} (served: {', '.join(map(str, served)) or 'none'}); fix --model"
         )
     owner = next(m.get("owned_by") for m in data if m.get("id") == model)
-    return Served(model, owner if isinstance(owner, str) else None)
+    return Served(str(model), owner if isinstance(owner, str) else None)

@@ -46,7 +46,7 @@ def on_events(rec: RequestRecord, payloads: list[bytes], t: int) -> None:
         and not (usages and usages[-1] < 0)
     ):
         if _all_counted(rec, body, t):
-            body = ()
+            body = []
         elif _all_counted(rec, body[:-1], t):
             body = body[-1:]  # e.g. the final usage-only chunk: read in full below
     for payload in body:
@@ -203,7 +203,7 @@ def _token_ids(rec: RequestRecord, obj: dict, choice: dict | None) -> None:
         ids = obj.get("prompt_token_ids") or (choice or {}).get("prompt_token_ids")
         if isinstance(ids, list):
             rec.prompt_token_ids = ids
-    if choice and isinstance(ids := choice.get("token_ids"), list):
+    if choice and isinstance(ids := choice.get("token_ids"), list) and rec.token_ids is not None:
         rec.token_ids.extend(ids)
 
 

@@ -81,7 +81,7 @@ def _install_select_clock() -> None:
         return
     selector = getattr(loop, "_selector", None)
     if selector is not None and not isinstance(selector, SelectClock) and hasattr(selector, "select"):
-        loop._selector = SelectClock(selector)
+        loop._selector = SelectClock(selector)  # type: ignore[attr-defined]  # asyncio's private selector
 
 
 def _read_time(loop) -> tuple[int, int]:
@@ -179,7 +179,7 @@ def make_session(max_in_flight: int | None) -> aiohttp.ClientSession:
         isinstance(getattr(connector, "_factory", None), functools.partial)
         and connector._factory.func is ResponseHandler
     ):  # else: stamped per buffered read
-        connector._factory = functools.partial(
+        connector._factory = functools.partial(  # type: ignore[assignment]  # a ResponseHandler subclass
             _StampingHandler, *connector._factory.args, **connector._factory.keywords
         )
     trace = aiohttp.TraceConfig()

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from loadgen.client.record import RequestRecord
 from workloads import Request
@@ -22,7 +23,7 @@ class Item:
 
 # A sender sends one item scheduled at `t_scheduled_ns` (None: scheduled when sent), having
 # waited `queue_delay_ns` for a concurrency slot, and returns its record.
-Sender = Callable[[Item, "int | None", int], Awaitable[RequestRecord]]
+Sender = Callable[[Item, "int | None", int], Coroutine[Any, Any, RequestRecord]]
 
 
 @dataclass(slots=True, frozen=True)

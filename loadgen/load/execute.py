@@ -54,7 +54,7 @@ def stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event):
 class RunSpec:
     api_base: str
     model: str
-    load: LoadShape
+    load: Shape
     endpoint: str = "completions"
     num_requests: int | None = 200
     duration_s: float | None = None
@@ -103,7 +103,7 @@ class RunResult:
     loop_lag_at_ns: list[int]  # when each loop-lag tick woke ...
     loop_lag_ns: list[int]  # ... and how late
     t0_ns: int
-    t0_unix: float
+    t0_unix: float | None  # None: a journal from before t0_unix was kept
     interrupted: bool = False
     load_info: dict = field(default_factory=dict)  # what the executor reports (e.g. ramp_s)
     server_window: Window | None = None  # the server's counters over the measurement
@@ -144,7 +144,7 @@ def _prepare_fds(need: int) -> None:
             os.close(fd)
 
 
-def session_for(load: LoadShape, share: Share = Share()) -> aiohttp.ClientSession:
+def session_for(load: Shape, share: Share = Share()) -> aiohttp.ClientSession:
     """The run's (or a worker's share of it) HTTP session, with enough file descriptors for
     its connections."""
     limit = share.split(load.max_in_flight) if load.max_in_flight else None
@@ -172,7 +172,7 @@ async def execute(
     goes (when the server window is not scraped here). With a `share`, only that worker's part of the load, from `t0_ns`
     (a `monotonic_ns` time, the same in every worker; default: now)."""
     own_session = session is None
-    if own_session:
+    if session is None:
         session = session_for(spec.load, share)
     opts = stream_options(spec.continuous_usage)
     headers = spec.headers if spec.keep_alive else {**spec.headers, "Connection": "close"}

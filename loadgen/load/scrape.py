@@ -120,7 +120,7 @@ class Window:
         buckets = self.delta(names, "_bucket")
         if not buckets:
             return None
-        by_le = {}
+        by_le: dict = {}
         for labels, v in buckets.items():
             le = dict(labels).get("le")
             by_le[le] = by_le.get(le, 0.0) + v
@@ -208,7 +208,7 @@ def _emulator(w: Window) -> dict | None:
     slow = w.series("emulator_slowdown", before=False)  # each covers its last 200 steps
     if lag is None and not slow:
         return None
-    p99 = quantile_bound(lag, 0.99)
+    p99 = quantile_bound(lag, 0.99) if lag is not None else None
     modeled, lost = w.total("emulator_modeled"), w.total("emulator_lost")
     delivered = modeled / (modeled + lost) if modeled + lost > 0 else None
     scales = sorted(set(w.series("emulator_time_scale")))
@@ -271,6 +271,7 @@ class Recorder:
         self._begin = asyncio.get_running_loop().create_task(self.begin())
 
     async def _sample(self) -> None:
+        assert self._session is not None  # begin() made it
         while True:
             await asyncio.sleep(self.interval_s)
             raw = await fetch(self._session, self.url)

@@ -70,7 +70,7 @@ def self_check(
     reasons = [
         f"{name} p99 {d['p99']:.1f} ms > {bound:g} ms"
         for name, d, bound in checks.values()
-        if d["count"] and d["p99"] > bound
+        if d["count"] and (d["p99"] or 0.0) > bound
     ]
     out = {
         "threshold_ms": threshold_ms,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -81,7 +82,7 @@ def acceptance_client(m: pd.DataFrame) -> dict:
     them per request, its draft and accepted counts."""
     decode = [n for steps in m["step_tokens"] for n in list(steps)[1:]]
     sources = dict(Counter(m.loc[m["steps_source"] != "none", "steps_source"]))
-    out = {
+    out: dict[str, Any] = {
         "steps_source": (next(iter(sources)) if len(sources) == 1 else "mixed") if sources else "none",
         "steps_sources": sources,
         "decode_steps": len(decode),
@@ -155,7 +156,7 @@ def steady_state(frame: pd.DataFrame) -> tuple[int, int, pd.Series] | None:
 
 def summarize(
     frame: pd.DataFrame,
-    loop_lag: tuple[list[int], list[int]],
+    loop_lag: tuple,  # (tick times, lags[, each tick's worker]): loadgen.load.execute.RunResult.loop_lag
     *,
     config: dict,
     interrupted: bool = False,

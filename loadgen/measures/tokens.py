@@ -61,6 +61,7 @@ def apportion(weights, total: int) -> np.ndarray:
     n = len(w)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
+    counts: np.ndarray
     if total < n:
         counts = np.zeros(n, dtype=np.int64)
         counts[np.sort(np.argsort(-w, kind="stable")[: max(total, 0)])] = 1

@@ -117,7 +117,8 @@ def compare(dir_a: str, dir_b: str, seed: int = 0) -> pd.DataFrame:
             "VARIANT/WORKLOAD/LEVEL); compare sweeps of the same plan"
         )
     rng = np.random.default_rng(seed)
-    rows, logs = [], []
+    rows: list = []
+    logs: list = []
     for key in common:
         (cell, fa), (_, fb) = runs_a[key], runs_b[key]
         if not fa or not fb:

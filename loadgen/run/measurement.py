@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -27,6 +28,7 @@ from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
 from loadgen.outputs import journal, store
 from loadgen.run.target import Note, Target, serving
+from workloads import Workload
 
 
 @dataclass
@@ -35,7 +37,7 @@ class RunJob:
     from the target): where the server is, how to send the load, how to judge it."""
 
     spec: RunSpec
-    workload: object  # an opened workloads.Workload
+    workload: Workload
     target: Target = field(default_factory=Target)
     model: str | None = None  # None: the server's first model
     keep_alive: bool | None = None  # None: as the server's kind wants (llama.cpp: off)
@@ -43,12 +45,12 @@ class RunJob:
     workers: int = 1
     ray_address: str | None = None  # None: no Ray; "": RAY_ADDRESS, this host's, else a new one
     workload_ref: WorkloadRef | None = None  # how other processes open the same workload
-    tokenizer: object = None
+    tokenizer: Any = None  # a tokenizers.Tokenizer
     tokenizer_path: str | None = None
     objectives: dict | None = None  # goodput objectives (loadgen.measures.objectives)
     lateness_threshold_ms: float = 5.0
     timing_threshold_ms: float = 4.0
-    live: object = None  # loadgen.outputs.live metrics, in-process only
+    live: Any = None  # loadgen.outputs.live metrics, in-process only
     on_started: Callable[[], None] | None = None  # the server checked, the load about to go
     progress: Callable[[int, int], None] | None = None  # (done, failed) since the last call
     note: Note = lambda _: None  # what a person should know (stderr in the CLI)
@@ -149,6 +151,7 @@ def measure(job: RunJob) -> Measured:
             if cluster is not None:
                 cluster.shutdown()
     if result.journaled:  # the records are on disk, each written once when it ended
+        assert spec.journal is not None
         result.records = journal.read(spec.journal).records
     timescale.to_emulated(result, spec.time_scale)
     tokenized = _tokenize_ids(job, result.records) if spec.token_ids and job.tokenizer else 0
@@ -286,6 +289,7 @@ def _tokenize_ids(job: RunJob, records) -> int:
 def write_config(job: RunJob) -> None:
     """The run's configuration as known before the load goes, beside its journal: what
     `loadgen summarize` needs to summarize a run that never ended."""
+    assert job.spec.journal is not None
     store.write_json(
         Path(job.spec.journal) / journal.CONFIG,
         {

@@ -44,11 +44,11 @@ def load_shape(o: LoadOptions) -> tuple[Shape, int | None]:
     load = shape_options.from_options(o.shape, o)
     defined = load.requests()
     if defined is not None:
-        num = defined - (o.warmup or 0)
-        if num < 1:
+        left = defined - (o.warmup or 0)
+        if left < 1:
             raise LoadgenError(f"--warmup {o.warmup} leaves none of the window's {defined} requests to measure")
-        return load, num
-    num = o.num_requests
+        return load, left
+    num: int | None = o.num_requests
     if num is None and o.duration is None:
         num = 200
     for key, given, lo in (("num_requests", o.num_requests, 1), ("warmup", o.warmup, 0)):
@@ -187,7 +187,8 @@ def run_job(o: RunOptions, note: Note = lambda _: None, config: dict | None = No
             think=think(o, wl),
             max_error_rate=o.max_error_rate,
         )
-        given_scale = parse_scale(o.time_scale)
+        given_scale = parse_scale(o.time_scale)  # a number or None ("auto" is a sweep's)
+        assert given_scale is None or isinstance(given_scale, float)
     except TimeScaleError as e:
         raise LoadgenError(str(e)) from None
     except ValueError as e:

@@ -85,6 +85,7 @@ def _variant_server(target: Target, note: Note):
     from servers.deployments import DeploymentError, default_port, load, render
     from servers.launcher import LaunchError, Server, free_port
 
+    assert target.servers is not None  # serving() comes here only with one
     try:
         dep = load(target.servers).with_engine(target.engine)
         if target.variant is None:

@@ -36,6 +36,7 @@ def LoadShape(
         if max_concurrency is not None:
             raise ValueError("max_concurrency applies to an open loop (rate) only")
         return ClosedLoop(concurrency)
+    assert rate is not None
     return OpenLoop(rate, arrival, burstiness, max_concurrency)
 
 

@@ -57,11 +57,11 @@ class Shape:
     USES: ClassVar[tuple[str, ...]] = ()  # other shapes' options this one reads too
     STEADY: ClassVar[bool] = False  # one of the two steady loads (closed, open)
     SWEEPS: ClassVar[bool] = True  # a sweep's cells can run it (loadgen sweep --its-option)
-    concurrency = None
-    rate = None
-    arrival = "poisson"
-    burstiness = 1.0
-    max_concurrency = None
+    concurrency: int | None = None
+    rate: float | None = None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
 
     @classmethod
     def from_options(cls, given: Any, context: Any = None) -> Shape:

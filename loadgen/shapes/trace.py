@@ -99,7 +99,7 @@ class TraceReplay(Shape):
             raise ValueError("the trace window holds no requests")
 
     @property
-    def rate(self) -> float:
+    def rate(self) -> float:  # type: ignore[override]
         """The replay's mean request rate (requests/s)."""
         span = (self.offsets_s[-1] - self.offsets_s[0]) / self.speed
         return len(self.offsets_s) / span if span > 0 else float(len(self.offsets_s))

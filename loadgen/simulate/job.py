@@ -19,12 +19,13 @@ from loadgen.measures.summary import summarize
 from loadgen.options import SimOptions
 from loadgen.simulate import CLIENT_RTT_S
 from loadgen.simulate.virtual import SimResult, SimSpec, simulate
+from workloads import Workload
 
 
 @dataclass
 class SimJob:
     sim: SimSpec
-    workload: object  # an opened workloads.Workload
+    workload: Workload
     model: str | None = None  # the model name to record [default: the profile's first]
     spec_json: str | None = None  # the --speculative-config as given, for the record
     traces: IO | None = None  # an open file for the acceptance traces (JSON lines)

@@ -24,11 +24,13 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from loadgen.client.record import RequestRecord
 from loadgen.executors import closed_loop
 from loadgen.executors.conversation import Think, next_turn, turn_seed
-from loadgen.load.execute import LoadShape, RunResult
+from loadgen.load.execute import RunResult
+from loadgen.shapes import Shape
 from loadgen.simulate import CLIENT_RTT_S
 from servers.emulator import profile as profiles
 from servers.emulator.content import chat_prompt
@@ -45,7 +47,7 @@ _REFUSAL_S = 0.001  # a refused request still costs its user a round trip
 class SimSpec:
     profile: str
     spec: SpecConfig | None
-    load: LoadShape
+    load: Shape
     engine: EngineConfig = field(default_factory=EngineConfig)
     num_requests: int | None = 200
     duration_s: float | None = None
@@ -99,7 +101,7 @@ def simulate(
     records: list[RequestRecord] = []
     count = 0  # requests taken from the workload
     order = itertools.count()
-    events: list[tuple[float, int, object]] = []  # (time, tie-break, user, None or a capped request)
+    events: list[tuple[float, int, Any]] = []  # (time, tie-break, user, None or a capped request)
     if load.closed:  # the shape's schedule, as loadgen run's executors take it
         for user, t in enumerate(load.join_s(sim.join_gap_s)):
             heapq.heappush(events, (t, next(order), user))
@@ -223,7 +225,7 @@ def simulate(
             raise RuntimeError("engine has work but could not schedule any of it")
         t_end = t + step.duration
         for em in engine.commit(step, t_end):
-            rec, user, (index, req), rng = em.seq.sink
+            rec, user, (index, req), rng = cast(tuple, em.seq.sink)
             rec.chunk_t_ns.append(_ns(t_end))
             rec.chunk_usage.append(em.seq.emitted)
             rec.chunk_chars.append(-1)

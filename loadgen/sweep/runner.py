@@ -52,6 +52,9 @@ class Reporter:
     def cell_done(self, cell: Cell, status: str) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
 
 def _port(slot: Slot) -> int:
     return slot.port if slot.port is not None else free_port()
@@ -71,7 +74,7 @@ def _cell_info(cell: Cell, plan: Plan, status: str, error: str | None, server: S
         "error": error,
         "finished_unix": time.time(),
         "server": None
-        if la is None
+        if la is None or server is None
         else {"engine": la.engine, "command": la.shell(), "url": la.url, "pid": server.pid, "starts": server.starts},
     }
 

@@ -107,7 +107,7 @@ def recommend(results: list[Capacity], baseline: str) -> list[str]:
     variant reached at the levels all of them measured, the lowest of those levels at which the
     baseline carried at least as much as every SD variant: above it, SD should be off."""
     lines = []
-    ranked = sorted((r for r in results if r.capacity is not None), key=lambda r: r.capacity, reverse=True)
+    ranked = sorted((r for r in results if r.capacity is not None), key=lambda r: r.capacity or 0.0, reverse=True)
     if not ranked:
         return ["No variant meets the SLOs even at the lowest level: relax the SLOs or add capacity."]
     best = ranked[0]

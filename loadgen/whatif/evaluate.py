@@ -26,7 +26,7 @@ from loadgen.whatif import KS, policies
 from loadgen.whatif.policies import Step
 from loadgen.whatif.traces import Trace
 from servers.emulator import profile as profiles
-from servers.emulator.engine import EngineConfig
+from servers.emulator.engine import Engine, EngineConfig
 from servers.emulator.replay import ReplayEngine
 from workloads import Request
 
@@ -79,6 +79,24 @@ def hybrid_possible(traces: list[Trace], methods: list[str]) -> bool:
     return "ngram" in methods and all(t.drafters["ngram"].proposed is not None for t in traces)
 
 
+def _fixed(m: str, k: int) -> Callable[[Trace], list]:
+    return lambda t: policies.fixed_k(m, t.drafters[m], k, START)
+
+
+def _adaptive(m: str, k_max: int) -> Callable[[Trace], list]:
+    return lambda t: policies.adaptive(m, t.drafters[m], k_max=k_max, start=START)
+
+
+def _oracle(m: str, cap: int | None) -> Callable[[Trace], list]:
+    return lambda t: policies.oracle(m, t.drafters[m], START, cap)
+
+
+def _hybrid(m: str, k_max: int) -> Callable[[Trace], list]:
+    return lambda t: policies.hybrid(
+        "ngram", t.drafters["ngram"], m, t.drafters[m], k_ngram=k_max, k_model=3, start=START
+    )
+
+
 def candidates(
     methods: list[str], ks=KS, k_max: int = max(KS), oracle_depth: int | None = max(KS), hybrid: bool = True
 ) -> list[Policy]:
@@ -92,23 +110,17 @@ def candidates(
     out = [Policy("none", "none", True, lambda t: policies.none(len(t.generated_token_ids), START))]
     for m in methods:
         for k in ks:
-            out.append(
-                Policy(f"{m} k={k}", "fixed", True, lambda t, m=m, k=k: policies.fixed_k(m, t.drafters[m], k, START))
-            )
+            out.append(Policy(f"{m} k={k}", "fixed", True, _fixed(m, k)))
         out.append(
             Policy(
                 f"{m} adaptive k<={k_max}",
                 "adaptive",
                 True,
-                lambda t, m=m: policies.adaptive(m, t.drafters[m], k_max=k_max, start=START),
+                _adaptive(m, k_max),
             )
         )
         depth = f" <={caps[m]}" if caps[m] else ""
-        out.append(
-            Policy(
-                f"{m} oracle{depth}", "oracle", False, lambda t, m=m: policies.oracle(m, t.drafters[m], START, caps[m])
-            )
-        )
+        out.append(Policy(f"{m} oracle{depth}", "oracle", False, _oracle(m, caps[m])))
     if "ngram" in methods and hybrid:
         for m in methods:
             if m != "ngram":
@@ -117,9 +129,7 @@ def candidates(
                         f"ngram k={k_max} where it matches, else {m} k=3",
                         "hybrid",
                         True,
-                        lambda t, m=m: policies.hybrid(
-                            "ngram", t.drafters["ngram"], m, t.drafters[m], k_ngram=k_max, k_model=3, start=START
-                        ),
+                        _hybrid(m, k_max),
                     )
                 )
     if len(methods) > 1:
@@ -243,7 +253,8 @@ def _serve(
         for i in range(count)
     )
 
-    def submit(eng: ReplayEngine, req: Request, t_send: float, sink) -> None:
+    def submit(eng: Engine, req: Request, t_send: float, sink) -> None:
+        assert isinstance(eng, ReplayEngine)  # the engine handed to simulate() below
         i = int(req.id)
         t = traces[i % len(traces)]
         eng.submit_plan(

@@ -106,7 +106,9 @@ def evaluate(
         tput = (bs[None, :] * n_out[:, None] / lat).mean(axis=0)  # mean over batches, per B
         if p.kind == "none":
             baseline = tput
-        mean_tpot = np.nanmean(tpot, axis=0) * 1e3 if np.isfinite(tpot).any() else [None] * len(bs)
+        mean_tpot: list[float | None] = (
+            (np.nanmean(tpot, axis=0) * 1e3).tolist() if np.isfinite(tpot).any() else [None] * len(bs)
+        )
         for j, b in enumerate(bs):
             out.append(
                 Outcome(
@@ -119,7 +121,7 @@ def evaluate(
                     float(tput[j] / baseline[j]) if baseline is not None else None,
                     emitted / steps if steps else float("nan"),
                     drafts / steps if steps else float("nan"),
-                    None if mean_tpot[j] is None else float(mean_tpot[j]),
+                    mean_tpot[j],
                 )
             )
         if progress:

@@ -73,7 +73,7 @@ def combination(
     names = list(accs)
     caps = max_drafts or {}
     table = np.vstack(
-        [accs[m].acc_len if caps.get(m) is None else np.minimum(accs[m].acc_len, caps[m] + 1) for m in names]
+        [accs[m].acc_len if (cap := caps.get(m)) is None else np.minimum(accs[m].acc_len, cap + 1) for m in names]
     )
     best = table.argmax(axis=0)
     n, i, out = table.shape[1], start, []

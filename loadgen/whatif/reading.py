@@ -134,16 +134,18 @@ def _trace(d, no: int, acc_as: str, lookup: tuple[int, int], fixes: Counter) -> 
     out: dict[str, Acceptance] = {}
     clipped = 0
     for method, a in drafters.items():
-        acc = [min(v, n - i) for i, v in enumerate(a["acc_len"][:n])]
-        clipped += sum(v > c for v, c in zip(a["acc_len"], acc))
-        acc = np.array(acc, dtype=np.int64)
+        accepted = [min(v, n - i) for i, v in enumerate(a["acc_len"][:n])]
+        clipped += sum(v > c for v, c in zip(a["acc_len"], accepted))
+        acc = np.array(accepted, dtype=np.int64)
         proposed = a["proposed"]
         if proposed is not None and len(proposed) < n:
             fixes[f"{PREFIX}{method}.proposed shorter than the output: dropped"] += 1
             proposed = None
         if proposed is None and method == "ngram" and len(known) >= n:
-            proposed = ngram(prompt, output, min_n=lookup[0], max_n=lookup[1]).proposed.tolist()
+            found = ngram(prompt, output, min_n=lookup[0], max_n=lookup[1]).proposed
+            proposed = None if found is None else found.tolist()
             fixes[f"n-gram proposed derived by prompt lookup {lookup[0]}..{lookup[1]} over the token ids"] += 1
+        drafts: np.ndarray | None = None
         if proposed is not None:
             p = np.array([min(v, n) for v in proposed[:n]], dtype=np.int64)  # more than n: as good as n
             if (p < acc - 1).any():
@@ -151,13 +153,13 @@ def _trace(d, no: int, acc_as: str, lookup: tuple[int, int], fixes: Counter) -> 
                     f"{PREFIX}{method}.proposed raised to acc_len - 1 where fewer drafts were offered than accepted"
                 ] += 1
                 p = np.maximum(p, acc - 1)
-            proposed = p
+            drafts = p
         censored = a["censored_at"]
         if censored is not None and (isinstance(censored, bool) or not isinstance(censored, int) or censored < 1):
             fixes[f"{PREFIX}{method}.censored_at not a positive whole number: dropped"] += 1
             censored = None
         source = a["source"] if isinstance(a["source"], str) else None
-        out[method] = Acceptance(acc, proposed, censored, source)
+        out[method] = Acceptance(acc, drafts, censored, source)
     if clipped:
         fixes["requests with acc_len values past their end, clipped to n - i"] += 1
         fixes["acc_len values clipped"] += clipped

@@ -42,10 +42,10 @@ def _trace_figures(traces: list[Trace], methods: list[str], ks, caps: dict) -> d
 def notes(traces: list[Trace], methods: list[str], caps: dict, ks) -> list[str]:
     out = []
     for m in methods:
-        sources = sorted({t.drafters[m].source for t in traces} - {None})
+        sources = sorted({s for t in traces if (s := t.drafters[m].source) is not None})
         if sources:
             out.append(f"acc_{m}: " + "; ".join(sources[:3]) + (" ..." if len(sources) > 3 else ""))
-        cens = {t.drafters[m].censored_at for t in traces} - {None}
+        cens = {c for t in traces if (c := t.drafters[m].censored_at) is not None}
         if not cens:
             continue
         c = min(cens)

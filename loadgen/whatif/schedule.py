@@ -13,6 +13,7 @@ variants are no speculation, each fixed k evaluated and the schedule, for `loadg
 from __future__ import annotations
 
 import math
+from typing import Any
 
 MAX_BATCH = 256
 
@@ -129,7 +130,7 @@ def deployment_toml(
 
 def schedules(results: list[dict], methods: list[str], model: str | None, max_batch: int = MAX_BATCH) -> dict:
     """Per drafter: the best k at each batch size evaluated, the schedule, and its config."""
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for m in methods:
         by_batch = best_k(results, m)
         if not by_batch or not any(by_batch.values()):

@@ -32,6 +32,7 @@ import sys
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NoReturn
 
 from servers.deployments import llamacpp
 
@@ -166,7 +167,7 @@ def load(name_or_path: str) -> Deployment:
     return _build(path.stem, str(path), raw)
 
 
-def _fail(where: str, what: str) -> None:
+def _fail(where: str, what: str) -> NoReturn:
     raise DeploymentError(f"deployment {where}: {what}")
 
 
@@ -350,7 +351,7 @@ def render(
             "external",
             (),
             {},
-            (v.url or dep.url).rstrip("/"),
+            str(v.url or dep.url).rstrip("/"),  # an external deployment has one (checked when read)
             dep.served_model_name,
             dep.startup_timeout_s,
         )
@@ -397,7 +398,7 @@ def _render_llamacpp(dep: Deployment, v: Variant, port: int, host: str, llama_se
     """`llama-server -m GGUF --alias NAME --host --port -np -c -t --metrics [spec flags] [args]`;
     on CPU, so no GPU assignment."""
     try:
-        model, packaged = llamacpp.model_path(dep.model_file)
+        model, packaged = llamacpp.model_path(dep.model_file or "")  # checked when read: llama.cpp has one
         spec, needs = llamacpp.spec_flags(v.spec)
     except llamacpp.LlamaCppError as e:
         raise DeploymentError(f"deployment {dep.name!r}: {e}") from None

@@ -156,11 +156,13 @@ def spec_flags(spec: dict | None) -> tuple[list[str], list[tuple[str, str]]]:
     """The variant's flags, and the packaged models they need assembled."""
     if spec is None:
         return [], []
-    flags, needs = [], []
+    flags: list[str] = []
+    needs: list[tuple[str, str]] = []
     for key in SPEC_KEYS:
         if key not in spec:
             continue
         flag, value = _flag(spec["type"], key), spec[key]
+        assert flag is not None, key  # check_spec refused a key its type has no flag for
         if key == "draft_model":
             path, packaged = model_path(value)
             value = path

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import sys
+from typing import NoReturn
 
 from servers.emulator import profile as profiles
 from servers.emulator.api import EmulatorAPI
@@ -87,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     print(f"loadgen-emulator: error: {message}", file=sys.stderr)
     sys.exit(2)
 

@@ -227,6 +227,8 @@ class Engine:
         step ends (no new arrivals: B requests submitted together run as an offline batch)."""
         while self.has_work:
             step = self.plan(now)
+            if step is None:
+                raise EngineError("the engine has work but could not schedule any of it")
             now += step.duration
             self.commit(step, now)
         return now
@@ -302,7 +304,7 @@ class Engine:
         """Drafts to propose after a step of `requests` scheduled requests: spec.k, or with a
         schedule, as vLLM's scheduler picks it from the number of requests it scheduled."""
         if self._k_by_batch is None:
-            return self.spec.k
+            return self.spec.k  # type: ignore[union-attr]  # drafts are asked for only with a spec
         return self._k_by_batch[min(requests, len(self._k_by_batch) - 1)]
 
     def commit(self, step: Step, now: float) -> list[Emission]:
@@ -351,7 +353,7 @@ class Engine:
         return accepted
 
     def _accepted(self, seq: Sequence, drafts: int) -> int:
-        return self.drafting.accepted(seq, drafts)
+        return self.drafting.accepted(seq, drafts)  # type: ignore[union-attr]  # only with a spec
 
     def _emit(self, seq: Sequence, count: int, now: float) -> Emission:
         start = seq.emitted
@@ -369,7 +371,7 @@ class Engine:
             stats.queue.observe((seq.first_scheduled or now) - seq.arrival)
             stats.prefill.observe(now - (seq.first_scheduled or now))
         else:
-            stats.itl.observe(now - seq.last_token)
+            stats.itl.observe(now - seq.last_token)  # type: ignore[operator]  # set with the first token
         seq.last_token = now
         done = seq.remaining <= 0
         if done:
@@ -382,7 +384,7 @@ class Engine:
         """Drafts for the sequence's next step (never more than it still has to write)."""
         if self.spec is None:
             return
-        seq.drafts = self.drafting.propose(seq, new_tokens, min(self._step_k, seq.remaining - 1))
+        seq.drafts = self.drafting.propose(seq, new_tokens, min(self._step_k, seq.remaining - 1))  # type: ignore[union-attr]
 
     def _finish(self, seq: Sequence, now: float) -> None:
         seq.finished = True
@@ -395,11 +397,11 @@ class Engine:
         if self.prefix_cache is not None:  # prompt and output, as a later turn sends them back
             self.prefix_cache.insert(seq.prompt_words + seq.words[: seq.emitted])
         stats.e2e.observe(now - seq.arrival)
-        stats.decode.observe(now - seq.first_token)
+        stats.decode.observe(now - seq.first_token)  # type: ignore[operator]  # it emitted before finishing
         stats.request_prompt_tokens.observe(len(seq.prompt))
         stats.request_generation_tokens.observe(seq.emitted)
         if seq.emitted > 1:
-            stats.tpot.observe((now - seq.first_token) / (seq.emitted - 1))
+            stats.tpot.observe((now - seq.first_token) / (seq.emitted - 1))  # type: ignore[operator]
         if seq.trace is not None and self.trace_sink is not None:
             self.trace_sink(self.trace(seq))
 

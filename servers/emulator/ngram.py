@@ -64,7 +64,7 @@ class NgramIndex:
         if not found:
             return None
         longest = min(self.max_n, total - 1) - lo  # how far a match may extend backwards
-        best_ext, best_start = -1, None
+        best_ext, best_start = -1, found[0]
         for s in found:  # ascending: the first to reach `longest` is the earliest of the longest
             ext, i, j = 0, s - 1, total - lo - 1
             while ext < longest and i >= 0 and toks[i] == toks[j]:
@@ -95,7 +95,12 @@ def acceptance_lengths(prompt, output, *, min_n: int, max_n: int, k: int, with_m
         begin = index.match() if k > 0 else None
         offered = 0 if begin is None else min(k, len(toks) - begin)
         accepted = 0  # compared in place: the drafts are toks[begin:begin + offered]
-        while accepted < offered and i + accepted < n_out and toks[begin + accepted] == output[i + accepted]:
+        while (
+            begin is not None
+            and accepted < offered
+            and i + accepted < n_out
+            and toks[begin + accepted] == output[i + accepted]
+        ):
             accepted += 1
         out.append(accepted + 1)
         matched.append(offered)

@@ -76,8 +76,8 @@ class ReplayEngine(Engine):
 
     def _next_step(self, seq: Sequence):
         """The plan step a sequence that emits now will take next (None: it ends)."""
-        i = seq.step_no + 1
-        return seq.plan[i] if i < len(seq.plan) else None
+        i, plan = seq.step_no + 1, seq.plan or []
+        return plan[i] if i < len(plan) else None
 
     def _drafting_time(self, batch, kv: int, verify: float) -> float:
         groups: dict[str, list[int]] = {}
@@ -93,15 +93,18 @@ class ReplayEngine(Engine):
         )
 
     def _accepted(self, seq: Sequence, drafts: int) -> int:
-        emitted = seq.plan[seq.step_no][2]
+        plan = seq.plan
+        assert plan is not None  # a replayed request has its plan
+        emitted = plan[seq.step_no][2]
         accepted = min(emitted - 1, drafts)
         if accepted < emitted - 1:
             # the token budget cut this step's drafts: the tokens it could not emit are
             # written one per step, so the plan's later steps start where they should
-            seq.plan[seq.step_no + 1 : seq.step_no + 1] = [("", 0, 1)] * (emitted - 1 - accepted)
+            plan[seq.step_no + 1 : seq.step_no + 1] = [("", 0, 1)] * (emitted - 1 - accepted)
         return accepted
 
     def _propose(self, seq: Sequence, new_tokens: list[int]) -> None:
         seq.step_no += 1
-        step = seq.plan[seq.step_no] if seq.step_no < len(seq.plan) else None
+        plan = seq.plan or []
+        step = plan[seq.step_no] if seq.step_no < len(plan) else None
         seq.drafts = step[1] if step is not None else 0

@@ -162,6 +162,8 @@ def parse(text: str | None) -> SpecConfig | None:
         raise SpecError("--speculative-config: num_speculative_tokens is required")
     # suffix decoding: vLLM defaults num_speculative_tokens to the tree depth (a maximum)
     k = _positive_int(cfg, "num_speculative_tokens", suffix.get("suffix_max_tree_depth"))
+    if k is None:
+        raise SpecError("--speculative-config: num_speculative_tokens is required")
     if method in ("eagle", "eagle3", "draft_model") and not model:
         raise SpecError(f'--speculative-config: method {method} needs "model" (the draft)')
     lo = _positive_int(cfg, "prompt_lookup_min")

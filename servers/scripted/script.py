@@ -128,8 +128,8 @@ def _token_pattern(spec: str):
     spec = spec.strip()
     if spec.startswith("sd:"):
         try:
-            _, k, alpha = spec.split(":")
-            k, alpha = int(k), float(alpha)
+            _, k_text, alpha_text = spec.split(":")
+            k, alpha = int(k_text), float(alpha_text)
         except ValueError:
             raise ValueError(f"chunk_tokens {spec!r}: expected sd:K:ALPHA, e.g. sd:3:0.7") from None
         if k < 1 or not 0.0 <= alpha <= 1.0:

@@ -18,7 +18,8 @@ def _convert(name: str):
             raise BadRecord(where, "field 'turns' must be a non-empty list of text")
         category = row.get("category")  # optional metadata: absent or empty, the request has none
         category = category.strip() if isinstance(category, str) else ""
-        refs = row.get("reference") if isinstance(row.get("reference"), list) else []
+        given = row.get("reference")
+        refs: list = given if isinstance(given, list) else []
         qid = record_id(row, ("question_id",), index)
         mode = opts.get("turns", "first")
         if mode == "session":
