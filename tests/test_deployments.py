@@ -123,6 +123,11 @@ def test_bad_deployment_files_are_one_clear_line(tmp_path):
         '{ method = "magic", num_speculative_tokens = 3 }\n': "method 'magic'",
         'model = "m"\n[variants.a]\nspeculative_config = { method = "ngram" }\n': "num_speculative_tokens",
         'model = "m"\ncolour = 1\n[variants.a]\n': "unknown keys colour",
+        # every declared key is checked by its declaration (servers/deployments/model.py)
+        'model = "m"\nstartup_timeout_s = "slow"\n[variants.a]\n': "startup_timeout_s must be a number > 0",
+        'model = "m"\nmax_num_seqs = 0\n[variants.a]\n': "max_num_seqs must be an integer >= 1",
+        'model = "m"\n[variants.a]\nurl = 7\n': "url must be a str",
+        'model = "m"\n[variants.a]\ncolour = 7\n': "a variant takes only args, spec, speculative_config, url",
         'model = "m"\nengine = "external"\n[variants.a]\n': "needs url",
         "model = \n": "cannot read",
         'model = "m"\nargs = ["--per-request-spec-decode-metrics", "summary"]\n[variants.baseline]\n': (
