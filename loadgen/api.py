@@ -12,14 +12,13 @@ The CLI (loadgen/cli/) only turns options into these specs and their results int
     print(outcome.summary["output_throughput_tok_s"])
 
 Errors a person must fix are `LoadgenError` (one line, naming the input and the fix).
-A sweep: `api.sweep(api.SweepJob(output, plan))` (loadgen.sweep.execute; README has an
+A sweep: `api.sweep(api.SweepJob(output, plan))` (loadgen.sweep.job; README has an
 example)."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,7 +27,7 @@ from loadgen.errors import LoadgenError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from loadgen.load.execute import RunResult
+    from loadgen.results.outcome import RunOutcome
     from loadgen.run.measurement import RunJob
 
 # The library's members, each imported when first used (`api.run` loads the run's modules, not
@@ -36,7 +35,7 @@ if TYPE_CHECKING:
 # fraction of the time an import of everything took (docs/performance.md, "Test suite").
 _LAZY = {
     "config": ("loadgen", "config"),
-    "WorkloadRef": ("loadgen.backends.workers", "WorkloadRef"),
+    "WorkloadRef": ("loadgen.load.workload", "WorkloadRef"),
     "live_metrics": ("loadgen.outputs.live", "serve"),
     "RunSpec": ("loadgen.load.execute", "RunSpec"),
     "RunResult": ("loadgen.load.execute", "RunResult"),
@@ -47,12 +46,12 @@ _LAZY = {
     "SweepOptions": ("loadgen.options", "SweepOptions"),
     "CapacityOptions": ("loadgen.options", "CapacityOptions"),
     "shape_options": ("loadgen.shapes.options", "options"),
-    "plan_from": ("loadgen.sweep.planning", "plan_from"),
+    "plan_from": ("loadgen.planning.build", "plan_from"),
     "load_shape": ("loadgen.run.options", "load_shape"),
     "objectives": ("loadgen.run.options", "objectives"),
     "run_job": ("loadgen.run.options", "run_job"),
     "workload": ("loadgen.run.options", "workload"),
-    "summarize_dir": ("loadgen.run.recover", "summarize_dir"),
+    "summarize_dir": ("loadgen.results.recover", "summarize_dir"),
     "Target": ("loadgen.run.target", "Target"),
     "TimeScaleError": ("loadgen.load.timescale", "TimeScaleError"),
     "parse_scale": ("loadgen.load.timescale", "parse_scale"),
@@ -60,14 +59,15 @@ _LAZY = {
     "Simulated": ("loadgen.simulate.job", "Simulated"),
     "sim_job": ("loadgen.simulate.job", "sim_job"),
     "simulate": ("loadgen.simulate.job", "run_simulation"),
-    "CapacityJob": ("loadgen.sweep.capacity", "CapacityJob"),
-    "CapacityOutcome": ("loadgen.sweep.capacity", "CapacityOutcome"),
-    "capacity_job": ("loadgen.sweep.capacity", "capacity_job"),
-    "capacity": ("loadgen.sweep.capacity", "find_capacity"),
-    "SweepJob": ("loadgen.sweep.execute", "SweepJob"),
-    "SweepResult": ("loadgen.sweep.execute", "SweepResult"),
-    "sweep": ("loadgen.sweep.execute", "sweep"),
-    "Plan": ("loadgen.sweep.plan", "Plan"),
+    "CapacityJob": ("loadgen.capacity.job", "CapacityJob"),
+    "CapacityOutcome": ("loadgen.capacity.job", "CapacityOutcome"),
+    "capacity_job": ("loadgen.capacity.job", "capacity_job"),
+    "capacity": ("loadgen.capacity.job", "find_capacity"),
+    "SweepJob": ("loadgen.sweep.job", "SweepJob"),
+    "SweepOutcome": ("loadgen.sweep.job", "SweepOutcome"),
+    "RunOutcome": ("loadgen.results.outcome", "RunOutcome"),
+    "sweep": ("loadgen.sweep.job", "sweep"),
+    "Plan": ("loadgen.planning.plan", "Plan"),
     "WhatIf": ("loadgen.whatif.job", "WhatIf"),
     "WhatIfJob": ("loadgen.whatif.job", "WhatIfJob"),
     "traces_from_run": ("loadgen.whatif.job", "traces_from_run"),
@@ -89,7 +89,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-SUMMARY, REQUESTS = "summary.json", "requests.parquet"  # loadgen.outputs.store's names
+SUMMARY, REQUESTS = "summary.json", "requests.parquet"  # loadgen.results.store's names
 
 __all__ = [
     "CapacityJob",
@@ -108,7 +108,7 @@ __all__ = [
     "SimJob",
     "Simulated",
     "SweepJob",
-    "SweepResult",
+    "SweepOutcome",
     "Target",
     "TimeScaleError",
     "WhatIf",
@@ -136,23 +136,9 @@ __all__ = [
 ]
 
 
-@dataclass
-class RunOutcome:
-    """A finished run: its request frame, its summary, and where they were written (if)."""
-
-    frame: pd.DataFrame
-    summary: dict
-    result: RunResult | None = None
-    output: Path | None = None
-
-    @property
-    def interrupted(self) -> bool:
-        return bool(self.summary.get("interrupted"))
-
-
 def prepare(output: str | Path) -> Path:
     """The output directory, created and proven writable before any load is sent."""
-    from loadgen.outputs import store
+    from loadgen.results import store
 
     try:
         return store.prepare(output)
@@ -163,7 +149,7 @@ def prepare(output: str | Path) -> Path:
 def write(output: Path, frame: pd.DataFrame, summary: Callable[[], dict]) -> dict:
     """Write the request table first (whatever happens next, what was measured is kept), then
     the summary (computed in between); returns the summary."""
-    from loadgen.outputs import store
+    from loadgen.results import store
 
     try:
         store.write_requests(output, frame)
@@ -175,12 +161,12 @@ def write(output: Path, frame: pd.DataFrame, summary: Callable[[], dict]) -> dic
 
 
 def summaries(path: str | Path) -> dict[str, dict]:
-    """The summaries under `path` (loadgen.report.data.summaries): a run's directory, or a
+    """The summaries under `path` (loadgen.results.reading.summaries): a run's directory, or a
     sweep's; a run cut short before it wrote its summary is summarized from its journal first
     (and its summary.json and requests.parquet written)."""
     from loadgen.outputs import journal
-    from loadgen.report.data import summaries as of_path
-    from loadgen.run.recover import summarize_dir
+    from loadgen.results.reading import summaries as of_path
+    from loadgen.results.recover import summarize_dir
 
     path = Path(path)
     if not (path / SUMMARY).is_file() and journal.exists(path):
@@ -192,6 +178,7 @@ def summaries(path: str | Path) -> dict[str, dict]:
 def run(job: RunJob, output: str | Path | None = None) -> RunOutcome:
     """One measured run (loadgen.run.measurement); with `output`, its results written there."""
     from loadgen.outputs import journal
+    from loadgen.results.outcome import RunOutcome
     from loadgen.run.measurement import measure
 
     out = prepare(output) if output is not None else None

@@ -89,7 +89,7 @@ class SimOptions(ResultOptions, WorkloadOptions, LoadOptions):
 
 @dataclass
 class SweepOptions:
-    """`loadgen sweep`'s options that make its plan (loadgen.sweep.planning.plan_from)."""
+    """`loadgen sweep`'s options that make its plan (loadgen.planning.build.plan_from)."""
 
     servers: str | None = None  # None: the embedded emulator
     engine: str | None = None

@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from loadgen.capacity import search as cap
 from loadgen.measures import slo
-from loadgen.sweep import results
-from loadgen.sweep import search as cap
+from loadgen.results import cells
 from tests.conftest import cli, run_cli, server_pids
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,7 +172,7 @@ def test_capacity_lands_within_one_step_of_the_boundary_a_fine_sweep_finds(tmp_p
     table = pd.DataFrame(
         [
             {"level": s["cell"]["level"], "ttft_p95_ms": s["ttft_ms"]["p95"]}
-            for s in (json.loads(p.read_text()) for p in (tmp_path / "fine" / results.CELLS).glob("*/*/*/summary.json"))
+            for s in (json.loads(p.read_text()) for p in (tmp_path / "fine" / cells.CELLS).glob("*/*/*/summary.json"))
         ]
     ).sort_values("level")
     holds = table["ttft_p95_ms"] <= 50

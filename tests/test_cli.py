@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 import pytest
 
-from loadgen.outputs import store
+from loadgen.results import store
 from tests.conftest import REPO, cli, run_cli, server_pids, wait_served
 
 SUMMARY_KEYS = {

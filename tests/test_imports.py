@@ -55,10 +55,10 @@ def test_the_rule_would_see_a_broken_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text(
         "import os\n\ndef f():\n    from loadgen.measures.summary import summarize\n    import workloads.spec\n"
-        "    from loadgen.outputs import store\n"
+        "    from loadgen.results import store\n"
     )
     assert imported_packages(bad) == {"loadgen": 4, "workloads": 5}
-    assert {"loadgen.measures.summary", "workloads.spec", "loadgen.outputs.store"} <= set(imported_modules(bad))
+    assert {"loadgen.measures.summary", "workloads.spec", "loadgen.results.store"} <= set(imported_modules(bad))
 
 
 # the CLI turns options into specs and results into output; the work is the library's (loadgen.api)
@@ -68,10 +68,10 @@ CLI_MAY_NOT_IMPORT = (
     "loadgen.run",
     "loadgen.load",
     "loadgen.backends",
-    "loadgen.outputs.store",
+    "loadgen.results.store",
     "loadgen.sweep.cell",
-    "loadgen.sweep.runner",
-    "loadgen.sweep.execute",
+    "loadgen.sweep.slots",
+    "loadgen.sweep.job",
     "loadgen.sweep.parallel",
     "loadgen.sweep.cluster",
 )
@@ -116,7 +116,7 @@ def test_the_command_line_loads_only_what_a_command_needs():
     assert not _modules_after("import loadgen.cli") & heavy
     assert not _modules_after("import loadgen.simulate.virtual, loadgen.measures.summary") & {"aiohttp"}
     from loadgen import api
-    from loadgen.outputs import store
+    from loadgen.results import store
 
     assert (api.SUMMARY, api.REQUESTS) == (store.SUMMARY, store.REQUESTS)
     assert all(getattr(api, name) is not None for name in api.__all__)

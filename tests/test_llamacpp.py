@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from loadgen.report import speedup
-from loadgen.sweep import results
+from loadgen.results import cells
 from servers.deployments import llamacpp, load, render
 from servers.launcher import Server, free_port
 from tests.conftest import describe_pids, run_cli, server_pids
@@ -170,12 +170,12 @@ def test_a_sweep_over_a_llamacpp_deployment(deployment, tmp_path):
         timeout=600,
     )
     assert res.returncode == 0, res.stderr
-    table = pd.read_parquet(out / results.TABLE)
+    table = pd.read_parquet(out / cells.TABLE)
     keys = [f"{v}/code-edit/c{c}" for v in ("baseline", "ngram-simple", "ngram-mod") for c in (1, 2)]
     assert sorted(table["path"]) == sorted(keys) and (table["status"] == "ok").all()
     drafts: dict[str, int] = {}
     for key in keys:
-        s = json.loads((out / results.CELLS / key / "summary.json").read_text())
+        s = json.loads((out / cells.CELLS / key / "summary.json").read_text())
         assert s["completed"] == 3 and s["server"]["generation_tokens"] == 3 * 32, key
         variant = key.split("/")[0]
         drafts[variant] = drafts.get(variant, 0) + s["spec_decode"]["drafts"]

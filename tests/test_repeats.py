@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadgen.report.stats import t_quantile, t_two_sided
-from loadgen.sweep import results
+from loadgen.report.ttest import t_quantile, t_two_sided
+from loadgen.results import cells as stored
 from tests.conftest import REPO, cli, run_cli, server_pids
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -46,7 +46,7 @@ def sweeps(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_each_cell_is_measured_in_rounds_on_fresh_servers(sweeps):
     a, _ = sweeps
-    table = pd.read_parquet(a / results.TABLE)
+    table = pd.read_parquet(a / stored.TABLE)
     assert len(table) == 2 * len(LEVELS) * REPEATS and (table["status"] == "ok").all()
     assert sorted(table["repeat"].unique()) == list(range(1, REPEATS + 1))
     for cell, g in table.groupby("cell"):
@@ -58,11 +58,11 @@ def test_each_cell_is_measured_in_rounds_on_fresh_servers(sweeps):
         f"{v}{'' if r == 1 else f'.r{r}'}.log" for v in ("baseline", "eagle") for r in range(1, REPEATS + 1)
     )
     pids = {
-        json.loads((a / results.CELLS / p / "summary.json").read_text())["cell"]["server"]["pid"]
+        json.loads((a / stored.CELLS / p / "summary.json").read_text())["cell"]["server"]["pid"]
         for p in table[table["variant"] == "eagle"]["path"]
     }
     assert len(pids) == REPEATS
-    assert json.loads((a / results.MANIFEST).read_text())["plan"]["repeats"] == REPEATS
+    assert json.loads((a / stored.MANIFEST).read_text())["plan"]["repeats"] == REPEATS
 
 
 def test_a_and_a_marks_almost_nothing_and_an_injected_change_is_found(sweeps, tmp_path):
@@ -83,7 +83,7 @@ def test_a_and_a_marks_almost_nothing_and_an_injected_change_is_found(sweeps, tm
     slower = tmp_path / "slower"
     shutil.copytree(b, slower, ignore=shutil.ignore_patterns("report"))
     key = f"eagle/chat/c{LEVELS[0]}"
-    for path in (slower / results.CELLS).glob(f"{key}*/requests.parquet"):
+    for path in (slower / stored.CELLS).glob(f"{key}*/requests.parquet"):
         reqs = pd.read_parquet(path)
         reqs["tpot_ms"] *= 1.2
         reqs.to_parquet(path, index=False)
@@ -130,7 +130,7 @@ def test_the_report_gives_each_cells_mean_and_the_rounds_spread(sweeps):
     res = cli("report", str(a))
     assert res.returncode == 0, res.stderr
     out = a / "report"
-    cells = pd.read_parquet(a / results.TABLE)
+    cells = pd.read_parquet(a / stored.TABLE)
     sp = pd.read_csv(out / "speedup.csv")
     assert len(sp) == len(LEVELS) and (sp["rounds"] == REPEATS).all()
     for _, r in sp.iterrows():
@@ -184,7 +184,7 @@ def test_a_figure_the_repeats_cannot_give_falls_back_to_the_requests(sweeps, tmp
     a, b = sweeps
     odd = tmp_path / "odd"
     shutil.copytree(b, odd, ignore=shutil.ignore_patterns("report"))
-    path = odd / results.CELLS / "baseline/chat/c8.r2" / "requests.parquet"
+    path = odd / stored.CELLS / "baseline/chat/c8.r2" / "requests.parquet"
     reqs = pd.read_parquet(path)
     reqs["tpot_ms"] = float("nan")
     reqs.to_parquet(path, index=False)

@@ -20,7 +20,7 @@ import matplotlib.image
 import pandas as pd
 import pytest
 
-from loadgen.sweep import results
+from loadgen.results import cells
 from tests.conftest import cli, run_cli, server_pids
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
@@ -293,8 +293,8 @@ def test_the_decision_summary_of_a_sweep_where_sd_never_pays(tmp_path):
 def test_a_partial_or_broken_sweep_gives_a_partial_report(sweep, tmp_path):
     copy = tmp_path / "partial"
     shutil.copytree(sweep, copy, ignore=shutil.ignore_patterns("report"))
-    shutil.rmtree(copy / results.CELLS / "eagle" / "chat" / f"c{TOP}")  # not run yet
-    (copy / results.CELLS / "ngram" / "code-edit" / "c1" / "summary.json").write_text("{ not json")  # broken
+    shutil.rmtree(copy / cells.CELLS / "eagle" / "chat" / f"c{TOP}")  # not run yet
+    (copy / cells.CELLS / "ngram" / "code-edit" / "c1" / "summary.json").write_text("{ not json")  # broken
     res = cli("report", str(copy))
     assert res.returncode == 0, res.stderr
     md = (copy / "report" / "report.md").read_text()
@@ -311,9 +311,9 @@ def test_bad_results_directories_are_one_line(sweep, tmp_path, case):
     if case != "no_dir":
         target.mkdir()
     if case == "bad_manifest":
-        (target / results.MANIFEST).write_text("{ broken")
+        (target / cells.MANIFEST).write_text("{ broken")
     if case == "no_cells":
-        shutil.copy(sweep / results.MANIFEST, target / results.MANIFEST)
+        shutil.copy(sweep / cells.MANIFEST, target / cells.MANIFEST)
     res = cli("report", str(target))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     [line] = res.stderr.strip().splitlines()
@@ -328,7 +328,7 @@ def test_compare_finds_a_real_change_and_no_change_against_itself(sweep, tmp_pat
     slower = tmp_path / "slower"
     shutil.copytree(sweep, slower, ignore=shutil.ignore_patterns("report"))
     key = f"eagle/chat/c{TOP}"  # ~30 requests: a clear interval
-    path = slower / results.CELLS / key / "requests.parquet"
+    path = slower / cells.CELLS / key / "requests.parquet"
     reqs = pd.read_parquet(path)
     reqs["ttft_ms"] *= 1.5
     reqs.to_parquet(path, index=False)
@@ -357,8 +357,8 @@ def test_compare_finds_a_real_change_and_no_change_against_itself(sweep, tmp_pat
 
 def test_summary_is_consistent_with_cells(sweep):
     """The report reads cells from their summaries; cells.parquet holds the same rows."""
-    table = pd.read_parquet(sweep / results.TABLE)
-    keys = {json.loads(p.read_text())["cell"]["key"] for p in (sweep / results.CELLS).glob("*/*/*/summary.json")}
+    table = pd.read_parquet(sweep / cells.TABLE)
+    keys = {json.loads(p.read_text())["cell"]["key"] for p in (sweep / cells.CELLS).glob("*/*/*/summary.json")}
     assert set(table["path"]) == keys and len(keys) == 12
 
 

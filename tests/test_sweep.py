@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadgen.sweep import results
-from loadgen.sweep.plan import PlanError, levels, split_workloads
+from loadgen.planning.plan import PlanError, levels, split_workloads
+from loadgen.results import cells as stored
 from tests.conftest import REPO, cli, process_tree, run_cli, server_pids, still_running
 
 DATA = REPO.parent / "shared" / "datasets"
@@ -40,11 +40,11 @@ BASE_EAGLE = (
 
 
 def cells(out: Path) -> pd.DataFrame:
-    return pd.read_parquet(out / results.TABLE)
+    return pd.read_parquet(out / stored.TABLE)
 
 
 def summary(out: Path, key: str) -> dict:
-    return json.loads((out / results.CELLS / key / "summary.json").read_text())
+    return json.loads((out / stored.CELLS / key / "summary.json").read_text())
 
 
 def test_a_sweep_stores_every_cell_with_the_servers_acceptance(tmp_path):
@@ -77,7 +77,7 @@ def test_a_sweep_stores_every_cell_with_the_servers_acceptance(tmp_path):
     assert (table["completed"] == 6).all() and (table["output_throughput_tok_s"] > 0).all()
     for key in keys:
         s = summary(out, key)
-        frame = pd.read_parquet(out / results.CELLS / key / "requests.parquet")
+        frame = pd.read_parquet(out / stored.CELLS / key / "requests.parquet")
         assert len(frame) == 6 and frame["ok"].all() and not frame["warmup"].any()
         assert s["cell"]["key"] == key and s["cell"]["status"] == "ok"
         # the warm-up ran before the window: the server's counters cover exactly these requests
@@ -91,7 +91,7 @@ def test_a_sweep_stores_every_cell_with_the_servers_acceptance(tmp_path):
         assert sd["mean_acceptance_length"] == pytest.approx(1 + sd["accepted_tokens"] / sd["drafts"])
         row = table[table["path"] == key].iloc[0]
         assert row["acceptance_rate"] == pytest.approx(sd["acceptance_rate"])
-    manifest = json.loads((out / results.MANIFEST).read_text())
+    manifest = json.loads((out / stored.MANIFEST).read_text())
     assert manifest["plan"]["levels"] == [1, 2, 4] and manifest["argv"][0] == "sweep"
     assert {"loadgen", "aiohttp", "python"} <= set(manifest["versions"]) and "git_revision" in manifest
     assert "--speculative-config" in manifest["servers"]["eagle"]["command"]
@@ -138,11 +138,11 @@ def test_killed_mid_way_then_resumed_gives_every_cell_once(tmp_path, sig):
 
         def two_done() -> bool:
             tree.update(process_tree(proc.pid))
-            return len(results.finished(out)) >= 2
+            return len(stored.finished(out)) >= 2
 
         _wait_for(two_done, 60, "two finished cells")
         tree.update(process_tree(proc.pid))
-        done = {k: (out / results.CELLS / k / "summary.json").stat().st_mtime_ns for k in results.finished(out)}
+        done = {k: (out / stored.CELLS / k / "summary.json").stat().st_mtime_ns for k in stored.finished(out)}
         proc.send_signal(sig)
         proc.wait(timeout=60)
     finally:
@@ -164,9 +164,9 @@ def test_killed_mid_way_then_resumed_gives_every_cell_once(tmp_path, sig):
     expect = [f"{v}/synthetic-random/c{c}" for v in ("baseline", "eagle") for c in (1, 2, 4)]
     assert list(table["path"]) == expect and (table["status"] == "ok").all()
     for key, mtime in done.items():  # finished before the kill: kept, not run again
-        assert (out / results.CELLS / key / "summary.json").stat().st_mtime_ns == mtime
-    assert not list((out / results.CELLS).glob("*/*/.*"))
-    resumed = json.loads((out / results.MANIFEST).read_text())["resumed"]
+        assert (out / stored.CELLS / key / "summary.json").stat().st_mtime_ns == mtime
+    assert not list((out / stored.CELLS).glob("*/*/.*"))
+    resumed = json.loads((out / stored.MANIFEST).read_text())["resumed"]
     assert len(resumed) == 1 and resumed[0]["argv"][:2] == ["sweep", "--resume"]
     proc.stdout.close()
     proc.stderr.close()
@@ -202,7 +202,7 @@ def test_a_server_that_dies_mid_cell_fails_that_cell_and_the_sweep_goes_on(tmp_p
     assert list(table["status"]) == ["ok", "failed", "ok"]
     err = table.loc["baseline/synthetic-random/c2", "error"]
     assert "exited with code 70 during the cell" in err and "--exit-after-requests 10: crashing" in err
-    frame = pd.read_parquet(out / results.CELLS / "baseline/synthetic-random/c2/requests.parquet")
+    frame = pd.read_parquet(out / stored.CELLS / "baseline/synthetic-random/c2/requests.parquet")
     assert 1 <= frame["ok"].sum() <= 2 and len(frame) == 6  # what it measured is kept
     assert summary(out, "baseline/synthetic-random/c4")["cell"]["server"]["starts"] == 2
     assert "restarting" in res.stderr
@@ -338,8 +338,8 @@ def test_the_embedded_default_plan():
 
 
 def test_side_by_side_slots_get_their_own_gpus_and_ports():
-    from loadgen.sweep.plan import Plan
-    from loadgen.sweep.runner import slots
+    from loadgen.planning.plan import Plan
+    from loadgen.sweep.slots import slots
     from servers.deployments import load
 
     plan = Plan(
@@ -411,12 +411,12 @@ def test_bad_input_is_one_clear_line(tmp_path, args, expect):
 def test_resume_rules(tmp_path):
     res = cli("sweep", "--resume", "--output", str(tmp_path))
     assert res.returncode == 2 and "nothing to resume" in res.stderr
-    (tmp_path / results.MANIFEST).write_text(json.dumps({"plan": {}}))
+    (tmp_path / stored.MANIFEST).write_text(json.dumps({"plan": {}}))
     res = cli("sweep", "--output", str(tmp_path))
     assert res.returncode == 2 and "already holds a sweep" in res.stderr
     res = cli("sweep", "--resume", "--concurrency", "4", "--output", str(tmp_path))
     assert res.returncode == 2 and "drop --concurrency" in res.stderr
-    assert os.listdir(tmp_path) == [results.MANIFEST]
+    assert os.listdir(tmp_path) == [stored.MANIFEST]
 
 
 def test_a_measurement_gives_the_signal_handlers_back():
@@ -477,7 +477,7 @@ def test_a_virtual_sweep_simulates_every_cell_as_loadgen_simulate_does(tmp_path)
     assert "Virtual sweep (every cell simulated, no server)" in res.stderr
     table = cells(out)
     assert len(table) == 4 and (table["status"] == "ok").all() and not table["client_bound"].any()
-    assert json.loads((out / results.MANIFEST).read_text())["plan"]["virtual"] is True
+    assert json.loads((out / stored.MANIFEST).read_text())["plan"]["virtual"] is True
     eagle = '{"method":"eagle","model":"yuhuili/EAGLE-LLaMA3.1-Instruct-8B","num_speculative_tokens":3}'
     for variant, spec in (("baseline", None), ("eagle", eagle)):
         for level in (1, 8):

@@ -19,8 +19,8 @@ from loadgen.load.execute import LoadShape, RunResult
 from loadgen.load.scrape import Snapshot, Window
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
+from loadgen.planning.probe import LevelCost, choose, describe
 from loadgen.simulate.virtual import SimSpec, simulate
-from loadgen.sweep.probe import LevelCost, choose, describe
 from servers.embedded import emulator_server
 from servers.emulator.spec import parse
 from servers.emulator.timeline import Timeline

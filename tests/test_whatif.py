@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from loadgen.whatif import policies
+from loadgen.whatif.acceptance_traces import Acceptance, Trace, TraceError, ngram, write
 from loadgen.whatif.reading import read
-from loadgen.whatif.traces import Acceptance, Trace, TraceError, ngram, write
 
 
 def _every_position_accepts(accepted: int, n: int) -> Acceptance:
@@ -78,7 +78,7 @@ def test_estimating_a_model_drafter_from_a_runs_steps():
     """Steps of a run at k=3 (the first: the prefill's token): a step that emitted fewer than
     4 is exact, and inside it the same drafts are right; one that emitted 4 is censored, and
     its run goes on into the next step's accepted drafts."""
-    from loadgen.whatif.traces import estimate
+    from loadgen.whatif.acceptance_traces import estimate
 
     a = estimate([1, 4, 2, 1, 4, 3], 15, 3)
     # pos 0: prefill. 1-4: censored, continued by the next step's 2 - 1 = 1 accepted draft.

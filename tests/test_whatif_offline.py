@@ -13,8 +13,8 @@ import pytest
 
 from loadgen.whatif import evaluate as ev
 from loadgen.whatif import offline
+from loadgen.whatif.acceptance_traces import Acceptance, Trace
 from loadgen.whatif.reading import read
-from loadgen.whatif.traces import Acceptance, Trace
 from servers.emulator import profile as profiles
 
 PROFILE = "h100-llama-3.1-8b"

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from loadgen.whatif.acceptance_traces import TraceError
 from loadgen.whatif.reading import read
-from loadgen.whatif.traces import TraceError
 from tests.conftest import cli
 
 PROFILE = "h100-llama-3.1-8b"

@@ -291,9 +291,9 @@ def test_a_sweep_measures_each_cell_with_its_workers(tmp_path):
 
 
 def test_an_actors_times_are_moved_onto_the_drivers_clock():
-    """loadgen.backends.fanout.shift: every timestamp of a run on another host moves by the clocks'
+    """loadgen.backends.ray_workers.shift: every timestamp of a run on another host moves by the clocks'
     difference; durations (what latencies are made of) do not change."""
-    from loadgen.backends.fanout import shift
+    from loadgen.backends.ray_workers import shift
     from loadgen.load.execute import RunResult
 
     rec = _rec(0, 1, [1_000, 1_500, 2_500])

@@ -3,8 +3,10 @@
 and returns one `RunResult` of the same form, whatever processes or nodes sent the requests.
 
 - `inprocess`: this process's event loop (loadgen.load.execute.execute);
-- `processes`: N worker processes on this host, the one schedule split (loadgen.backends.workers);
-- `rayactors`: N Ray actors over a cluster's nodes (loadgen.backends.fanout).
+- `processes`: N worker processes on this host, the one schedule split; the processes' own code,
+  the split's checks and the merge of their records in `worker_processes.py`;
+- `rayactors`: N Ray actors over a cluster's nodes; the actors' code in `ray_workers.py`, joining
+  a cluster in `raycluster.py`.
 
 `choose` picks one from what the user asked for; `run`, `check`, `capacity` and the sweep's
 cells all go through it (loadgen.run.measurement, loadgen.sweep.cell). A new backend is one module
@@ -20,8 +22,8 @@ from loadgen.backends.rayactors import RayActors
 
 def choose(workers: int = 1, workload=None, cluster=None) -> Backend:
     """In-process for one worker on this host; worker processes for several; Ray actors when a
-    cluster was joined (`cluster`: Ray's module, initialised). `workload`: a
-    loadgen.backends.workers.WorkloadRef the other processes open (the same seed gives the same requests)."""
+    cluster was joined (`cluster`: Ray's module, initialised). `workload`: the
+    loadgen.load.workload.WorkloadRef the other processes open (the same seed gives the same requests)."""
     if cluster is not None:
         return RayActors(cluster, workers, workload)
     if workers > 1:

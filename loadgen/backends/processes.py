@@ -1,9 +1,9 @@
-"""The load from N worker processes on this host (`--workers N`): loadgen.backends.workers."""
+"""The load from N worker processes on this host (`--workers N`): loadgen.backends.worker_processes."""
 
 from __future__ import annotations
 
 from loadgen.backends.base import Backend
-from loadgen.backends.workers import check_workers, execute_workers
+from loadgen.backends.worker_processes import check_workers, execute_workers
 
 
 class Processes(Backend):

@@ -1,5 +1,5 @@
 """Joining a Ray cluster (`--ray [ADDRESS]`), for sweeps across nodes (loadgen.sweep.cluster)
-and for one run's load from several client nodes (loadgen.backends.fanout). Ray is an optional extra."""
+and for one run's load from several client nodes (loadgen.backends.ray_workers). Ray is an optional extra."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def compare(dir_a: Path, dir_b: Path, seed: int, output: Path | None, html_out: 
     correction."""
     from loadgen.report.compare import compare as run_compare
     from loadgen.report.compare import html_page, render
-    from loadgen.report.data import ReportError
+    from loadgen.results.reading import ReportError
 
     try:
         frame = run_compare(str(dir_a), str(dir_b), seed)

@@ -156,9 +156,9 @@ from servers.deployments import ENGINES, DeploymentError
 )
 def sweep(**o) -> None:
     """Sweep every SD variant x workload x load level; end with the speedup table."""
+    from loadgen.planning.build import PLAN_OPTIONS, describe, plan_from
     from loadgen.report import speedup
-    from loadgen.sweep import results
-    from loadgen.sweep.planning import PLAN_OPTIONS, describe, plan_from
+    from loadgen.results import cells
 
     ctx = click.get_current_context()
     if o["resume"]:
@@ -204,8 +204,8 @@ def sweep(**o) -> None:
     )
     click.echo(speedup.render(result.table, result.plan.baseline))
     click.echo(
-        f"\nResults: {out / results.TABLE} (one row per cell), {out / results.CELLS}/..., "
-        f"{out / results.MANIFEST}\nPlots, break-even loads, acceptance and waste: loadgen report {out}"
+        f"\nResults: {out / cells.TABLE} (one row per cell), {out / cells.CELLS}/..., "
+        f"{out / cells.MANIFEST}\nPlots, break-even loads, acceptance and waste: loadgen report {out}"
     )
     if result.interrupted:
         click.echo(f"loadgen: interrupted; continue with: loadgen sweep --resume --output {out}", err=True)

@@ -25,7 +25,7 @@ class RequestRecord:
     category: str = ""
     max_tokens: int = 0
     queue_delay_ns: int = 0
-    worker: int = 0  # which load-generating process sent it (loadgen.backends.workers; 0 when one)
+    worker: int = 0  # which load-generating process sent it (loadgen.backends.worker_processes; 0 when one)
     session: str = ""  # the conversation it is a turn of ("" for a single request) ...
     turn: int = 0  # ... and which turn (1 = the first; 0 when the workload numbers none)
     t_session_send_ns: int = 0  # a later turn: when its conversation's first turn was sent

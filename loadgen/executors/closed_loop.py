@@ -12,7 +12,7 @@ because N first requests sent in one burst keep the client busy for N times the 
 send, delaying the timestamps of the responses already arriving. A user's first request counts
 as scheduled when it is sent; the spread of the first sends is reported as the ramp
 (`sending.ramp_s` in the summary). When each user joins is the load shape's (a ramp's users
-join over its seconds). A worker's share of the users (loadgen.backends.workers) are those
+join over its seconds). A worker's share of the users (loadgen.backends.worker_processes) are those
 numbered worker, worker + workers, ..., each joining at its own number's time."""
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ Sender = Callable[[Item, "int | None", int], Coroutine[Any, Any, RequestRecord]]
 
 @dataclass(slots=True, frozen=True)
 class Share:
-    """Worker `worker` of `workers` (loadgen.backends.workers): it sends items worker, worker +
+    """Worker `worker` of `workers` (loadgen.backends.worker_processes): it sends items worker, worker +
     workers, worker + 2 workers, ... of the one numbering, each at its own scheduled time."""
 
     worker: int = 0

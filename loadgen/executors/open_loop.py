@@ -1,7 +1,7 @@
 """Open loop: requests go at their scheduled times whatever the server does. With
 `max_concurrency`, a request that finds every slot busy waits for one; that wait is recorded
 as queue delay (client-side queueing, part of what a user would see), not hidden. A worker's
-share (loadgen.backends.workers) sends every `workers`-th scheduled request, under its part of the cap."""
+share (loadgen.backends.worker_processes) sends every `workers`-th scheduled request, under its part of the cap."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from loadgen.measures.stats import describe
+from loadgen.measures.describe import describe
 
 
 def lag_at(times_ns: np.ndarray, at_ns, lag_ns) -> np.ndarray:

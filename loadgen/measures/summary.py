@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from loadgen.measures import slo
+from loadgen.measures.describe import describe
 from loadgen.measures.frame import measured, token_gaps
 from loadgen.measures.selfcheck import self_check
-from loadgen.measures.stats import describe
 
 _NS = 1e9
 

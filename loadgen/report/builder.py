@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadgen.outputs import store
 from loadgen.report import decision, interactive, plots, tables, whatif
-from loadgen.report.data import ReportError, Sweep, read
 from loadgen.report.numbers import num, short
 from loadgen.report.render import Section, markdown, page
+from loadgen.results import store
+from loadgen.results.reading import ReportError, Sweep, read
 
 __all__ = ["Built", "ReportError", "build"]
 

@@ -22,9 +22,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from loadgen.report.data import ReportError, Sweep, read
 from loadgen.report.numbers import num
-from loadgen.report.stats import t_quantile, t_two_sided
+from loadgen.report.ttest import t_quantile, t_two_sided
+from loadgen.results.reading import ReportError, Sweep, read
 
 RESAMPLES = 2000
 LEVEL = 0.95

@@ -19,7 +19,7 @@ def speedup(table: pd.DataFrame, baseline: str = "baseline") -> pd.DataFrame:
     if table.empty or "status" not in table:
         return pd.DataFrame(columns=cols)
     if _repeated(table):
-        from loadgen.report.data import combine
+        from loadgen.results.reading import combine
 
         table = combine(table[table["status"] == "ok"])  # each cell's mean throughput over its repeats
     ok = table[(table["status"] == "ok") & (table["output_throughput_tok_s"] > 0)]
@@ -56,7 +56,7 @@ def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
     failed = table[table["status"] != "ok"]
     rounds = pd.DataFrame()
     if _repeated(table):
-        from loadgen.report.data import combine
+        from loadgen.results.reading import combine
 
         rounds = spread(table, baseline).set_index(["workload", "level", "variant"])
         table = combine(table[table["status"] == "ok"])

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from loadgen.report import speedup as speedups
-from loadgen.report.data import Sweep
 from loadgen.report.numbers import num, short
+from loadgen.results.reading import Sweep
 
 KEYS = ["workload", "mode", "level", "variant"]
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from loadgen.outputs import store
 from loadgen.report import interactive, plots
 from loadgen.report.render import Section
+from loadgen.results import store
 from loadgen.whatif import BATCHES, KS
 
 

@@ -19,14 +19,16 @@ import pandas as pd
 
 from loadgen import backends
 from loadgen import config as configs
-from loadgen.backends.workers import WorkerError, WorkloadRef
+from loadgen.backends.worker_processes import WorkerError
 from loadgen.client.endpoint import EndpointError, api_base, metrics_url, probe
 from loadgen.errors import LoadgenError
 from loadgen.load import scrape, timescale
 from loadgen.load.execute import RunResult, RunSpec, execute, session_for, stop_on_signals
+from loadgen.load.workload import WorkloadRef
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
-from loadgen.outputs import journal, store
+from loadgen.outputs import journal
+from loadgen.results import store
 from loadgen.run.target import Note, Target, serving
 from workloads import Workload
 

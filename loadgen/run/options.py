@@ -2,7 +2,7 @@
 every option checked before anything runs, each mistake a LoadgenError that names the flag and
 the fix. The command line builds these models from its flags (loadgen/cli/options.py: one
 field each, the load shapes' from their family); Python builds them directly, and both are
-checked by this one code. `loadgen/sweep/planning.py` does the same for a sweep."""
+checked by this one code. `loadgen/planning/build.py` does the same for a sweep."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
-from loadgen.backends.workers import WorkloadRef
 from loadgen.errors import LoadgenError, flagged
 from loadgen.executors.conversation import Think
 from loadgen.load.execute import RunSpec
 from loadgen.load.timescale import TimeScaleError, parse_scale
+from loadgen.load.workload import WorkloadRef
 from loadgen.measures import slo
 from loadgen.measures.tokens import TokenizerError, load_tokenizer
 from loadgen.options import LoadOptions, RunOptions, WorkloadOptions

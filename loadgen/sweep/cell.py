@@ -7,28 +7,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-import pandas as pd
-
-from loadgen.backends.workers import WorkloadRef
 from loadgen.load.execute import RunSpec
+from loadgen.load.workload import WorkloadRef
+from loadgen.planning.plan import Cell, Plan
+from loadgen.results.outcome import RunOutcome
 from loadgen.run.measurement import WARMUP_TOKENS, NotMeasured, RunJob, StoppedEarly, measure
 from loadgen.run.target import Target
 from loadgen.shapes import Shape
 from loadgen.shapes import options as shape_options
-from loadgen.sweep.plan import Cell, Plan
 
-__all__ = ["WARMUP_TOKENS", "CellError", "CellResult", "cell_job", "load_shape", "run_cell"]
+__all__ = ["WARMUP_TOKENS", "CellError", "cell_job", "load_shape", "run_cell"]
 
 CellError = NotMeasured  # the cell could not be measured at all (its server refused the time scale)
-
-
-@dataclass
-class CellResult:
-    frame: pd.DataFrame
-    summary: dict
-    interrupted: bool
 
 
 def load_shape(plan: Plan, cell: Cell) -> Shape:
@@ -103,7 +94,7 @@ def run_cell(
     on_start: Callable | None = None,
     goodput: dict | None = None,
     time_scale: float | None = None,
-) -> CellResult | None:
+) -> RunOutcome | None:
     """Run the cell (on an emulator, at `time_scale`: set before the cell); None when it was
     interrupted before its measurement began. CellError when it cannot be measured at all."""
     job = cell_job(
@@ -122,4 +113,4 @@ def run_cell(
         measured = measure(job)
     except StoppedEarly:
         return None
-    return CellResult(measured.frame, measured.summary(), measured.interrupted)
+    return RunOutcome(measured.frame, measured.summary(), measured.result)

@@ -25,9 +25,9 @@ import threading
 from pathlib import Path
 
 from loadgen.backends.raycluster import ClusterError, resource_request
-from loadgen.sweep import results
-from loadgen.sweep.plan import Cell, Plan
-from loadgen.sweep.runner import Reporter, failed_event, variant_events, write_result
+from loadgen.planning.plan import Cell, Plan
+from loadgen.results import cells
+from loadgen.sweep.slots import Reporter, failed_event, variant_events, write_result
 
 
 def _variant_task(plan_dict: dict, variant: str, keys: list[str], resource: str, api_key: str | None):
@@ -160,6 +160,6 @@ def _lost(
         write_result(root, cell, frame, summary, order)
         reporter.cell_done(cell, "failed")
         reporter.note(f"{key}: failed, its Ray task died ({why}); --resume runs it again")
-    left = [k for k, c in by_key.items() if c.variant == variant and not results.cell_dir(root, c).exists()]
+    left = [k for k, c in by_key.items() if c.variant == variant and not cells.cell_dir(root, c).exists()]
     if left:
         reporter.note(f"{variant}: {len(left)} cell(s) not run; loadgen sweep --resume --output {root} runs them")

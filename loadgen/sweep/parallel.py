@@ -1,5 +1,5 @@
 """Variants side by side: one worker process per slot (its GPUs, its port), each running
-`python -m loadgen.sweep.worker` (loadgen.sweep.execute.run_worker) on the same results directory, where
+`python -m loadgen.sweep.worker` (loadgen.sweep.job.run_worker) on the same results directory, where
 every cell has a directory of its
 own. The parent shows progress from the cells on disk and stops every worker on the way out."""
 
@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from loadgen.sweep import results
-from loadgen.sweep.runner import Slot
+from loadgen.results import cells
+from loadgen.sweep.slots import Slot
 from servers.launcher import spawn, stop_group
 
 
@@ -42,11 +42,11 @@ def run_parallel(root: Path, the_slots: list[Slot], reporter, retry_failed: bool
                 f"worker {i}: variants {', '.join(slot.variants)} on GPUs "
                 f"{','.join(map(str, slot.gpus))} (log {logs / f'worker-{i}.log'})"
             )
-        start = len(results.finished(root))
+        start = len(cells.finished(root))
         while any(p.poll() is None for _, p, _ in procs):
-            reporter.advance_to(len(results.finished(root)) - start)
+            reporter.advance_to(len(cells.finished(root)) - start)
             time.sleep(1.0)
-        reporter.advance_to(len(results.finished(root)) - start)
+        reporter.advance_to(len(cells.finished(root)) - start)
         for i, (slot, p, _) in enumerate(procs):
             if p.returncode not in (0, 130):
                 reporter.note(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 import time
 
-from loadgen.sweep.plan import Cell
-from loadgen.sweep.runner import Reporter
+from loadgen.planning.plan import Cell
+from loadgen.sweep.slots import Reporter
 
 
 class BarReporter(Reporter):

@@ -1,5 +1,5 @@
 """A --parallel sweep's worker process: `python -m loadgen.sweep.worker OUTPUT SLOT` runs one
-slot's cells (loadgen.sweep.execute.run_worker); the API key comes in LOADGEN_API_KEY (argv
+slot's cells (loadgen.sweep.job.run_worker); the API key comes in LOADGEN_API_KEY (argv
 is visible to ps). Exit 130 when interrupted, 2 with one line on an error."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import sys
 
 from loadgen.errors import LoadgenError
-from loadgen.sweep.execute import run_worker
+from loadgen.sweep.job import run_worker
 
 
 def main(argv: list[str] | None = None) -> int:

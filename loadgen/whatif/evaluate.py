@@ -23,8 +23,8 @@ from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
 from loadgen.simulate.virtual import SimSpec, simulate
 from loadgen.whatif import KS, policies
+from loadgen.whatif.acceptance_traces import Trace
 from loadgen.whatif.policies import Step
-from loadgen.whatif.traces import Trace
 from servers.emulator import profile as profiles
 from servers.emulator.engine import Engine, EngineConfig
 from servers.emulator.replay import ReplayEngine

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from loadgen.whatif.traces import Trace, TraceError, estimate, ngram
+from loadgen.whatif.acceptance_traces import Trace, TraceError, estimate, ngram
 
 MODEL_DRAFTERS = ("eagle", "eagle3", "draft_model", "mtp")
 

@@ -41,9 +41,9 @@ class WhatIf:
 
 def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> WhatIf:
     from loadgen.whatif import evaluate as ev
+    from loadgen.whatif.acceptance_traces import TraceError
     from loadgen.whatif.reading import read
     from loadgen.whatif.results import to_json
-    from loadgen.whatif.traces import TraceError
     from servers.emulator import profile as profiles
 
     lo, hi = job.ngram_lookup
@@ -142,8 +142,8 @@ def traces_from_run(
 ) -> tuple[Path, list, list[str]]:
     """Acceptance traces from a run's results, written to `output` (default RESULTS/traces.jsonl):
     (where, the traces, notes for the user)."""
+    from loadgen.whatif.acceptance_traces import TraceError, write
     from loadgen.whatif.fromrun import from_results
-    from loadgen.whatif.traces import TraceError, write
 
     try:
         built, notes = from_results(results, drafter=drafter, ngram_lookup=ngram_lookup)

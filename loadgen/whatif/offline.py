@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from loadgen.whatif.acceptance_traces import Trace
 from loadgen.whatif.evaluate import START, Outcome, Policy, WhatIfError
-from loadgen.whatif.traces import Trace
 from servers.emulator import profile as profiles
 
 SAMPLES = 300

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadgen.whatif.traces import Acceptance
+from loadgen.whatif.acceptance_traces import Acceptance
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen.whatif.traces import PREFIX, Acceptance, Trace, TraceError, ngram
+from loadgen.whatif.acceptance_traces import PREFIX, Acceptance, Trace, TraceError, ngram
 
 NGRAM_LOOKUP = (3, 7)  # vLLM's prompt_lookup_min/max as the study ran it
 

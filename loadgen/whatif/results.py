@@ -7,8 +7,8 @@ import json
 from dataclasses import asdict
 
 from loadgen.whatif import policies
+from loadgen.whatif.acceptance_traces import Trace
 from loadgen.whatif.evaluate import START, Outcome, best_realisable, oracle_caps
-from loadgen.whatif.traces import Trace
 
 PRICING = (
     "combination oracle: each step is charged at the price of the drafter it used "

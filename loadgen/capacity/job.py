@@ -1,5 +1,5 @@
 """`loadgen capacity` as a job: per variant of a deployment, its server started, and the highest
-load that meets the SLOs found by loadgen.sweep.search's search, each probe a sweep cell whose
+load that meets the SLOs found by loadgen.capacity.search's search, each probe a sweep cell whose
 results are kept (OUTPUT/VARIANT/LEVEL-N/); then the recommendation (docs/check.md)."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadgen.capacity import search as cap
 from loadgen.errors import LoadgenError
 from loadgen.measures import slo
 from loadgen.options import CapacityOptions
-from loadgen.outputs import store
+from loadgen.planning.plan import Cell, Plan
+from loadgen.results import store
 from loadgen.run.target import with_time_scale
-from loadgen.sweep import search as cap
 from loadgen.sweep.cell import run_cell
-from loadgen.sweep.plan import Cell, Plan
 
 
 @dataclass

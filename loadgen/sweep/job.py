@@ -13,12 +13,11 @@ from pathlib import Path
 import pandas as pd
 
 from loadgen.errors import LoadgenError
-from loadgen.outputs import store
-from loadgen.sweep import manifest, results
+from loadgen.planning.plan import Plan
+from loadgen.results import cells, manifest, store
 from loadgen.sweep.parallel import run_parallel, worker_slot
-from loadgen.sweep.plan import Plan
 from loadgen.sweep.progress import BarReporter, LiveReporter
-from loadgen.sweep.runner import Interrupted, Reporter, pending, run_slot, slots
+from loadgen.sweep.slots import Interrupted, Reporter, pending, run_slot, slots
 from servers.deployments import DeploymentError, llamacpp
 from workloads import WorkloadError, open_workload
 
@@ -43,7 +42,7 @@ class SweepJob:
 
 
 @dataclass
-class SweepResult:
+class SweepOutcome:
     output: Path
     plan: Plan
     table: pd.DataFrame  # one row per finished cell (cells.parquet)
@@ -92,7 +91,7 @@ def _check_virtual(job: SweepJob, plan) -> None:
                 raise LoadgenError(f"--{flag} does not apply to --virtual ({why}): drop one of them")
 
 
-def sweep(job: SweepJob) -> SweepResult:
+def sweep(job: SweepJob) -> SweepOutcome:
     """Run every pending cell; the table of what finished (interrupted: what is there)."""
     try:
         out = store.prepare(job.output)
@@ -101,11 +100,11 @@ def sweep(job: SweepJob) -> SweepResult:
     stored = manifest.read(out)
     if stored is not None and job.plan is not None:
         raise LoadgenError(
-            f"{out} already holds a sweep ({len(results.finished(out))} cells done); add --resume "
+            f"{out} already holds a sweep ({len(cells.finished(out))} cells done); add --resume "
             "to continue it, or choose a new --output"
         )
     if stored is None and job.plan is None:
-        raise LoadgenError(f"nothing to resume in {out}: no {results.MANIFEST}; run the sweep without --resume")
+        raise LoadgenError(f"nothing to resume in {out}: no {cells.MANIFEST}; run the sweep without --resume")
     if stored is None:
         plan = job.plan
         assert plan is not None  # a new sweep has one (checked above)
@@ -123,7 +122,7 @@ def sweep(job: SweepJob) -> SweepResult:
         _check_virtual(job, plan)
         cluster = _join_ray(job, plan, dep)
         manifest.note_resume(out, stored, job.argv)
-    results.clean_partial(out)
+    cells.clean_partial(out)
     workloads = open_workloads(plan)
     for w in workloads.values():
         if w.notice:
@@ -144,7 +143,7 @@ def sweep(job: SweepJob) -> SweepResult:
         interrupted = _run_on_ray(job, cluster, out, plan, dep, todo, order)
     else:
         interrupted = _run_here(job, out, plan, dep, todo, workloads, order)
-    return SweepResult(out, plan, results.rebuild_table(out, order), interrupted)
+    return SweepOutcome(out, plan, cells.rebuild_table(out, order), interrupted)
 
 
 def _deployment(plan: Plan):
@@ -177,7 +176,7 @@ def _choose_time_scales(job: SweepJob, plan: Plan, dep, workloads: dict, out: Pa
             "cluster's; give --time-scale S to dilate them)"
         )
         return None
-    from loadgen.sweep.probe import ProbeError, decided, describe, run_probe
+    from loadgen.planning.probe import ProbeError, decided, describe, run_probe
 
     job.note("time scale: probing what this machine holds in real time ...")
     try:
@@ -287,7 +286,7 @@ def run_worker(output: str | Path, spec: str, api_key: str | None = None) -> boo
     out = Path(output)
     stored = manifest.read(out)
     if stored is None:
-        raise LoadgenError(f"nothing to run in {out}: no {results.MANIFEST}")
+        raise LoadgenError(f"nothing to run in {out}: no {cells.MANIFEST}")
     plan, dep = _stored(out, stored)
     workloads = open_workloads(plan)
     order = [c.key for c in plan.cells()]

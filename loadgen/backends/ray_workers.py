@@ -23,10 +23,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from loadgen.backends.workers import WorkloadRef, check_workers, merge
+from loadgen.backends.worker_processes import check_workers, merge
 from loadgen.executors import Share
 from loadgen.load.execute import ErrorRate, RunResult, RunSpec, execute, session_for
 from loadgen.load.scrape import RunWindow
+from loadgen.load.workload import WorkloadRef
 
 START_MARGIN_S = 1.0  # from naming the start to it: the calls must reach every node first
 

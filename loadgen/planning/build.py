@@ -9,10 +9,9 @@ from pathlib import Path
 from loadgen.errors import LoadgenError
 from loadgen.load.timescale import TimeScaleError, parse_scale
 from loadgen.options import SweepOptions
+from loadgen.planning.plan import Plan, PlanError, labels, levels, servers, split_workloads
 from loadgen.shapes import Shape
 from loadgen.shapes import options as shape_options
-from loadgen.sweep import manifest
-from loadgen.sweep.plan import Plan, PlanError, labels, levels, split_workloads
 from servers.deployments import DeploymentError, acceptance_variant, load, with_acceptance_lengths
 from workloads import WorkloadError, open_workload
 
@@ -193,7 +192,7 @@ def _lengths(text: str) -> list[float]:
 def _check_virtual(o: SweepOptions, dep) -> None:
     """--virtual simulates the emulator's engine in this process: what in the plan only applies
     to servers, real time or load-generating processes is refused, each in one line (--ray and
-    --metrics-port, options of the job, in sweep/execute.py)."""
+    --metrics-port, options of the job, in sweep/job.py)."""
     if dep.engine != "emulator":
         raise LoadgenError(
             f"--virtual simulates the emulator's engine; deployment {dep.name!r} runs on {dep.engine}: "
@@ -276,7 +275,7 @@ def describe(plan: Plan, dep) -> str:
                 else f"{plan.time_scale:g}x (the emulated GPU that much slower than its model)"
             )
         )
-    for v, srv in manifest.servers(dep, plan).items():
+    for v, srv in servers(dep, plan).items():
         lines.append(f"  {v}: {srv['command']}")
     for spec, label in zip(plan.workloads, plan.workload_labels):
         lines.append(f"  workload {label}: {spec}")

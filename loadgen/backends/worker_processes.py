@@ -24,41 +24,17 @@ import multiprocessing
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from loadgen.executors import Share
 from loadgen.load.execute import ErrorRate, RunResult, RunSpec, execute, session_for
 from loadgen.load.scrape import RunWindow, Window
+from loadgen.load.workload import WorkloadRef
 
 START_MARGIN_S = 0.05  # from the go message to t0: every worker is waiting on its timers by then
 
 
 class WorkerError(Exception):
     """A worker could not start; the message says which and why."""
-
-
-@dataclass(frozen=True)
-class WorkloadRef:
-    """How a worker opens the run's workload itself (workload objects hold generators, which
-    do not cross processes)."""
-
-    spec: str
-    data_dir: str | None = None
-    skip_bad: bool = False
-    category: str | None = None
-    tokenizer: str | None = None  # a tokenizer.json path (exact synthetic prompt lengths)
-
-    def open(self):
-        from workloads import open_workload
-
-        tok = None
-        if self.tokenizer:
-            from loadgen.measures.tokens import load_tokenizer
-
-            tok = load_tokenizer(self.tokenizer)
-        return open_workload(
-            self.spec, data_dir=self.data_dir, skip_bad=self.skip_bad, category=self.category, tokenizer=tok
-        )
 
 
 def check_workers(workers: int, spec: RunSpec) -> None:

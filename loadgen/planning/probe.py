@@ -41,7 +41,7 @@ import numpy as np
 
 from loadgen.load import timescale
 from loadgen.load.execute import LoadShape, RunSpec, execute, session_for
-from loadgen.sweep.plan import Cell, Plan
+from loadgen.planning.plan import Cell, Plan
 from servers.deployments import Deployment, render
 from servers.launcher import LaunchError, Server, free_port
 

@@ -14,14 +14,15 @@ import time
 from loadgen.config import clock, run_config
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
+from loadgen.planning.plan import Cell, Plan
+from loadgen.results.outcome import RunOutcome
 from loadgen.simulate.job import engine_figures
 from loadgen.simulate.virtual import SimSpec, simulate
-from loadgen.sweep.cell import CellResult, load_shape
-from loadgen.sweep.plan import Cell, Plan
+from loadgen.sweep.cell import load_shape
 from servers.emulator.__main__ import engine_from_command
 
 
-def simulate_cell(plan: Plan, cell: Cell, workload, argv) -> CellResult:
+def simulate_cell(plan: Plan, cell: Cell, workload, argv) -> RunOutcome:
     """One cell: the plan's requests for it (its measured count or duration, the sweep's seed) on
     an engine built from the variant's emulator command line `argv` (ValueError naming a bad
     flag). The warm-up a real cell sends first is left out: a simulated engine has nothing to
@@ -59,4 +60,4 @@ def simulate_cell(plan: Plan, cell: Cell, workload, argv) -> CellResult:
     )
     summary = summarize(frame, ([], []), config=config, load_info=result.run.load_info)
     summary.update(engine_figures(result, time.monotonic() - wall))
-    return CellResult(frame, summary, False)
+    return RunOutcome(frame, summary, result.run)

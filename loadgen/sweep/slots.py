@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.measures.frame import request_frame
-from loadgen.sweep import results
+from loadgen.planning.plan import Cell, Plan
+from loadgen.results import cells
 from loadgen.sweep.cell import CellError, run_cell
-from loadgen.sweep.plan import Cell, Plan
 from servers.deployments import Deployment, default_port, render
 from servers.launcher import LaunchError, Server, free_port
 
@@ -91,8 +91,8 @@ def failed_event(plan: Plan, cell: Cell, error: str, server: Server | None) -> t
 
 def write_result(root: Path, cell: Cell, frame, summary: dict, order: list[str]) -> None:
     """A finished cell into the store (and the cells table rebuilt)."""
-    results.write_cell(root, cell, frame, summary)
-    results.rebuild_table(root, order)
+    cells.write_cell(root, cell, frame, summary)
+    cells.rebuild_table(root, order)
 
 
 def _died(server: Server, frame) -> int | None:
@@ -152,7 +152,7 @@ def variant_events(
     events: ("note", text), ("started", cell), ("done", cell, frame, summary). `reporter` sees
     each request. Raises Interrupted after the "done" of an interrupted cell. In a virtual sweep
     (plan.virtual) the server is not started: each cell is simulated on the engine its command
-    line configures (loadgen.sweep.virtual)."""
+    line configures (loadgen.sweep.simulated)."""
     la = server.launch
     if plan.virtual:
         yield from _simulated(plan, la, cells, workloads)
@@ -217,7 +217,7 @@ def variant_events(
 
 
 def _simulated(plan: Plan, la, cells: list[Cell], workloads: dict) -> Iterator[tuple]:
-    from loadgen.sweep.virtual import simulate_cell
+    from loadgen.sweep.simulated import simulate_cell
 
     yield "note", f"simulating {la.variant} in virtual time: {la.shell()}"
     for cell in cells:
@@ -234,8 +234,8 @@ def _simulated(plan: Plan, la, cells: list[Cell], workloads: dict) -> Iterator[t
 def pending(root: Path, plan: Plan, retry_failed: bool) -> list[Cell]:
     """The plan's cells not yet done (failed ones too with `retry_failed`; a cell whose load
     generator died, `cause` "worker", always: that failure says nothing about the server)."""
-    done = results.finished(root)
-    keep = ("ok",) if retry_failed else results.DONE
+    done = cells.finished(root)
+    keep = ("ok",) if retry_failed else cells.DONE
     return [
         c for c in plan.cells() if done.get(c.key, {}).get("status") not in keep or done[c.key].get("cause") == "worker"
     ]

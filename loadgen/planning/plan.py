@@ -9,6 +9,8 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
+from servers.deployments import Deployment, default_port, render
+
 
 class PlanError(ValueError):
     pass
@@ -120,7 +122,7 @@ class Plan:
     baseline: str = "baseline"
     min_requests: int = 50  # with num_requests None: max(min_requests, per_user * C)
     per_user: int = 4
-    workers: int = 1  # load-generating processes per cell (loadgen.backends.workers)
+    workers: int = 1  # load-generating processes per cell (loadgen.backends.worker_processes)
     # the emulated GPU's time scale (loadgen.load.timescale): None on a real server; "auto" or a number
     # on the emulator; with "auto", the scale the probe chose per level (level label -> scale)
     time_scale: str | float | None = None
@@ -130,7 +132,7 @@ class Plan:
     acceptance_templates: list[str] | None = None
     acceptance_lengths: list[float] | None = None
     repeats: int = 1  # each cell measured this many times (rounds, each on a fresh server)
-    virtual: bool = False  # every cell simulated in virtual time, no server (loadgen.sweep.virtual)
+    virtual: bool = False  # every cell simulated in virtual time, no server (loadgen.sweep.simulated)
     # a load shape of its own instead of steady levels (--ramp, or any member of loadgen.shapes
     # that is not the closed or open loop): its options as given, one level (its peak)
     shape: dict | None = None
@@ -186,3 +188,22 @@ class Plan:
     @classmethod
     def from_dict(cls, d: dict) -> Plan:
         return cls(**d)
+
+
+def servers(dep: Deployment, plan: Plan) -> dict:
+    """Each variant's server command as planned (the emulator's port is chosen at start; each
+    cell's summary has the exact command it ran against)."""
+    out = {}
+    port = plan.port if plan.port is not None else (default_port(dep.engine) or 0)  # 0: chosen at start
+    for v in plan.variants:
+        la = render(
+            dep, v, port=port, gpus=tuple(plan.gpus[: dep.tensor_parallel_size]), llama_server=plan.llama_server
+        )
+        out[v] = {
+            "engine": la.engine,
+            "command": la.shell(),
+            "argv": list(la.argv),
+            "env": la.env,
+            "served_model_name": la.served_model_name,
+        }
+    return out
