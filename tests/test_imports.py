@@ -128,7 +128,7 @@ def package_graph(root: Path) -> dict[str, dict[str, str]]:
     nodes = {
         p.stem if p.is_file() else p.name
         for p in root.iterdir()
-        if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem != "__init__")
+        if (p.is_dir() and any(p.glob("*.py"))) or (p.suffix == ".py" and p.stem != "__init__")
     }
     graph: dict[str, dict[str, str]] = {node: {} for node in nodes}
     for path in sorted(root.rglob("*.py")):
@@ -224,3 +224,69 @@ def test_the_cycle_rule_would_see_a_cycle(tmp_path):
     assert cycles(graph) == [["backends", "load", "run", "backends"]]
     (root / "load" / "m.py").write_text("")
     assert cycles(package_graph(root)) == []
+
+
+def test_every_folder_of_code_is_a_package():
+    """A folder of modules without __init__.py is a namespace package, which
+    `packages.find` leaves out of an installed loadgen: every such folder must have one."""
+    missing = [
+        str(d.relative_to(REPO))
+        for top in PACKAGES
+        for d in [REPO / top, *(REPO / top).rglob("*")]
+        if d.is_dir() and "__pycache__" not in d.parts and any(d.glob("*.py")) and not (d / "__init__.py").exists()
+    ]
+    assert not missing, f"no __init__.py in {', '.join(missing)}"
+
+
+def documented_layers() -> dict[str, int]:
+    """docs/architecture.md's table of loadgen's packages by layer (`| N | \\`pkg/\\`, ... |`)."""
+    import re
+
+    layers: dict[str, int] = {}
+    for line in (REPO / "docs" / "architecture.md").read_text().splitlines():
+        m = re.match(r"\| (\d+) \| ([^|]+) \|", line)
+        if m:
+            for name in re.findall(r"`([\w]+)(?:/|\.py)`", m.group(2)):
+                layers[name] = int(m.group(1))
+    return layers
+
+
+def test_the_map_is_true():
+    """Every package is on the map, and imports only packages of lower layers than its own."""
+    graph = package_graph(REPO / "loadgen")
+    layers = documented_layers()
+    missing = sorted(set(graph) - set(layers) - {"__main__"})
+    assert not missing, f"docs/architecture.md's layer table lacks {', '.join(missing)}"
+    upward = [
+        f"{a} (layer {layers[a]}) imports {b} (layer {layers[b]}) at {where}"
+        for a, imports in graph.items()
+        if a in layers
+        for b, where in imports.items()
+        if b in layers and layers[b] >= layers[a]
+    ]
+    assert not upward, "; ".join(upward)
+
+
+def test_no_module_outside_the_cli_reads_options_by_flag_name():
+    """The library takes typed options (loadgen/options.py); only the CLI holds click's dict.
+    Indexing, or .get() on, a parameter named as such a dict fails this outside cli/."""
+    named = {"o", "opts", "options", "params"}
+    broken = []
+    for path in sorted((REPO / "loadgen").rglob("*.py")):
+        if "cli" in path.relative_to(REPO / "loadgen").parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            target = None
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+                target = node.value
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                target = node.func.value
+            if isinstance(target, ast.Name) and target.id in named and isinstance(node, ast.expr):
+                broken.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not broken, "options read by name at " + ", ".join(broken)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from workloads import catalog
 from workloads.errors import WorkloadError
-from workloads.stats import summary
+from workloads.length_summary import summary
 from workloads.workload import open_workload
 
 

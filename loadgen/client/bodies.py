@@ -14,10 +14,10 @@ ENDPOINTS = {"completions": "/completions", "chat": "/chat/completions"}
 def stream_options(continuous_usage: bool) -> dict[str, bool]:
     """Ask for a final usage chunk, and (vLLM's extension) usage on every chunk, which makes
     the token count of every chunk exact."""
-    opts = {"include_usage": True}
+    asked = {"include_usage": True}
     if continuous_usage:
-        opts["continuous_usage_stats"] = True
-    return opts
+        asked["continuous_usage_stats"] = True
+    return asked
 
 
 def build_body(

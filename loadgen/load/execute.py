@@ -338,7 +338,7 @@ class ErrorRate:
 
     def count_reported(self, outcomes) -> None:
         """A worker's reported outcomes (`outcome`'s), in the order they ended."""
-        for _, ok, kind in sorted(outcomes, key=lambda o: o[0]):
+        for _, ok, kind in sorted(outcomes, key=lambda outcome: outcome[0]):
             self.count(ok, kind)
 
     def count(self, ok: bool, error_type: str | None = None) -> None:

@@ -1,2 +1,3 @@
-"""Where results go: files written atomically (`store.py`), the console (`console.py`) and the
-client's live Prometheus metrics (`live.py`)."""
+"""What a run shows while it goes: each finished request appended to its journal (`journal.py`),
+the console (`console.py`: progress bar, summary table, warnings) and the client's live
+Prometheus metrics (`live.py`). Files written and read afterwards are loadgen.results'."""

@@ -44,7 +44,7 @@ def summarize_dir(directory: str | Path) -> tuple[pd.DataFrame, dict]:
             f"{path / journal.CONFIG} is missing or unreadable ({type(e).__name__}: {e}); the run's "
             "configuration, written before its load, is needed beside its journal"
         ) from None
-    opts = saved.get("summarize") or {}
+    judged = saved.get("summarize") or {}
     first = j.starts[min(j.starts)]
     t0_ns, t0_unix, scale = int(first["t0_ns"]), first.get("t0_unix"), float(first.get("time_scale") or 1.0)
     interrupted = j.cut
@@ -66,10 +66,10 @@ def summarize_dir(directory: str | Path) -> tuple[pd.DataFrame, dict]:
         result.loop_lag(),
         config=config,
         interrupted=interrupted,
-        goodput=opts.get("objectives"),
-        lateness_threshold_ms=opts.get("lateness_threshold_ms", 5.0),
-        timing_threshold_ms=opts.get("timing_threshold_ms", 4.0),
-        steady=bool(opts.get("steady_state")),
+        goodput=judged.get("objectives"),
+        lateness_threshold_ms=judged.get("lateness_threshold_ms", 5.0),
+        timing_threshold_ms=judged.get("timing_threshold_ms", 4.0),
+        steady=bool(judged.get("steady_state")),
     )
     ends = [r.t_end_ns for r in result.records if r.t_end_ns]
     summary["journal"] = {

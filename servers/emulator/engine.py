@@ -24,12 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from servers.emulator import content
+from servers.emulator.counters import EngineStats
 from servers.emulator.drafting import Drafting, RequestSD, exact_trace
 from servers.emulator.ngram import NgramIndex
 from servers.emulator.prefix import PrefixCache
 from servers.emulator.profile import Profile
 from servers.emulator.spec import SpecConfig
-from servers.emulator.stats import EngineStats
 
 
 class EngineError(ValueError):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from servers.emulator.stats import EngineStats, Histogram
+from servers.emulator.counters import EngineStats, Histogram
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 FINISHED_REASONS = ("stop", "length", "abort")
