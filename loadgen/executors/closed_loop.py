@@ -19,10 +19,38 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from loadgen.executors.feed import Feed, Sender, Share
 
+T = TypeVar("T")
+
 JOIN_GAP_S = 0.001
+
+
+class User(Generic[T]):
+    """A closed-loop user's requests (the rule this executor and the simulator,
+    loadgen.simulate.virtual, both follow). It takes its first two together, then the next as soon as
+    it has sent one: which requests a user sends does not depend on how the users' starts
+    interleave (a stall at the start would otherwise deal them differently from run to run), and
+    the next one is prepared while the current one is in flight."""
+
+    def __init__(self, take: Callable[[], T | None]) -> None:
+        self._take = take
+        self._next: T | None = None
+        self._started = False
+
+    def next(self) -> T | None:
+        """What the user sends now (None: it has nothing left)."""
+        if not self._started:
+            self._started = True
+            return self._take()
+        return self._next
+
+    def sent(self) -> None:
+        """It has just sent one: take the one after."""
+        self._next = self._take()
 
 
 async def run(feed: Feed, send: Sender, *, join_s: list[float], t0_ns: int, share: Share = Share()) -> dict:
@@ -37,16 +65,18 @@ async def run(feed: Feed, send: Sender, *, join_s: list[float], t0_ns: int, shar
         if delay > 0:
             await asyncio.sleep(delay)
         t_free = None  # first request: scheduled when sent
-        item = feed.take()
+        requests = User(feed.take)  # the take-ahead rule, as the simulator follows it
+        item = requests.next()
         while item is not None and not feed.expired():
             task = loop.create_task(send(item, t_free, 0))
             if t_free is not None:
                 await asyncio.sleep(0)  # let the request go out, then prepare the next one
-            item = feed.take()
+            requests.sent()
             rec = await task
             if t_free is None:  # (a conversation's: its first turn's)
                 first_sends.append(rec.t_session_send_ns or rec.t_send_ns)
             t_free = rec.t_end_ns
+            item = requests.next()
 
     tasks = [loop.create_task(user(k)) for k in range(share.worker, len(join_s), share.workers)]
     try:

@@ -82,6 +82,24 @@ def turn_seed(seed: int, index: int) -> np.random.Generator:
     return np.random.default_rng([seed, index, 7])
 
 
+class Conversation:
+    """A conversation's later turns (the rule `conversing` and the simulator,
+    loadgen.simulate.virtual, both follow): turn n+1 is due a think time after turn n's reply ended
+    (drawn from the conversation's own seed: the same in a real run and in a simulation), with
+    the whole history and the reply as streamed; it is over when no turn is left."""
+
+    def __init__(self, think: Think, seed: int, index: int) -> None:
+        self.think = think
+        self.rng = turn_seed(seed, index)
+
+    def next(self, req: Request, reply: str) -> tuple[float, Request] | None:
+        """(the pause before it in emulated seconds, the next turn) after `req` was answered by
+        `reply`; None when `req` was the last turn."""
+        if not req.followups:
+            return None
+        return self.think.draw(self.rng), next_turn(req, reply, req.followups[0])
+
+
 def conversing(
     send: Sender,
     encode: Callable[[Request], bytes],
@@ -103,14 +121,13 @@ def conversing(
         rec = await send(item, t_sched, queue_delay)
         if not req.followups:
             return rec
-        rng = turn_seed(seed, item.index)
+        turns = Conversation(think, seed, item.index)
         first_send = rec.t_send_ns
-        while req.followups and rec.ok:
-            reply = "".join(rec.chunk_text or ())
+        while rec.ok and (after := turns.next(req, "".join(rec.chunk_text or ()))) is not None:
             if not keep_text:
                 rec.chunk_text = None
-            req = next_turn(req, reply, req.followups[0])
-            due = rec.t_end_ns + int(think.draw(rng) * scale * 1e9)
+            pause, req = after
+            due = rec.t_end_ns + int(pause * scale * 1e9)
             nxt = Item(item.index, req, encode(req), item.warmup)  # encoded before the pause
             if feed.expired(due):
                 break

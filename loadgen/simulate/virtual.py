@@ -5,7 +5,7 @@ of requests take seconds. Requests arrive as in a real run (closed loop: N users
 its next request when its last one ends, joining 1 ms apart; open loop: the same seeded
 arrival schedule as `loadgen run`, optionally capped in flight; a conversation's turns one
 after another, each with the reply to the last as the emulator streams it, the think time
-after it, drawn as `loadgen run` draws it: loadgen.executors.conversation), and each becomes the same
+after it, drawn as `loadgen run` draws it), and each becomes the same
 `RequestRecord` a real run writes, chunk by chunk with exact usage. The client sends on time and
 reads each chunk the moment its step ends; what it cannot do is answer in no time: a request
 that follows a response (a closed-loop user's next one, an open-loop one waiting for a slot)
@@ -15,6 +15,11 @@ misses the step that starts right then (the engine plans its next step at once).
 `time_scale` runs the simulated GPU S times slower on the records' clock (the same mapping as
 the real-time emulator's, servers/emulator/timeline.py); `loadgen.load.timescale.to_emulated`
 converts the result back, which is how the invariance of every figure under S is pinned.
+
+What is sent when is the shape's schedule (`join_s`, `arrivals_s`) and the executors' own rules,
+held in the same objects a real run uses: a closed-loop user deals its requests through
+loadgen.executors.closed_loop.User, a conversation's later turns come from
+loadgen.executors.conversation.Conversation. A new load shape needs nothing here.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from typing import Any, cast
 
 from loadgen.client.record import RequestRecord
 from loadgen.executors import closed_loop
-from loadgen.executors.conversation import Think, next_turn, turn_seed
+from loadgen.executors.closed_loop import User
+from loadgen.executors.conversation import Conversation, Think
 from loadgen.load.execute import RunResult
 from loadgen.shapes import Shape
 from loadgen.simulate import CLIENT_RTT_S
@@ -73,7 +79,7 @@ class _Turn:
 
     item: tuple[int, Request]
     user: int | None
-    rng: object
+    turns: Conversation
 
 
 def _at(line: Timeline):
@@ -109,11 +115,13 @@ def simulate(
         for t in load.arrivals_s(num=limit, duration_s=deadline, seed=sim.seed).tolist():
             heapq.heappush(events, (t, next(order), None))
     capped: deque[tuple[float, tuple[int, Request]]] = deque()  # open loop waiting for a slot
-    reserved: dict[int, tuple[int, Request] | None] = {}  # a closed-loop user's next request
+    users: dict[int, User[tuple[int, Request]]] = {}  # each closed-loop user's requests, as loadgen run deals them
     firsts: dict[int, int] = {}  # each closed-loop user's first send (ns)
     in_flight = 0
 
-    def send(item: tuple[int, Request], t_sched: float, t_send: float, user: int | None, rng=None) -> None:
+    def send(
+        item: tuple[int, Request], t_sched: float, t_send: float, user: int | None, turns: Conversation | None = None
+    ) -> None:
         nonlocal in_flight
         index, req = item
         rec = RequestRecord(
@@ -130,10 +138,10 @@ def simulate(
         )
         rec.t_call_ns = rec.t_send_ns = _ns(t_send)
         records.append(rec)
-        if req.followups and rng is None:
-            rng = turn_seed(sim.seed, index)  # the think times loadgen run draws for it
+        if req.followups and turns is None:
+            turns = Conversation(sim.think, sim.seed, index)  # its later turns, as loadgen run sends them
         try:
-            (submit or _submit_text)(engine, req, t_send, (rec, user, item, rng))
+            (submit or _submit_text)(engine, req, t_send, (rec, user, item, turns))
         except EngineError as e:
             rec.status, rec.error_type, rec.error_message = 400, "http_400", f"HTTP 400: {e}"
             rec.t_end_ns = _ns(t_send + _REFUSAL_S)
@@ -190,7 +198,7 @@ def simulate(
         while events and events[0][0] <= t:
             t_event, _, user = heapq.heappop(events)
             if isinstance(user, _Turn):  # due: the think time after the reply has passed
-                send(user.item, t_event, t_event, user.user, user.rng)
+                send(user.item, t_event, t_event, user.user, user.turns)
                 continue
             if isinstance(user, tuple):  # a capped open-loop request: the slot it was handed
                 in_flight -= 1  # (held since the response that freed it ended)
@@ -198,15 +206,15 @@ def simulate(
                 continue
             if deadline is not None and t_event >= deadline:
                 continue
-            if user is not None:  # closed loop: the user is free now; as a real user does, it
-                # takes its next request as soon as it has sent one (loadgen.executors.closed_loop)
-                item = reserved.pop(user) if user in reserved else take()
+            if user is not None:  # closed loop: the user is free now (loadgen.executors.closed_loop.User)
+                own = users.setdefault(user, User(take))
+                item = own.next()
                 if item is None:
                     continue
                 if user not in firsts:
                     firsts[user] = _ns(t_event)
                 send(item, t_event, t_event, user)
-                reserved[user] = take()
+                own.sent()
                 continue
             item = take()
             if item is None:
@@ -225,7 +233,7 @@ def simulate(
             raise RuntimeError("engine has work but could not schedule any of it")
         t_end = t + step.duration
         for em in engine.commit(step, t_end):
-            rec, user, (index, req), rng = cast(tuple, em.seq.sink)
+            rec, user, (index, req), turns = cast(tuple, em.seq.sink)
             rec.chunk_t_ns.append(_ns(t_end))
             rec.chunk_usage.append(em.seq.emitted)
             rec.chunk_chars.append(-1)
@@ -238,10 +246,10 @@ def simulate(
                 rec.t_end_ns = _ns(t_end)
                 if req.followups:  # the next turn: the history with this reply, as streamed
                     reply = "".join(" " + w for w in em.seq.words[: em.seq.emitted])
-                    t_due = t_end + sim.think.draw(rng) + rtt
+                    pause, nxt = turns.next(req, reply)
+                    t_due = t_end + pause + rtt
                     if deadline is None or t_due < deadline:
-                        turn = _Turn((index, next_turn(req, reply, req.followups[0])), user, rng)
-                        heapq.heappush(events, (t_due, next(order), turn))
+                        heapq.heappush(events, (t_due, next(order), _Turn((index, nxt), user, turns)))
                         continue
                 free(t_end + rtt, user)  # one round trip later
         t = t_end
