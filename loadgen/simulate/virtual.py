@@ -18,7 +18,8 @@ converts the result back, which is how the invariance of every figure under S is
 
 What is sent when is the shape's schedule (`join_s`, `arrivals_s`) and the executors' own rules,
 held in the same objects a real run uses: a closed-loop user deals its requests through
-loadgen.executors.closed_loop.User, a conversation's later turns come from
+loadgen.executors.closed_loop.User, an open loop's cap hands slots on through
+loadgen.executors.open_loop.Slots, a conversation's later turns come from
 loadgen.executors.conversation.Conversation. A new load shape needs nothing here.
 """
 
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -35,6 +35,7 @@ from loadgen.client.record import RequestRecord
 from loadgen.executors import closed_loop
 from loadgen.executors.closed_loop import User
 from loadgen.executors.conversation import Conversation, Think
+from loadgen.executors.open_loop import Slots
 from loadgen.load.execute import RunResult
 from loadgen.shapes import Shape
 from loadgen.simulate import CLIENT_RTT_S
@@ -114,15 +115,13 @@ def simulate(
     else:
         for t in load.arrivals_s(num=limit, duration_s=deadline, seed=sim.seed).tolist():
             heapq.heappush(events, (t, next(order), None))
-    capped: deque[tuple[float, tuple[int, Request]]] = deque()  # open loop waiting for a slot
+    slots: Slots[tuple[float, tuple[int, Request]]] = Slots(load.max_concurrency or None)  # open loop's cap
     users: dict[int, User[tuple[int, Request]]] = {}  # each closed-loop user's requests, as loadgen run deals them
     firsts: dict[int, int] = {}  # each closed-loop user's first send (ns)
-    in_flight = 0
 
     def send(
         item: tuple[int, Request], t_sched: float, t_send: float, user: int | None, turns: Conversation | None = None
     ) -> None:
-        nonlocal in_flight
         index, req = item
         rec = RequestRecord(
             index=index,
@@ -145,26 +144,17 @@ def simulate(
         except EngineError as e:
             rec.status, rec.error_type, rec.error_message = 400, "http_400", f"HTTP 400: {e}"
             rec.t_end_ns = _ns(t_send + _REFUSAL_S)
-            if req.turn > 1 and req.session:  # its conversation ends here, its slot (or user) free
-                free(t_send + _REFUSAL_S, user)
-            elif user is not None:
-                heapq.heappush(events, (t_send + _REFUSAL_S, next(order), user))
-            return
-        if not (req.turn > 1 and req.session):  # a later turn keeps its conversation's slot
-            in_flight += 1
+            free(t_send + _REFUSAL_S, user)  # its conversation (if any) ends here, its slot or user free
 
     def free(t_free: float, user: int | None) -> None:
         """A request (or a conversation) is over: its user goes on, or its open-loop slot goes to
         the longest waiting request, from `t_free`."""
-        nonlocal in_flight
         if user is not None:
-            in_flight -= 1
             heapq.heappush(events, (t_free, next(order), user))
-        elif capped:
-            t_arr, item = capped.popleft()
-            heapq.heappush(events, (t_free, next(order), (t_arr, item)))
-        else:
-            in_flight -= 1
+            return
+        waiting = slots.free()
+        if waiting is not None:
+            heapq.heappush(events, (t_free, next(order), waiting))
 
     def _submit_text(engine: Engine, req: Request, t_send: float, sink) -> None:
         text = (
@@ -201,7 +191,6 @@ def simulate(
                 send(user.item, t_event, t_event, user.user, user.turns)
                 continue
             if isinstance(user, tuple):  # a capped open-loop request: the slot it was handed
-                in_flight -= 1  # (held since the response that freed it ended)
                 send(user[1], user[0], t_event, None)
                 continue
             if deadline is not None and t_event >= deadline:
@@ -219,9 +208,7 @@ def simulate(
             item = take()
             if item is None:
                 continue
-            if load.max_concurrency and in_flight >= load.max_concurrency:
-                capped.append((t_event, item))
-            else:
+            if slots.take((t_event, item)):
                 send(item, t_event, t_event, None)
         if not engine.has_work:
             if not events:
