@@ -25,6 +25,11 @@ def shape_options(f, sweep: bool = False):
     return f
 
 
+def sweep_shape_options(f):
+    """The options of the shapes a sweep takes as its load, beside --concurrency / --rates."""
+    return shape_options(f, sweep=True)
+
+
 def build(model: type, params: dict):
     """The library's options model (loadgen.options) from click's parameters: each of its fields
     from the parameter of the same name, the shape's from the shape family's; the parameters

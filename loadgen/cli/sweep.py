@@ -49,7 +49,7 @@ from servers.deployments import ENGINES, DeploymentError
     help="Closed-loop levels: 1..256 (powers of two), lists 1,4,16, or both [default: 1..256; embedded: 1..64].",
 )
 @click.option("--rates", help="Open-loop levels in requests/s instead, e.g. 0.5,1,2 or 1..16.")
-@lambda f: options.shape_options(f, sweep=True)
+@options.sweep_shape_options
 @click.option("--arrival", type=click.Choice(["poisson", "gamma", "constant"]), help="Open-loop gaps [poisson].")
 @click.option("--burstiness", type=float, help="Gamma shape for --rates (1 = Poisson).")
 @click.option(

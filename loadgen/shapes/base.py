@@ -45,6 +45,11 @@ class Flag:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
+    @property
+    def usage(self) -> str:
+        """The flag with its value, e.g. `--ramp [users:|rate:]A:B:S`."""
+        return f"{self.flag} {self.metavar or self.name.upper()}"
+
 
 class Shape:
     """The interface. Attributes other parts read (None or the default where a shape has none):

@@ -52,9 +52,7 @@ def from_options(given: Any, context: Any = None) -> Shape:
     asked = [cls for cls in REGISTRY.values() if _asks(cls, given)]
     if not asked or (len(asked) > 1 and all(cls.STEADY for cls in asked)):
         loads = [
-            f"{cls.OPTIONS[0].flag} {cls.OPTIONS[0].metavar} ({cls.OPTIONS[0].what})"
-            for cls in REGISTRY.values()
-            if cls.OPTIONS
+            f"{cls.OPTIONS[0].usage} ({cls.OPTIONS[0].what or cls.mode})" for cls in REGISTRY.values() if cls.OPTIONS
         ]
         raise LoadgenError(f"give exactly one of {', '.join(loads[:-1])} and {loads[-1]}")
     if len(asked) > 1:
@@ -65,7 +63,9 @@ def from_options(given: Any, context: Any = None) -> Shape:
     reads = {f.name for f in shape.OPTIONS} | set(shape.USES)
     for f in flags():
         if f.name not in reads and getattr(given, f.name, None) is not None:
-            raise LoadgenError(f"{f.flag} applies to {f.applies}, or drop {f.flag}")
+            owner = next(cls for cls in REGISTRY.values() if f in cls.OPTIONS)
+            applies = f.applies or f"{owner.OPTIONS[0].what or owner.mode}: give {owner.OPTIONS[0].usage}"
+            raise LoadgenError(f"{f.flag} applies to {applies}, or drop {f.flag}")
     names = tuple(sorted((f.name for f in flags()), key=len, reverse=True))
     try:
         return shape.from_options(given, context)
