@@ -345,3 +345,36 @@ def test_max_error_rate_is_one_judgement_over_all_workers(server, tmp_path):
         str(tmp_path),
     )
     assert_stopped_once(res, tmp_path, 2000)
+
+
+def test_a_cells_warm_up_goes_from_this_process_before_its_workers():
+    """A sweep cell with --workers 2 sends its separate warm-up from this process, on a session
+    still open, before the worker processes send the measured requests (every warm-up request
+    succeeds, and the measured ones are all the cell's)."""
+    from loadgen.planning.plan import Cell, Plan
+    from loadgen.sweep.cell import run_cell
+    from servers.embedded import emulator_server
+    from workloads import open_workload
+
+    model, spec = "meta-llama/Llama-3.1-8B-Instruct", "chat,output=fixed:16"
+    plan = Plan(
+        deployment="llama-3.1-8b",
+        engine="emulator",
+        variants=["baseline"],
+        workloads=[spec],
+        workload_labels=["chat"],
+        mode="closed",
+        levels=[4],
+        num_requests=8,
+        duration_s=None,
+        warmup=3,
+        workers=2,
+    )
+    seen: list[RequestRecord] = []
+    with emulator_server(model) as srv:
+        out = run_cell(
+            plan, Cell("baseline", "chat", 4, "closed"), open_workload(spec), srv.url, model, on_record=seen.append
+        )
+    assert out is not None and out.summary["config"]["workers"] == 2
+    assert len(seen) >= 3 and all(r.ok for r in seen), [r.error_message for r in seen if not r.ok]
+    assert out.summary["completed"] == 8 and out.summary["failed"] == 0

@@ -205,16 +205,8 @@ async def _load(job: RunJob, cluster, stop: asyncio.Event) -> RunResult:
         if job.live is not None:
             job.live.context(spec.model, "", job.workload.spec.split(",")[0], spec.load.level())
             on_start, on_record = job.live.started, job.live.finished
-        backend = backends.choose(job.workers, job.workload_ref, cluster)
-        if backend.local:
-            backend = backends.InProcess(session)
-        else:
-            await session.close()  # the workers have their own
-        if spec.journal is not None:
-            write_config(job)
-        if job.on_started is not None:
-            job.on_started()
-        if job.warmup_apart and spec.warmup:  # before the window opens: not in the server's counters
+        if job.warmup_apart and spec.warmup:  # from this process, before the window opens (not in the
+            # server's counters) and before the backend: worker processes have their own sessions
             warm = dataclasses.replace(
                 spec,
                 num_requests=spec.warmup,
@@ -231,6 +223,15 @@ async def _load(job: RunJob, cluster, stop: asyncio.Event) -> RunResult:
             await execute(warm, short, session=session, stop=stop, on_start=on_start, on_record=on_record)
             if stop.is_set():
                 raise StoppedEarly
+        backend = backends.choose(job.workers, job.workload_ref, cluster)
+        if backend.local:
+            backend = backends.InProcess(session)
+        else:
+            await session.close()  # the workers have their own
+        if spec.journal is not None:
+            write_config(job)
+        if job.on_started is not None:
+            job.on_started()
         measured = dataclasses.replace(spec, warmup=0) if job.warmup_apart else spec
         try:
             requests = job.workload.requests(None, spec.seed)
