@@ -136,8 +136,11 @@ def test_what_the_client_measured_agrees_with_the_servers_counters(deployment, v
             assert sd["accepted_tokens"] == reported["accepted_tokens"] == frame["server_accepted_tokens"].sum()
             assert sd["draft_tokens"] == reported["draft_tokens"] == frame["server_draft_tokens"].sum()
             assert sd["accepted_tokens"] > 0
-            # one token per chunk: the client finds the steps in the bursts
-            assert client["steps_source"] == "bursts"
+            # one token per chunk: the client finds the steps in the bursts of every request that
+            # accepted a draft; one that accepted none (Gemma samples: an answer may never repeat
+            # its prompt) has no burst, its chunks are its steps (so the run's source may be mixed)
+            accepted = frame["server_accepted_tokens"].fillna(0) > 0
+            assert accepted.any() and (frame.loc[accepted, "steps_source"] == "bursts").all()
             assert client["accepted_tokens"] == pytest.approx(sd["accepted_tokens"], rel=0.10)
             pooled_drafts += sd["drafts"]
             pooled_per_pos = [a + p * sd["drafts"] for a, p in zip(pooled_per_pos, sd["per_position"])]

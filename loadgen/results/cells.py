@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from loadgen.results import store
 from loadgen.planning.plan import Cell
+from loadgen.results import store
 
 MANIFEST = "manifest.json"
 CELLS = "cells"

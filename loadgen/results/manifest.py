@@ -12,9 +12,8 @@ from importlib import metadata
 from pathlib import Path
 
 from loadgen import __version__
+from loadgen.planning.plan import Plan, servers
 from loadgen.results import store
-from loadgen.planning.plan import Plan
-from loadgen.planning.plan import servers
 from loadgen.results.cells import MANIFEST
 from servers.deployments import Deployment
 

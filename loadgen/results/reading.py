@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from loadgen.results import store
-from loadgen.results import cells, manifest
 from loadgen.planning.plan import Plan
+from loadgen.results import cells, manifest, store
 
 
 class ReportError(ValueError):
