@@ -12,14 +12,10 @@ from loadgen.load.execute import RunSpec
 from loadgen.load.workload import WorkloadRef
 from loadgen.planning.plan import Cell, Plan
 from loadgen.results.outcome import RunOutcome
-from loadgen.run.measurement import WARMUP_TOKENS, NotMeasured, RunJob, StoppedEarly, measure
+from loadgen.run.measurement import RunJob, StoppedEarly, measure
 from loadgen.run.target import Target
 from loadgen.shapes import Shape
 from loadgen.shapes import options as shape_options
-
-__all__ = ["WARMUP_TOKENS", "CellError", "cell_job", "load_shape", "run_cell"]
-
-CellError = NotMeasured  # the cell could not be measured at all (its server refused the time scale)
 
 
 def load_shape(plan: Plan, cell: Cell) -> Shape:
@@ -96,7 +92,8 @@ def run_cell(
     time_scale: float | None = None,
 ) -> RunOutcome | None:
     """Run the cell (on an emulator, at `time_scale`: set before the cell); None when it was
-    interrupted before its measurement began. CellError when it cannot be measured at all."""
+    interrupted before its measurement began. NotMeasured (loadgen.run.measurement) when it cannot
+    be measured at all (its server refused the time scale)."""
     job = cell_job(
         plan,
         cell,

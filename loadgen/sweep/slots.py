@@ -13,7 +13,8 @@ from pathlib import Path
 from loadgen.measures.frame import request_frame
 from loadgen.planning.plan import Cell, Plan
 from loadgen.results import cells
-from loadgen.sweep.cell import CellError, run_cell
+from loadgen.run.measurement import NotMeasured
+from loadgen.sweep.cell import run_cell
 from servers.deployments import Deployment, default_port, render
 from servers.launcher import LaunchError, Server, free_port
 
@@ -187,7 +188,7 @@ def variant_events(
                 on_start=reporter.request_started,
                 time_scale=plan.scale_for(cell) if la.engine == "emulator" else None,
             )
-        except CellError as e:
+        except NotMeasured as e:
             yield "note", f"{cell.key}: {e}"
             yield failed_event(plan, cell, str(e), server)
             continue
