@@ -146,13 +146,15 @@ def prepare(output: str | Path) -> Path:
         raise LoadgenError(str(e)) from None
 
 
-def write(output: Path, frame: pd.DataFrame, summary: Callable[[], dict]) -> dict:
-    """Write the request table first (whatever happens next, what was measured is kept), then
-    the summary (computed in between); returns the summary."""
+def write(output: Path, frame: pd.DataFrame | None, summary: Callable[[], dict]) -> dict:
+    """Write the request table first (whatever happens next, what was measured is kept; None:
+    it is there already, written from the journal), then the summary (computed in between);
+    returns the summary."""
     from loadgen.results import store
 
     try:
-        store.write_requests(output, frame)
+        if frame is not None:
+            store.write_requests(output, frame)
         s = summary()
         store.write_summary(output, s)
     except OSError as e:
@@ -170,8 +172,8 @@ def summaries(path: str | Path) -> dict[str, dict]:
 
     path = Path(path)
     if not (path / SUMMARY).is_file() and journal.exists(path):
-        frame, summary = summarize_dir(path)
-        write(path, frame, lambda: summary)
+        _, summary = summarize_dir(path)
+        write(path, None, lambda: summary)
     return of_path(path)
 
 
@@ -186,5 +188,8 @@ def run(job: RunJob, output: str | Path | None = None) -> RunOutcome:
         journal.clear(out)
         job.journal = str(out)
     measured = measure(job)
-    summary = write(out, measured.frame, measured.summary) if out is not None else measured.summary()
-    return RunOutcome(measured.frame, summary, measured.result, out)
+    if out is None:
+        return RunOutcome(measured.rows, measured.summary(), measured.result, out)
+    in_memory = measured.rows.frame  # None: requests.parquet is written, from the journal
+    summary = write(out, in_memory, measured.summary)
+    return RunOutcome(measured.rows, summary, measured.result, out)

@@ -4,7 +4,7 @@ import pytest
 
 from loadgen.client.record import RequestRecord
 from loadgen.measures.frame import request_frame, token_gaps
-from loadgen.measures.summary import steady_window, summarize
+from loadgen.measures.summary import summarize
 
 MS = 1_000_000
 BASE = 5_000  # ms: monotonic times are never 0 (0 means "not sent")
@@ -52,6 +52,29 @@ def test_tokens_of_the_first_chunk_beyond_the_first_have_zero_itl():
     assert f.iloc[0].tpot_ms == pytest.approx(20 / 4)
 
 
+def test_the_summarys_per_chunk_figures_are_the_definitions_over_every_request():
+    """loadgen.measures.chunks computes ITL, gaps and tokens per chunk in batches; over many
+    requests of every shape (one chunk, multi-token chunks, failures, warm-up) its figures are
+    describe() of token_gaps()'s arrays over the measured requests, exactly."""
+    import random
+
+    from loadgen.measures.describe import describe
+
+    rnd = random.Random(5)
+    recs = []
+    for i in range(200):
+        t, chunks = 100, []
+        for _ in range(rnd.randint(1, 12)):
+            t += rnd.randint(1, 40)
+            chunks.append((t, rnd.randint(1, 4)))
+        recs.append(_rec(i, 0, 0, chunks, warmup=i < 5, error="http" if i % 17 == 0 else None))
+    f = request_frame(recs)
+    itl, gaps, decode = token_gaps(f[f["ok"] & ~f["warmup"]])
+    s = summarize(f, ([], []), config=_config())
+    assert s["itl_ms"] == describe(itl) and s["inter_chunk_ms"] == describe(gaps)
+    assert s["tokens_per_chunk"] == describe(decode) and s["tokens_per_chunk_mean"] == decode.mean()
+
+
 def _config():
     return {"clock": {"t0_ns": BASE * MS}, "load": {"concurrency": 2}}
 
@@ -97,9 +120,8 @@ def test_steady_window_counts_tokens_that_arrive_inside_it():
         _rec(1, 1000, 1000, [(1000 + 100 * i, 1) for i in range(1, 11)]),
     ]
     f = request_frame(recs)
-    start, end, kind = steady_window(f)
-    assert (start, end, kind) == (BASE * MS, (BASE + 1000) * MS, "steady")
     s = summarize(f, ([], []), config=_config())
+    assert (s["window"]["start_s"], s["window"]["duration_s"], s["window"]["kind"]) == (0.0, 1.0, "steady")
     assert s["window"]["output_tokens"] == 10
     assert s["output_throughput_tok_s"] == pytest.approx(10.0)
     assert s["request_throughput_req_s"] == pytest.approx(1.0)

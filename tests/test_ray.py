@@ -418,3 +418,66 @@ def test_an_emulator_sweep_asks_for_cpus_by_default(cluster, tmp_path):
         assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
         summary = json.loads(next((out / "cells").glob("*/*/*/summary.json")).read_text())
         assert summary["completed"] == 2 and summary["cell"]["ray"]["node_id"]
+
+
+def test_a_ray_run_killed_midway_keeps_what_its_actors_finished(cluster, server, tmp_path):
+    """`loadgen run --workers 2 --ray --output DIR`: the actors' finished requests are fetched
+    twice a second and journaled on the driver's host as they go, so a run killed outright
+    keeps them: `loadgen summarize` measures every request journaled, each once, from both
+    actors. Without it (before) the actors sent their records only at the end, and a kill lost all."""
+    from loadgen.outputs import journal
+    from tests.conftest import REPO
+
+    address, env, _ = cluster
+    url = server("--ttft-ms", "5", "--prefill-us-per-token", "0", "--step-ms", "4", "--chunk-tokens", "1")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "run",
+            "--base-url",
+            url,
+            "--workers",
+            "2",
+            "--ray",
+            address,
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "100000",
+            "--output-len",
+            "8",
+            "--quiet",
+            "--output",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if journal.exists(tmp_path) and journal.read(tmp_path).rows >= 80:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        kept = journal.read(tmp_path)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert kept.rows >= 80 and {r.worker for r in kept.records} == {0, 1}
+    res = run_cli("summarize", str(tmp_path), env=env)
+    assert res.returncode == 0, res.stderr
+    s = json.loads((tmp_path / "summary.json").read_text())
+    f = pd.read_parquet(tmp_path / "requests.parquet")
+    assert s["journal"]["cut"] and f["index"].is_unique and len(f) >= kept.rows
+    assert set(r.index for r in kept.records) <= set(f["index"])  # what was journaled before the kill
+    assert (f["worker"] == f["index"] % 2).all() and f["ok"].all() and (f["completion_tokens"] == 8).all()
+    assert s["completed"] == len(f)

@@ -305,6 +305,30 @@ def test_a_partial_or_broken_sweep_gives_a_partial_report(sweep, tmp_path):
     assert len(sp) == 6  # 8 ratios less the two whose cell is gone
 
 
+def test_a_single_runs_directory_gets_its_report_too(sweep, tmp_path):
+    """`loadgen report DIR` on one run (`loadgen run --output`, here killed before its summary:
+    summarized from its journal first) and on one sweep cell's directory: the same tables and
+    charts, for one cell, and a lead that says what the run measured."""
+    run = tmp_path / "run"
+    res = run_cli(
+        "run", "--concurrency", "2", "--num-requests", "12", "--output-len", "24", "--quiet", "--output", str(run)
+    )
+    assert res.returncode == 0, res.stderr
+    (run / "summary.json").unlink()  # as a run killed at its end leaves it
+    res = cli("report", str(run))
+    assert res.returncode == 0, res.stderr
+    md = (run / "report" / "report.md").read_text()
+    assert "One run (run (eagle)) on synthetic:random at 2 users: 12 requests" in md
+    latency = csv(run / "report", "latency")
+    assert len(latency) == 1 and latency["ttft_p50_ms"].iloc[0] > 0
+    assert (run / "report" / "per_request.png").is_file() and (run / "summary.json").is_file()
+    cell = sweep / cells.CELLS / "eagle" / "chat" / "c1"
+    res = cli("report", str(cell), "--output", str(tmp_path / "cell-report"))
+    assert res.returncode == 0, res.stderr
+    md = (tmp_path / "cell-report" / "report.md").read_text()
+    assert "One run (eagle) on chat at 1 users" in md and len(csv(tmp_path / "cell-report", "acceptance")) == 1
+
+
 @pytest.mark.parametrize("case", ["no_dir", "no_manifest", "bad_manifest", "no_cells"])
 def test_bad_results_directories_are_one_line(sweep, tmp_path, case):
     target = tmp_path / "x"

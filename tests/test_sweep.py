@@ -172,6 +172,78 @@ def test_killed_mid_way_then_resumed_gives_every_cell_once(tmp_path, sig):
     proc.stderr.close()
 
 
+def test_a_cell_killed_midway_is_continued_by_resume_keeping_its_requests(tmp_path):
+    """kill -9 of a sweep in the middle of a cell, then --resume: the cell's requests journaled
+    before the kill are kept as they were (not sent again), each once, and the cell completes
+    with the rest, its journal's next part."""
+    from loadgen.outputs import journal
+
+    out = tmp_path / "out"
+    total = 160
+    args = [
+        "--servers",
+        deployment(tmp_path, "[variants.baseline]\n"),
+        "--workloads",
+        "synthetic:random,input_len=16,output_len=16",
+        "--concurrency",
+        "4",
+        "--num-requests",
+        str(total),
+        "--warmup",
+        "1",
+        "--quiet",
+        "--output",
+        str(out),
+    ]
+    key = "baseline/synthetic-random/c4"
+    progress = out / stored.CELLS / "baseline" / "synthetic-random" / ".run-c4"
+    proc = _start(args)
+    tree: set = set()
+    try:
+
+        def journaled() -> bool:
+            tree.update(process_tree(proc.pid))
+            return journal.exists(progress) and journal.read(progress).rows >= 40
+
+        _wait_for(journaled, 90, "40 journaled requests")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    try:
+        _wait_for(lambda: not still_running(tree), 15, "the sweep's servers to exit")
+    finally:
+        for pid, _ in still_running(tree):
+            os.kill(pid, signal.SIGKILL)
+    before = {r.index: r.t_send_ns for r in journal.read(progress).records}
+    assert 40 <= len(before) < total and not stored.finished(out)
+    res = run_cli("sweep", "--resume", "--output", str(out), "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert "continued from its journal" in res.stderr
+    final = out / stored.CELLS / key
+    frame = pd.read_parquet(final / "requests.parquet")
+    assert sorted(frame["index"]) == list(range(total))  # every request, each once
+    start = journal.meta(final).starts["0"]  # kept as measured before the kill (in emulated time) ...
+    t0, scale = start["t0_ns"], start["time_scale"]
+    sent = dict(zip(frame["index"], frame["t_send_ns"]))
+    assert all(sent[i] == t0 + round((t - t0) / scale) for i, t in before.items())
+    again = pd.read_parquet(final / "requests.parquet", filters=[("t_send_ns", ">", max(sent[i] for i in before))])
+    assert not set(again["index"]) & set(before)  # ... and not sent again
+    s = summary(out, key)
+    assert s["cell"]["status"] == "ok" and s["completed"] == total
+    assert s["resumed"]["parts"] == 2 and s["resumed"]["requests_before"] == len(before)
+    assert not progress.exists() and journal.parts(out / stored.CELLS / key) == 2
+    res = cli("summarize", str(final))  # a cell's directory is a run's: summarized from its journal
+    assert res.returncode == 0, res.stderr
+    again = summary(out, key)
+    assert again["completed"] == total and again["cell"] == s["cell"] and again["ttft_ms"] == s["ttft_ms"]
+    assert not again["journal"]["cut"]  # its first part was cut, and continued
+    proc.stdout.close()
+    proc.stderr.close()
+
+
 def test_a_server_that_dies_mid_cell_fails_that_cell_and_the_sweep_goes_on(tmp_path):
     # the server crashes on its 11th request: c1 takes 7 (1 warm-up + 6); c2 its warm-up, two
     # measured requests side by side, and the crash comes with the next (cutting the one still

@@ -25,6 +25,8 @@ import signal
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from loadgen.executors import Share
 from loadgen.load.execute import ErrorRate, RunResult, RunSpec, execute, session_for
 from loadgen.load.scrape import RunWindow, Window
@@ -293,17 +295,17 @@ def merge(
     loop each was, the ramp over every worker's first sends; `stopped_early`: why the parent
     stopped them all (--max-error-rate), which is not an interruption."""
     records: list = []
-    at: list[int] = []
-    lag: list[int] = []
-    who: list[int] = []
+    at: list[np.ndarray] = []
+    lag: list[np.ndarray] = []
+    who: list[np.ndarray] = []
     firsts: list[int] = []
     where: set = set()
     for w in sorted(results):
         r = results[w]
         records.extend(r.records)
-        at.extend(r.loop_lag_at_ns)
-        lag.extend(r.loop_lag_ns)
-        who.extend([w] * len(r.loop_lag_ns))
+        at.append(np.asarray(r.loop_lag_at_ns, dtype=np.int64))
+        lag.append(np.asarray(r.loop_lag_ns, dtype=np.int64))
+        who.append(np.full(len(r.loop_lag_ns), w, dtype=np.int64))
         firsts.extend(r.load_info.get("first_sends_ns") or [])
         where.add(r.load_info.get("chunk_times"))
     records.sort(key=lambda rec: rec.index)
@@ -316,15 +318,16 @@ def merge(
     }
     if stopped_early:
         load_info["stopped_early"] = stopped_early
+    join = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
     return RunResult(
         records,
-        at,
-        lag,
+        join(at),
+        join(lag),
         t0_ns,
         t0_unix,
         interrupted=stopped_early is None and any(r.interrupted for r in results.values()),
         load_info=load_info,
         server_window=window,
-        loop_lag_worker=who,
+        loop_lag_worker=join(who),
         journaled=any(r.journaled for r in results.values()),
     )

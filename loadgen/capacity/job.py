@@ -13,6 +13,7 @@ from loadgen.capacity import search as cap
 from loadgen.errors import LoadgenError
 from loadgen.measures import slo
 from loadgen.options import CapacityOptions
+from loadgen.outputs import journal as journals
 from loadgen.planning.plan import Cell, Plan
 from loadgen.results import store
 from loadgen.run.target import with_time_scale
@@ -168,12 +169,14 @@ def _probe(job: CapacityJob, variant: str, workload, url: str, model: str, out: 
     def probe(level: float) -> cap.Probe:
         count[level] = count.get(level, 0) + 1
         cell = Cell(variant, plan.workload_labels[0], level, plan.mode)
-        res = run_cell(plan, cell, workload, url, model, goodput=job.goodput, time_scale=plan.scale_for(cell))
-        if res is None:
-            raise KeyboardInterrupt
         where = out / variant / f"{cell.level_label}-{count[level]}"
         where.mkdir(parents=True, exist_ok=True)
-        store.write_requests(where, res.frame)
+        journals.clear(where)  # a probe is journaled like a run: its requests written as they end
+        res = run_cell(
+            plan, cell, workload, url, model, goodput=job.goodput, time_scale=plan.scale_for(cell), journal=where
+        )
+        if res is None:
+            raise KeyboardInterrupt
         store.write_summary(where, res.summary)
         verdicts = slo.judge(res.summary, job.slos)
         failing = [v.slo for v in verdicts if not v.passed]

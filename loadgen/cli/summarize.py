@@ -16,16 +16,16 @@ from loadgen.cli.app import main
 @click.argument("directory", type=click.Path(path_type=Path))
 def summarize(directory: Path) -> None:
     """Recompute a run's summary.json and requests.parquet from the requests it journaled as it
-    went (records-*.jsonl in its --output DIRECTORY): for a run cut short (killed, out of
-    memory, a lost session) the figures of every request journaled before the end, the summary
-    saying where it was cut."""
-    frame, summary = api.summarize_dir(directory)
-    api.write(directory, frame, lambda: summary)
+    went (records-*.arrows in its --output DIRECTORY, or a sweep cell's directory): for a run
+    cut short (killed, out of memory, a lost session) the figures of every request journaled
+    before the end, the summary saying where it was cut."""
+    _, summary = api.summarize_dir(directory)
+    api.write(directory, None, lambda: summary)
     cut = summary["journal"]
     if cut["cut"]:
         click.echo(
             f"note: the run was cut: {cut['records']} requests journaled, the last ending "
-            f"{cut['last_request_end_s'] or 0:.1f} s in; {cut['unreadable_lines']} unreadable lines skipped",
+            f"{cut['last_request_end_s'] or 0:.1f} s in; {cut['unreadable_batches']} batches cut short skipped",
             err=True,
         )
     options.report(summary, directory, interrupted=False)

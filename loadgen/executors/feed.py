@@ -47,7 +47,8 @@ class Feed:
     """Hands out `warmup + num` items (or without end when `num` is None) until the deadline
     (a `monotonic_ns` value, or None), or until `stop()`. `on_measure_start` is called when
     the first item past warm-up is handed out. With a `share`, only that worker's items (the
-    request sequence is the same in every worker, numbered the same)."""
+    request sequence is the same in every worker, numbered the same); `skip`: numbers drawn but
+    not handed out (measured before: a sweep cell continued after a kill)."""
 
     def __init__(
         self,
@@ -59,6 +60,7 @@ class Feed:
         deadline_ns: int | None = None,
         on_measure_start: Callable[[], None] | None = None,
         share: Share = Share(),
+        skip: frozenset[int] = frozenset(),
     ) -> None:
         self._requests = itertools.islice(requests, share.worker, None, share.workers)
         self._stride = share.workers
@@ -69,6 +71,7 @@ class Feed:
         self.deadline_ns = deadline_ns
         self.stopped = False
         self._on_measure_start = on_measure_start
+        self._skip = skip  # numbers already measured (a continued sweep cell): drawn, not handed out
 
     def stop(self) -> None:
         self.stopped = True
@@ -84,6 +87,11 @@ class Feed:
         if self.stopped or (self._limit is not None and self._next >= self._limit):
             return None
         req = next(self._requests, None)
+        while req is not None and self._next in self._skip:
+            self._next += self._stride
+            if self._limit is not None and self._next >= self._limit:
+                return None
+            req = next(self._requests, None)
         if req is None:
             return None
         i = self._next

@@ -18,13 +18,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from loadgen.client.bodies import build_body, stream_options
 from loadgen.client.record import RequestRecord
 from loadgen.executors import Feed, Item, Share, closed_loop, open_loop
 from loadgen.executors.conversation import Think, conversing
 from loadgen.load.looplag import LoopLagMonitor
 from loadgen.load.scrape import RunWindow, Window
-from loadgen.outputs.journal import Journal, path_for
+from loadgen.outputs.journal import Journal, Relay, path_for
 from loadgen.shapes import LoadShape, Shape  # noqa: F401 - LoadShape: the steady shapes by their numbers
 from workloads import Request
 
@@ -76,6 +78,9 @@ class RunSpec:
     # a results directory: finished requests are appended to its journal as they end and leave
     # memory (loadgen.outputs.journal); None: kept in memory until the run ends
     journal: str | None = None
+    journal_part: int = 0  # which part of the run this is (a sweep cell continued by --resume: 1, 2, ...)
+    # request numbers already measured (a continued cell's journal holds them): not sent again
+    skip: frozenset[int] = frozenset()
     # stop sending when more than this share of the last ERROR_WINDOW finished requests failed
     # (the server is down: no point spinning through the schedule); None: never
     max_error_rate: float | None = None
@@ -100,20 +105,20 @@ class RunSpec:
 @dataclass(slots=True)
 class RunResult:
     records: list[RequestRecord]
-    loop_lag_at_ns: list[int]  # when each loop-lag tick woke ...
-    loop_lag_ns: list[int]  # ... and how late
+    loop_lag_at_ns: np.ndarray | list  # when each loop-lag tick woke ... (int64: a day's are 8.6 million)
+    loop_lag_ns: np.ndarray | list  # ... and how late
     t0_ns: int
     t0_unix: float | None  # None: a journal from before t0_unix was kept
     interrupted: bool = False
     load_info: dict = field(default_factory=dict)  # what the executor reports (e.g. ramp_s)
     server_window: Window | None = None  # the server's counters over the measurement
-    loop_lag_worker: list[int] = field(default_factory=list)  # whose loop each tick was (empty: one)
+    loop_lag_worker: np.ndarray | list = field(default_factory=list)  # whose loop each tick was (empty: one)
     time_scale: float = 1.0  # its timestamps are in emulated time at this scale (loadgen.load.timescale)
     journaled: bool = False  # its records are in spec.journal's files, not in `records`
 
-    def loop_lag(self) -> tuple[list[int], list[int], list[int] | None]:
+    def loop_lag(self) -> tuple:
         """The self-check's input: tick times, their lags, and which worker's loop each was."""
-        return self.loop_lag_at_ns, self.loop_lag_ns, self.loop_lag_worker or None
+        return self.loop_lag_at_ns, self.loop_lag_ns, self.loop_lag_worker if len(self.loop_lag_worker) else None
 
 
 def _prepare_fds(need: int) -> None:
@@ -165,12 +170,14 @@ async def execute(
     share: Share = Share(),
     t0_ns: int | None = None,
     on_measure_start: Callable[[], None] | None = None,
+    relay: Relay | None = None,
 ) -> RunResult:
     """Run the load; `stop` ends it early (in-flight requests are cancelled and recorded as
     such; finished ones are all kept). `on_start` and `on_record` see each request as it is
     sent and when it is done; `on_measure_start` hears when the first request past warm-up
     goes (when the server window is not scraped here). With a `share`, only that worker's part of the load, from `t0_ns`
-    (a `monotonic_ns` time, the same in every worker; default: now)."""
+    (a `monotonic_ns` time, the same in every worker; default: now). A `relay` (without
+    spec.journal) journals the finished requests for another process to fetch (a Ray actor's)."""
     own_session = session is None
     if session is None:
         session = session_for(spec.load, share)
@@ -247,11 +254,11 @@ async def execute(
     t0 = now if t0_ns is None else t0_ns
     t0_unix = time.time() + (t0 - now) / 1e9
     deadline = None if spec.duration_s is None else t0 + int(spec.duration_s * scale * 1e9)
+    header = {"t0_ns": t0, "t0_unix": t0_unix, "worker": share.worker, "workers": share.workers, "time_scale": scale}
     if spec.journal is not None:
-        journal = Journal(
-            path_for(spec.journal, share.worker),
-            {"t0_ns": t0, "t0_unix": t0_unix, "worker": share.worker, "workers": share.workers, "time_scale": scale},
-        )
+        journal = Journal(path_for(spec.journal, share.worker, spec.journal_part), header)
+    elif relay is not None:
+        journal = relay
     feed = Feed(
         requests,
         encode,
@@ -260,6 +267,7 @@ async def execute(
         deadline_ns=deadline,
         on_measure_start=_both(window.measuring, on_measure_start),
         share=share,
+        skip=spec.skip,
     )
     sender = conversing(send, encode, feed, think=spec.think, seed=spec.seed, scale=scale, keep_text=spec.keep_text)
     if load.closed:
@@ -298,8 +306,8 @@ async def execute(
             await session.close()
     return RunResult(
         records,
-        list(monitor.at_ns),
-        list(monitor.lag_ns),
+        np.frombuffer(monitor.at_ns, dtype=np.int64).copy(),
+        np.frombuffer(monitor.lag_ns, dtype=np.int64).copy(),
         t0,
         t0_unix,
         interrupted,

@@ -1,22 +1,29 @@
-"""The run summary (`summary.json`): every figure defined in docs/metrics.md."""
+"""The run summary (`summary.json`): every figure defined in docs/metrics.md, from the request
+frame in memory or on disk (loadgen.measures.rows): per-request figures one column at a time,
+per-chunk figures in batches (loadgen.measures.chunks), so a run of any length is summarized in
+bounded memory."""
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from loadgen.measures import slo
+from loadgen.measures.chunks import ChunkFigures, chunk_figures
 from loadgen.measures.describe import describe
-from loadgen.measures.frame import measured, token_gaps
+from loadgen.measures.rows import Rows, counts
 from loadgen.measures.selfcheck import self_check
 
 _NS = 1e9
 
 
-def steady_window(frame: pd.DataFrame) -> tuple[int, int, str] | None:
+def _f(rows: Rows, name: str) -> np.ndarray:
+    return rows.array(name, float)
+
+
+def steady_window(rows: Rows, warmup: np.ndarray, measured: np.ndarray) -> tuple[int, int, str] | None:
     """(start ns, end ns, kind) of the window throughput is measured over, or None when no
     request past warm-up was sent.
 
@@ -24,47 +31,28 @@ def steady_window(frame: pd.DataFrame) -> tuple[int, int, str] | None:
     (after that the load drains). If that is shorter than the median E2E of the measured
     requests there was no steady state: the window is then the whole measured run, to the
     last response (kind "full_run")."""
-    sent = frame.loc[~frame["warmup"] & (frame["t_send_ns"] > 0), "t_send_ns"]
-    if sent.empty:
+    send = rows.array("t_send_ns")
+    sent = send[~warmup & (send > 0)]
+    if sent.size == 0:
         return None
     start = int(sent.min())
-    end = int(frame["t_send_ns"].max())
-    e2e = measured(frame)["e2e_ms"].median()
+    end = int(send.max())
+    e2e = pd.Series(_f(rows, "e2e_ms")[measured]).median()
     if end - start >= (0 if np.isnan(e2e) else e2e * 1e6) and end > start:
         return start, end, "steady"
-    return start, int(frame["t_end_ns"].max()), "full_run"
+    return start, int(rows.array("t_end_ns").max()), "full_run"
 
 
-def _window_counts(frame: pd.DataFrame, start: int, end: int) -> tuple[int, int, int]:
-    """Output tokens arriving, prompt tokens whose first token arrived, and requests
-    completing within [start, end], over all successful requests (warm-up included: they
-    are part of the load during the window)."""
-    ok = frame[frame["ok"]]
-    out_tokens = 0
-    for t, n in zip(ok["chunk_t_ns"], ok["chunk_tokens"]):
-        t = np.asarray(t, dtype=np.int64)
-        inside = (t >= start) & (t <= end)
-        out_tokens += int(np.asarray(n)[inside].sum())
-    first = ok["t_first_token_ns"].astype("float64")
-    in_first = (first >= start) & (first <= end)
-    prompt = int(ok.loc[in_first, "prompt_tokens"].fillna(0).sum())
-    done = ok["t_last_token_ns"].astype("float64")
-    completed = int(((done >= start) & (done <= end)).sum())
-    return out_tokens, prompt, completed
+def _inside(times: np.ndarray, start: int, end: int) -> np.ndarray:
+    return (times >= start) & (times <= end)
 
 
-def _sources(frame: pd.DataFrame) -> tuple[str, dict[str, int]]:
-    counts = dict(Counter(frame.loc[frame["n_chunks"] > 0, "token_count_source"]))
-    if not counts:
-        return "none", counts
-    return (next(iter(counts)) if len(counts) == 1 else "mixed"), counts
-
-
-def sending(frame: pd.DataFrame, load_info: dict) -> dict:
+def sending(rows: Rows, load_info: dict) -> dict:
     """What the client actually sent: count and achieved send rate (to compare with an
     open-loop target), plus what the executor reported (a closed loop's ramp: the spread of
     its users' first sends), from how many worker processes, and any that died mid-run."""
-    sent = frame.loc[frame["t_send_ns"] > 0, "t_send_ns"].astype("int64")
+    send = rows.array("t_send_ns")
+    sent = send[send > 0]
     span = (int(sent.max()) - int(sent.min())) / _NS if len(sent) > 1 else 0.0
     return {
         "sent": int(len(sent)),
@@ -76,36 +64,41 @@ def sending(frame: pd.DataFrame, load_info: dict) -> dict:
     }
 
 
-def acceptance_client(m: pd.DataFrame) -> dict:
+def acceptance_client(rows: Rows, measured: np.ndarray, chunks: ChunkFigures) -> dict:
     """The client's view of speculative decoding over the measured requests: engine steps
     (from chunks, or reconstructed from bursts; loadgen.measures.steps) and, where the server reports
     them per request, its draft and accepted counts."""
-    decode = [n for steps in m["step_tokens"] for n in list(steps)[1:]]
-    sources = dict(Counter(m.loc[m["steps_source"] != "none", "steps_source"]))
+    source = rows.col("steps_source")
+    sources = counts(source[measured & (source != "none").to_numpy()])
+    n, total = chunks.step_count, chunks.step_tokens
     out: dict[str, Any] = {
         "steps_source": (next(iter(sources)) if len(sources) == 1 else "mixed") if sources else "none",
         "steps_sources": sources,
-        "decode_steps": len(decode),
-        "tokens_per_step_mean": float(np.mean(decode)) if decode else None,
-        "accepted_tokens": int(sum(decode) - len(decode)),
+        "decode_steps": n,
+        "tokens_per_step_mean": total / n if n else None,
+        "accepted_tokens": int(total - n),
         "server_reported": None,
     }
-    rep = m.dropna(subset=["server_draft_tokens", "server_accepted_tokens"])
-    if len(rep):
-        drafted, accepted = int(rep["server_draft_tokens"].sum()), int(rep["server_accepted_tokens"].sum())
+    drafted_col, accepted_col = _f(rows, "server_draft_tokens"), _f(rows, "server_accepted_tokens")
+    rep = measured & ~np.isnan(drafted_col) & ~np.isnan(accepted_col)
+    if rep.any():
+        drafted, accepted = int(drafted_col[rep].sum()), int(accepted_col[rep].sum())
         out["server_reported"] = {
-            "requests": int(len(rep)),
+            "requests": int(rep.sum()),
             "draft_tokens": drafted,
             "accepted_tokens": accepted,
             "acceptance_rate": accepted / drafted if drafted else None,
             "source": "the server's per-request counts (vLLM's metrics.speculative_decoding, llama.cpp's timings)",
         }
-        steps = rep["server_spec_steps"].dropna()
+        steps = _f(rows, "server_spec_steps")[rep]
+        steps = steps[~np.isnan(steps)]
         if len(steps):  # vLLM: verify steps too, so acceptance length, pooled and per request
-            by_request = rep["server_acceptance_length"].dropna().to_numpy(float)
+            by_request = _f(rows, "server_acceptance_length")[rep]
+            by_request = by_request[~np.isnan(by_request)]
+            total_steps = int(steps.sum())
             out["server_reported"].update(
-                spec_steps=int(steps.sum()),
-                mean_acceptance_length=1 + accepted / int(steps.sum()) if int(steps.sum()) else None,
+                spec_steps=total_steps,
+                mean_acceptance_length=1 + accepted / total_steps if total_steps else None,
                 per_request_acceptance_length=(
                     {
                         "mean": float(by_request.mean()),
@@ -127,18 +120,20 @@ STEADY_RULE = (
 )
 
 
-def steady_state(frame: pd.DataFrame) -> tuple[int, int, pd.Series] | None:
+def steady_state(rows: Rows, warmup: np.ndarray, ok: np.ndarray) -> tuple[int, int, np.ndarray] | None:
     """--steady-state: (start ns, end ns, which requests count) by STEADY_RULE, or None when no
     measured request falls inside (too short a run: then all count)."""
-    m = measured(frame)
-    sent = frame.loc[frame["t_send_ns"] > 0]
-    if m.empty or len(sent) < 2:
+    measured = ok & ~warmup
+    send, end_ns = rows.array("t_send_ns"), rows.array("t_end_ns")
+    was_sent = send > 0
+    if not measured.any() or was_sent.sum() < 2:
         return None
-    t = np.concatenate([sent["t_send_ns"].to_numpy(np.int64), sent["t_end_ns"].to_numpy(np.int64)])
-    step = np.concatenate([np.ones(len(sent), np.int64), -np.ones(len(sent), np.int64)])
+    t = np.concatenate([send[was_sent], end_ns[was_sent]]).astype(np.int64)
+    n_sent = int(was_sent.sum())
+    step = np.concatenate([np.ones(n_sent, np.int64), -np.ones(n_sent, np.int64)])
     order = np.lexsort((-step, t))
     t, level = t[order], np.cumsum(step[order])
-    first, last = int(sent["t_send_ns"].min()), int(sent["t_send_ns"].max())
+    first, last = int(send[was_sent].min()), int(send[was_sent].max())
     inside = (t >= first) & (t < last)
     if inside.sum() < 2:
         return None
@@ -148,14 +143,14 @@ def steady_state(frame: pd.DataFrame) -> tuple[int, int, pd.Series] | None:
     cum = np.cumsum(dur[sorted_lv])
     median = lv[sorted_lv][np.searchsorted(cum, cum[-1] / 2)]
     start = int(ts[np.argmax(lv >= median)])
-    keep = frame["ok"] & ~frame["warmup"] & (frame["t_send_ns"] >= start) & (frame["t_end_ns"] <= last)
+    keep = measured & (send >= start) & (end_ns <= last)
     if not keep.any() or last <= start:
         return None
     return start, last, keep
 
 
 def summarize(
-    frame: pd.DataFrame,
+    frame: pd.DataFrame | Rows,
     loop_lag: tuple,  # (tick times, lags[, each tick's worker]): loadgen.load.execute.RunResult.loop_lag
     *,
     config: dict,
@@ -167,13 +162,18 @@ def summarize(
     server_figures: dict | None = None,
     steady: bool = False,
 ) -> dict:
-    """Every figure of docs/metrics.md from the request frame, the client's loop-lag ticks and
-    `server_figures` (the server's /metrics window as figures: loadgen.load.scrape.figures)."""
+    """Every figure of docs/metrics.md from the request frame (a DataFrame, or loadgen.measures.rows'
+    Rows over requests.parquet), the client's loop-lag ticks and `server_figures` (the server's
+    /metrics window as figures: loadgen.load.scrape.figures)."""
+    rows = frame if isinstance(frame, Rows) else Rows(frame)
+    ok = rows.array("ok").astype(bool)
+    warmup = rows.array("warmup").astype(bool)
+    error_type = rows.col("error_type")
+    cancelled = (error_type == "cancelled").to_numpy(dtype=bool, na_value=False)
     steady_info, window = None, None
     if steady:
-        found = steady_state(frame)
-        m0 = measured(frame)
-        before = int(len(m0))
+        found = steady_state(rows, warmup, ok)
+        before = int((ok & ~warmup).sum())
         if found is None:
             steady_info = {
                 "rule": STEADY_RULE,
@@ -183,7 +183,7 @@ def summarize(
             }
         else:
             start, end, keep = found
-            ramp = int((m0["t_send_ns"] < start).sum())
+            ramp = int(((ok & ~warmup) & (rows.array("t_send_ns") < start)).sum())
             steady_info = {
                 "rule": STEADY_RULE,
                 "found": True,
@@ -193,42 +193,38 @@ def summarize(
                 "left_out_ramp": ramp,
                 "left_out_drain": before - int(keep.sum()) - ramp,
             }
-            frame = frame.assign(warmup=frame["warmup"] | (frame["ok"] & ~keep))  # the load, not the figures
+            warmup = warmup | (ok & ~keep)  # the load, not the figures
             window = (start, end, "steady_state")
-    m = measured(frame)
-    failed = frame[~frame["ok"] & ~frame["warmup"] & (frame["error_type"] != "cancelled")]
-    cancelled = int((frame["error_type"] == "cancelled").sum())
-    itl, gaps, decode = token_gaps(m)
-    check = self_check(
-        frame,
-        loop_lag[0],
-        loop_lag[1],
-        lateness_threshold_ms,
-        timing_threshold_ms,
-        lag_worker=loop_lag[2] if len(loop_lag) > 2 else None,
-    )
-    check["chunk_times"] = (load_info or {}).get("chunk_times")  # where chunk times were taken
-    source, sources = _sources(m)
+    measured = ok & ~warmup
+    failed = ~ok & ~warmup & ~cancelled
     out: dict = {
         "config": config,
         "time_scale": config.get("time_scale") or 1.0,
-        "completed": int(len(m)),
-        "failed": int(len(failed)),
-        "cancelled": cancelled,
+        "completed": int(measured.sum()),
+        "failed": int(failed.sum()),
+        "cancelled": int(cancelled.sum()),
         "interrupted": interrupted,
-        "errors": dict(Counter(failed["error_type"])),
+        "errors": counts(error_type[failed]),
     }
     if window is None:
-        window = steady_window(frame) if not frame.empty else None
+        window = steady_window(rows, warmup, measured) if rows.n else None
+    send = rows.array("t_send_ns")
+    sent = send[send > 0]
+    out["duration_s"] = (int(rows.array("t_end_ns").max()) - int(sent.min())) / _NS if len(sent) else 0.0
+    lag_worker = loop_lag[2] if len(loop_lag) > 2 else None
+    chunks = chunk_figures(
+        rows, measured, ok, None if window is None else window[:2], loop_lag[0], loop_lag[1], lag_worker
+    )
     window_ns = None
-    sent = frame.loc[frame["t_send_ns"] > 0, "t_send_ns"]
-    out["duration_s"] = (int(frame["t_end_ns"].max()) - int(sent.min())) / _NS if len(sent) else 0.0
     if window is None:
         out.update(window=None, output_throughput_tok_s=0.0, total_throughput_tok_s=0.0, request_throughput_req_s=0.0)
     else:
         start, end, kind = window
         window_ns = (start, end)
-        out_tok, prompt_tok, done = _window_counts(frame, start, end)
+        first = _f(rows, "t_first_token_ns")
+        prompt = int(np.nan_to_num(_f(rows, "prompt_tokens")[ok & _inside(first, start, end)]).sum())
+        done = int((ok & _inside(_f(rows, "t_last_token_ns"), start, end)).sum())
+        out_tok = chunks.window_tokens
         span = (end - start) / _NS
         rate = (lambda x: x / span) if span > 0 else (lambda x: 0.0)
         out.update(
@@ -237,51 +233,80 @@ def summarize(
                 "start_s": (start - config["clock"]["t0_ns"]) / _NS,
                 "duration_s": span,
                 "output_tokens": out_tok,
-                "prompt_tokens": prompt_tok,
+                "prompt_tokens": prompt,
                 "completed": done,
             },
             output_throughput_tok_s=rate(out_tok),
-            total_throughput_tok_s=rate(out_tok + prompt_tok),
+            total_throughput_tok_s=rate(out_tok + prompt),
             request_throughput_req_s=rate(done),
         )
+    check = self_check(
+        rows,
+        loop_lag[0],
+        loop_lag[1],
+        lateness_threshold_ms,
+        timing_threshold_ms,
+        chunk_lag=chunks.lag_all(),
+        chunk_lag_by_worker={w: chunks.lag(w) for w in chunks.lags if w >= 0},
+        lag_worker=lag_worker,
+    )
+    check["chunk_times"] = (load_info or {}).get("chunk_times")  # where chunk times were taken
+    with_chunks = rows.array("n_chunks") > 0
+    sources = counts(rows.col("token_count_source")[measured & with_chunks])
+    source = "none" if not sources else (next(iter(sources)) if len(sources) == 1 else "mixed")
+    decode = chunks.decode()
     out.update(
-        ttft_ms=describe(m["ttft_ms"]),
-        tpot_ms=describe(m["tpot_ms"]),
-        itl_ms=describe(itl),
-        inter_chunk_ms=describe(gaps),
-        e2e_ms=describe(m["e2e_ms"]),
-        ttft_from_scheduled_ms=describe(m["ttft_from_scheduled_ms"]),
-        e2e_from_scheduled_ms=describe(m["e2e_from_scheduled_ms"]),
-        queue_delay_ms=describe(frame.loc[~frame["warmup"], "queue_delay_ms"]),
-        tokens_per_chunk_mean=float(decode.mean()) if decode.size else None,
-        tokens_per_chunk=describe(decode),
-        acceptance_client=acceptance_client(m),
-        prompt_tokens_total=int(m["prompt_tokens"].fillna(0).sum()),
-        completion_tokens_total=int(m["completion_tokens"].sum()),
+        ttft_ms=describe(_f(rows, "ttft_ms")[measured]),
+        tpot_ms=describe(_f(rows, "tpot_ms")[measured]),
+        itl_ms=chunks.itl.result(),
+        inter_chunk_ms=chunks.gaps.result(),
+        e2e_ms=describe(_f(rows, "e2e_ms")[measured]),
+        ttft_from_scheduled_ms=describe(_f(rows, "ttft_from_scheduled_ms")[measured]),
+        e2e_from_scheduled_ms=describe(_f(rows, "e2e_from_scheduled_ms")[measured]),
+        queue_delay_ms=describe(_f(rows, "queue_delay_ms")[~warmup]),
+        tokens_per_chunk_mean=chunks.decode_total / chunks.decode_count if chunks.decode_count else None,
+        tokens_per_chunk=decode,
+        acceptance_client=acceptance_client(rows, measured, chunks),
+        prompt_tokens_total=int(np.nan_to_num(_f(rows, "prompt_tokens")[measured]).sum()),
+        completion_tokens_total=int(rows.array("completion_tokens")[measured].sum()),
         token_count_source=source,
         token_count_sources=sources,
-        goodput=_goodput(frame, goodput, window_ns) if goodput else None,
-        sending=sending(frame, load_info or {}),
+        goodput=_goodput(rows, warmup, cancelled, ok, goodput, window_ns) if goodput else None,
+        sending=sending(rows, load_info or {}),
         client_bound=check["client_bound"],
         self_check=check,
         spec_decode=(server_figures or {}).get("spec_decode"),
         server=(server_figures or {}).get("server"),
         steady_state=steady_info,
-        conversations=conversations(frame),
+        conversations=conversations(rows, warmup, measured),
         stopped_early=(load_info or {}).get("stopped_early"),
     )
     return out
 
 
-def conversations(frame: pd.DataFrame) -> dict | None:
+def conversations(rows: Rows, warmup: np.ndarray, measured: np.ndarray) -> dict | None:
     """Multi-turn runs: how many conversations, how many of them ran every turn, and per turn
     number the requests, mean prompt tokens and TTFT p50 (measured requests; None when the
     run had no conversation)."""
-    if "session" not in frame or not (frame["session"] != "").any():
+    if "session" not in rows:
         return None
-    conv = frame[(frame["session"] != "") & ~frame["warmup"]]
+    session = rows.col("session")
+    in_conv = (session != "").to_numpy(dtype=bool, na_value=False)
+    if not in_conv.any():
+        return None
+    pick = in_conv & ~warmup
+    conv = pd.DataFrame(
+        {
+            "session": session[pick].astype(str).to_numpy(),
+            "turn": rows.array("turn")[pick],
+            "ok": rows.array("ok")[pick].astype(bool),
+            "measured": measured[pick],
+            "prompt_tokens": _f(rows, "prompt_tokens")[pick],
+            "ttft_ms": _f(rows, "ttft_ms")[pick],
+        }
+    )
     per = conv.groupby("session").agg(turns=("turn", "size"), ok=("ok", "all"))
-    m = measured(conv)
+    m = conv[conv["measured"]]
     by_turn = {
         int(k): {
             "requests": int(len(g)),
@@ -298,21 +323,29 @@ def conversations(frame: pd.DataFrame) -> dict | None:
     }
 
 
-def _goodput(frame: pd.DataFrame, objectives: dict[str, float], window_ns: tuple[int, int] | None) -> dict:
+def _goodput(
+    rows: Rows,
+    warmup: np.ndarray,
+    cancelled: np.ndarray,
+    ok: np.ndarray,
+    objectives: dict[str, float],
+    window_ns: tuple[int, int] | None,
+) -> dict:
     """Share of measured requests meeting every objective, and good requests completed per
     second of the throughput window."""
-    judged = frame[~frame["warmup"] & (frame["error_type"] != "cancelled")]
-    good = slo.good(judged, objectives)
-    n_good = int(good.sum())
+    judged = ~warmup & ~cancelled
+    good = judged & ok
+    for name, limit in objectives.items():
+        good &= np.nan_to_num(_f(rows, slo.OBJECTIVES[name]), nan=0.0) <= limit
+    n_good, n_judged = int(good.sum()), int(judged.sum())
     req_s = None
     if window_ns and window_ns[1] > window_ns[0]:
-        done = judged.loc[good, "t_last_token_ns"].astype("float64")
-        inside = int(((done >= window_ns[0]) & (done <= window_ns[1])).sum())
+        inside = int((good & _inside(_f(rows, "t_last_token_ns"), *window_ns)).sum())
         req_s = inside / ((window_ns[1] - window_ns[0]) / _NS)
     return {
         "objectives_ms": objectives,
         "good": n_good,
-        "judged": int(len(judged)),
-        "fraction": n_good / len(judged) if len(judged) else None,
+        "judged": n_judged,
+        "fraction": n_good / n_judged if n_judged else None,
         "req_s": req_s,
     }

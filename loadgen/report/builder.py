@@ -205,6 +205,9 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
         virtual=bool((sw.manifest.get("plan") or {}).get("virtual")),
     )
     sections[0].chart = interactive.speedup_chart(t["speedup"], col, sw.baseline)
+    if sw.single:  # one run: no variants to weigh against each other
+        sections[0].lead = [_single_sentence(sw)]
+        sections[0].chart = ""
     closed = sw.cells[sw.cells["mode"] == "closed"] if len(sw.cells) and "mode" in sw.cells else sw.cells.iloc[:0]
     doc, what_notes = whatif.load(sw.root, sw.model, sorted({int(v) for v in closed.get("level", [])}))
     notes += what_notes
@@ -216,10 +219,26 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
         store.atomic(out / "whatif.parquet", lambda tmp: wide.to_parquet(tmp, index=False))
     dep = sw.manifest.get("deployment") or {}
     title = f"loadgen report: {dep.get('name', sw.root.name)} on {dep.get('engine', '?')}"
+    if sw.single:
+        title = f"loadgen report: the run in {sw.root.name} ({dep.get('model') or 'its server'})"
     md, html_path = out / "report.md", out / "report.html"
     store.atomic(md, lambda tmp: Path(tmp).write_text(markdown(title, sections, out)))
     store.atomic(html_path, lambda tmp: Path(tmp).write_text(page(title, sections)))
     return Built(out, html_path, md, [p for p in fig.values() if p], paths, notes)
+
+
+def _single_sentence(sw: Sweep) -> str:
+    """The lead of a single run's report: what it measured, in one sentence."""
+    row = sw.ok.iloc[0] if len(sw.ok) else sw.cells.iloc[0]
+    s = sw.summaries[row["path"]]
+    load = f"{int(row['level'])} users" if row["mode"] == "closed" else f"{row['level']:g} requests/s"
+    tput = s.get("output_throughput_tok_s") or 0.0
+    ttft, tpot = (s.get("ttft_ms") or {}).get("p50"), (s.get("tpot_ms") or {}).get("p50")
+    lat = f"; TTFT p50 {ttft:.1f} ms, TPOT p50 {tpot:.2f} ms" if ttft is not None and tpot is not None else ""
+    return (
+        f"One run ({row['variant']}) on {row['workload']} at {load}: {s.get('completed', 0)} requests, "
+        f"{tput:,.1f} output tokens/s{lat}. A sweep (loadgen sweep) compares variants and loads."
+    )
 
 
 def _measured_count(sw: Sweep) -> str:
@@ -241,6 +260,8 @@ def _sections(sw: Sweep, t: dict, fig: dict, notes: list[str], profile_name: str
         f"{', '.join(plan.get('variants') or [])}; baseline {sw.baseline}; {_measured_count(sw)}. Definitions: "
         "docs/report.md and docs/metrics.md."
     )
+    if sw.single:
+        intro = f"A single run's results ({sw.root}), read as a sweep of one cell (docs/report.md)."
     waste_text = "Rejected draft tokens are verified by the target model and thrown away. " + (
         f"The share of the window spent verifying them is estimated with the {profile_name} cost "
         "profile's per-token forward cost (an estimate, exact only for the emulator)."

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from loadgen.measures.rows import Rows
 from loadgen.planning.plan import Cell
 from loadgen.results import store
 
@@ -33,13 +34,28 @@ def cell_dir(root: Path, cell: Cell) -> Path:
     return root / CELLS / cell.key
 
 
-def write_cell(root: Path, cell: Cell, frame: pd.DataFrame, summary: dict) -> Path:
+def progress_dir(root: Path, cell: Cell) -> Path:
+    """Where a cell runs: its journal (loadgen.outputs.journal) and, when it ends, its
+    requests.parquet; renamed to `cell_dir` once its summary is written there. A sweep killed
+    during the cell leaves it, and `--resume` continues the cell from it."""
+    final = cell_dir(root, cell)
+    return final.parent / f".run-{final.name}"
+
+
+def write_cell(root: Path, cell: Cell, rows: Rows | pd.DataFrame, summary: dict) -> Path:
+    """The cell into its place: its requests (a frame, written here; or rows already written
+    to requests.parquet in its directory in progress) and its summary."""
     final = cell_dir(root, cell)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    store.write_requests(tmp, frame)
+    progress = progress_dir(root, cell)
+    if isinstance(rows, Rows) and rows.path is not None and rows.path.parent == progress:
+        tmp = progress
+    else:
+        tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        store.write_requests(tmp, rows.frame if isinstance(rows, Rows) else rows)
+        shutil.rmtree(progress, ignore_errors=True)  # an attempt that measured nothing
     store.write_summary(tmp, summary)
     if final.exists():  # a cell run again (--retry-failed, or after an interruption)
         old = final.parent / f".old-{final.name}-{os.getpid()}"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from loadgen.planning.plan import Plan
+from loadgen.outputs import journal
+from loadgen.planning.plan import Cell, Plan
 from loadgen.results import cells, manifest, store
 
 
@@ -62,12 +63,16 @@ class Sweep:
 
     _frames: dict = field(default_factory=dict, repr=False)
     _ok: pd.DataFrame | None = field(default=None, repr=False)
+    single: bool = False  # a single run's directory, read as a sweep of one cell
+
+    def cell_dir(self, key: str) -> Path:
+        return self.root if self.single else self.root / cells.CELLS / key
 
     def requests(self, key: str) -> pd.DataFrame | None:
         """The cell's per-request frame (read once), or None when it cannot be read."""
         if key not in self._frames:
             try:
-                self._frames[key] = pd.read_parquet(self.root / cells.CELLS / key / store.REQUESTS)
+                self._frames[key] = pd.read_parquet(self.cell_dir(key) / store.REQUESTS)
             except (OSError, ValueError):
                 self._frames[key] = None
         return self._frames[key]
@@ -108,9 +113,12 @@ def read(root: str | Path) -> Sweep:
         found = results_manifest(root)
     except ValueError as e:
         raise ReportError(f"{root / cells.MANIFEST} is not valid JSON ({e}); it is not a readable sweep") from None
+    if found is None and ((root / store.SUMMARY).is_file() or journal.exists(root)):
+        return single_run(root)
     if found is None:
         raise ReportError(
-            f"{root} holds no sweep ({cells.MANIFEST} is missing); give the --output directory of `loadgen sweep`"
+            f"{root} holds no sweep ({cells.MANIFEST} is missing) nor a run ({store.SUMMARY}); give the "
+            "--output directory of `loadgen sweep` or `loadgen run`"
         )
     summaries, rows, unreadable = {}, [], []
     base = root / cells.CELLS
@@ -136,6 +144,48 @@ def read(root: str | Path) -> Sweep:
             f"{root} holds no finished cells yet{why}; run or resume the sweep (loadgen sweep --resume --output {root})"
         )
     return Sweep(root, found, table, summaries, planned, unreadable)
+
+
+def single_run(root: Path) -> Sweep:
+    """A run's directory (`loadgen run --output`, a sweep cell's, a capacity probe's) as a sweep
+    of one cell: its variant the server's speculative config (or "run"), its level the run's
+    load, so the report's tables and charts (latency, acceptance, per request) come out for it.
+    A run cut short before its summary was written is summarized from its journal first."""
+    if not (root / store.SUMMARY).is_file():
+        from loadgen.errors import LoadgenError
+        from loadgen.results.recover import summarize_dir
+
+        try:
+            _, summary = summarize_dir(root)
+        except LoadgenError as e:
+            raise ReportError(str(e)) from None
+        store.write_summary(root, summary)
+    try:
+        summary = json.loads((root / store.SUMMARY).read_text())
+        config = summary["config"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ReportError(f"{root / store.SUMMARY} is not a readable run summary ({type(e).__name__}: {e})") from None
+    if "cell" not in summary:
+        load = config.get("load") or {}
+        closed = load.get("mode") == "closed" or load.get("rate") is None
+        level = float(load.get("concurrency") or load.get("peak") or 1) if closed else float(load["rate"])
+        spec = config.get("speculative_config")
+        variant = "run" if not spec else f"run ({json.loads(spec).get('method', 'sd')})" if spec[:1] == "{" else "run"
+        workload = (config.get("workload") or {}).get("name") or "workload"
+        cell = Cell(variant, workload.replace("/", "-"), level, "closed" if closed else "open")
+        summary["cell"] = {
+            "key": cell.key,
+            "variant": cell.variant,
+            "workload": cell.workload,
+            "workload_spec": (config.get("workload") or {}).get("spec") or workload,
+            "mode": cell.mode,
+            "level": cell.level,
+            "status": "ok" if summary.get("completed") else "failed",
+            "error": None,
+        }
+    row = cells.row(summary)
+    manifest = {"plan": {"baseline": row["variant"]}, "deployment": {"model": config.get("model")}, "single_run": True}
+    return Sweep(root, manifest, pd.DataFrame([row]), {row["path"]: summary}, [row["path"]], [], single=True)
 
 
 def results_manifest(root: Path) -> dict | None:

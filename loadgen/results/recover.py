@@ -11,28 +11,31 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
-
 from loadgen import config as configs
 from loadgen.errors import LoadgenError
 from loadgen.load import timescale
 from loadgen.load.execute import RunResult
-from loadgen.measures.frame import request_frame
+from loadgen.measures.rows import Rows
 from loadgen.measures.summary import summarize
 from loadgen.outputs import journal
+from loadgen.results import requests, store
 
 _NS = 1e9
 
 
-def summarize_dir(directory: str | Path) -> tuple[pd.DataFrame, dict]:
-    """The request frame and summary of the run whose journal is in `directory`."""
+def summarize_dir(directory: str | Path) -> tuple[Rows, dict]:
+    """The request rows (requests.parquet, written here from the journal) and summary of the
+    run whose journal is in `directory`."""
     path = Path(directory)
     if not path.is_dir():
         raise LoadgenError(f"{path}: no such directory; give a results directory of loadgen run")
-    j = journal.read(path)
+    try:
+        j = journal.meta(path)
+    except journal.OldJournal as e:
+        raise LoadgenError(str(e)) from None
     if not j.files or not j.starts:
         raise LoadgenError(
-            f"{path}: no journal (records-*.jsonl) to summarize; loadgen run writes one "
+            f"{path}: no journal (records-*.arrows) to summarize; loadgen run writes one "
             "into its --output directory as it goes"
         )
     try:
@@ -47,22 +50,23 @@ def summarize_dir(directory: str | Path) -> tuple[pd.DataFrame, dict]:
     judged = saved.get("summarize") or {}
     first = j.starts[min(j.starts)]
     t0_ns, t0_unix, scale = int(first["t0_ns"]), first.get("t0_unix"), float(first.get("time_scale") or 1.0)
+    j = requests.write_from_journal(path)
     interrupted = j.cut
     result = RunResult(
-        j.records,
+        [],
         j.lag_at_ns,
         j.lag_ns,
         t0_ns,
         t0_unix,
         interrupted=interrupted,
-        loop_lag_worker=j.lag_worker if len(j.starts) > 1 else [],
+        loop_lag_worker=j.lag_worker if j.workers > 1 else [],
     )
     timescale.to_emulated(result, scale)
-    frame = request_frame(result.records)
+    rows = Rows(path=path / store.REQUESTS)
     config["clock"] = configs.clock(t0_ns, t0_unix)
     config.setdefault("time_scale", scale)
     summary = summarize(
-        frame,
+        rows,
         result.loop_lag(),
         config=config,
         interrupted=interrupted,
@@ -71,21 +75,27 @@ def summarize_dir(directory: str | Path) -> tuple[pd.DataFrame, dict]:
         timing_threshold_ms=judged.get("timing_threshold_ms", 4.0),
         steady=bool(judged.get("steady_state")),
     )
-    ends = [r.t_end_ns for r in result.records if r.t_end_ns]
+    ends = rows.array("t_end_ns")
+    ends = ends[ends > 0]
     summary["journal"] = {
         "cut": j.cut,
         "files": j.files,
-        "records": len(j.records),
-        "unreadable_lines": j.unreadable,
-        "processes_cut": sorted(set(j.starts) - set(j.ended)),
-        "last_request_end_s": (max(ends) - t0_ns) / _NS if ends else None,
+        "records": j.rows,
+        "unreadable_batches": j.unreadable,
+        "processes_cut": j.cut_files,
+        "last_request_end_s": (int(ends.max()) - t0_ns) / _NS if len(ends) else None,
         "note": (
             "the run was cut (a journal has no end): the figures cover the requests journaled before, "
             "up to last_request_end_s; the server's metric window is not known"
-            if set(j.ended) != set(j.starts)
+            if j.cut_files
             else "the run was stopped before its end"
             if j.cut
             else "summarized from the journal of a run that ended"
         ),
     }
-    return frame, summary
+    try:  # a sweep cell's (or a continued cell's) own record of itself is kept
+        before = json.loads((path / store.SUMMARY).read_text())
+        summary.update({k: before[k] for k in ("cell", "resumed") if k in before})
+    except (OSError, ValueError, TypeError):
+        pass
+    return rows, summary

@@ -26,9 +26,10 @@ from loadgen.load import scrape, timescale
 from loadgen.load.execute import RunResult, RunSpec, execute, session_for, stop_on_signals
 from loadgen.load.workload import WorkloadRef
 from loadgen.measures.frame import request_frame
+from loadgen.measures.rows import Rows
 from loadgen.measures.summary import summarize
 from loadgen.outputs import journal
-from loadgen.results import store
+from loadgen.results import requests, store
 from loadgen.run.target import Note, Target, serving
 from workloads import Workload
 
@@ -82,10 +83,19 @@ WARMUP_TOKENS = 16  # a separate warm-up request's answer, at most: it warms the
 
 @dataclass
 class Measured:
-    frame: pd.DataFrame
+    rows: Rows  # the request frame: in memory, or requests.parquet written from the journal
     result: RunResult
     job: RunJob
     tokenized: int = 0  # requests whose token ids came from the tokenizer
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """The request frame in memory (read from requests.parquet where it was written there:
+        for a run that fits in memory)."""
+        if self.rows.frame is not None:
+            return self.rows.frame
+        assert self.rows.path is not None
+        return store.read_requests(self.rows.path.parent)
 
     @property
     def interrupted(self) -> bool:
@@ -97,7 +107,7 @@ class Measured:
         if job.kind == "run":
             config["token_ids_from_tokenizer"] = self.tokenized
         out = summarize(
-            self.frame,
+            self.rows,
             result.loop_lag(),
             config=config,
             interrupted=result.interrupted,
@@ -152,12 +162,21 @@ def measure(job: RunJob) -> Measured:
                 job.live.close()
             if cluster is not None:
                 cluster.shutdown()
-    if result.journaled:  # the records are on disk, each written once when it ended
+    tokenize = spec.token_ids and job.tokenizer is not None
+    if result.journaled and not tokenize:  # the records are on disk, each written once when it ended:
+        assert spec.journal is not None  # requests.parquet is written from them, in pieces
+        journaled = requests.write_from_journal(spec.journal, job.tokenizer)
+        if spec.journal_part:  # a continued cell: every part's loop-lag ticks judge its chunks
+            result.loop_lag_at_ns, result.loop_lag_ns = journaled.lag_at_ns, journaled.lag_ns
+            result.loop_lag_worker = journaled.lag_worker if len(result.loop_lag_worker) else []
+        timescale.to_emulated(result, spec.time_scale)
+        return Measured(Rows(path=Path(spec.journal) / store.REQUESTS), result, job)
+    if result.journaled:  # token ids from the tokenizer: the records in memory (text included)
         assert spec.journal is not None
         result.records = journal.read(spec.journal).records
     timescale.to_emulated(result, spec.time_scale)
-    tokenized = _tokenize_ids(job, result.records) if spec.token_ids and job.tokenizer else 0
-    return Measured(request_frame(result.records, job.tokenizer), result, job, tokenized)
+    tokenized = _tokenize_ids(job, result.records) if tokenize else 0
+    return Measured(Rows(request_frame(result.records, job.tokenizer)), result, job, tokenized)
 
 
 def _join_ray(job: RunJob):

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from loadgen.load.execute import RunSpec
 from loadgen.load.workload import WorkloadRef
+from loadgen.outputs import journal as journals
 from loadgen.planning.plan import Cell, Plan
 from loadgen.results.outcome import RunOutcome
 from loadgen.run.measurement import RunJob, StoppedEarly, measure
@@ -90,10 +92,14 @@ def run_cell(
     on_start: Callable | None = None,
     goodput: dict | None = None,
     time_scale: float | None = None,
+    journal: Path | None = None,
 ) -> RunOutcome | None:
     """Run the cell (on an emulator, at `time_scale`: set before the cell); None when it was
     interrupted before its measurement began. NotMeasured (loadgen.run.measurement) when it cannot
-    be measured at all (its server refused the time scale)."""
+    be measured at all (its server refused the time scale). With `journal` (its directory in
+    progress) its requests are journaled there as they end, and requests.parquet written there;
+    a journal already there (the cell was killed) is continued: its requests are not sent again
+    and the new ones are journaled as its next part."""
     job = cell_job(
         plan,
         cell,
@@ -106,8 +112,24 @@ def run_cell(
         goodput=goodput,
         time_scale=time_scale,
     )
+    resumed = None
+    if journal is not None:
+        journal.mkdir(parents=True, exist_ok=True)
+        part = journals.parts(journal)
+        done = journals.indices(journal) if part else frozenset()
+        job.journal = str(journal)
+        job.spec.journal_part, job.spec.skip = part, done
+        if part:
+            resumed = {"parts": part + 1, "requests_before": len(done)}
     try:
         measured = measure(job)
     except StoppedEarly:
         return None
-    return RunOutcome(measured.frame, measured.summary(), measured.result)
+    summary = measured.summary()
+    if resumed:
+        summary["resumed"] = {
+            **resumed,
+            "note": "continued after a kill: the requests of every part are measured; the server's window "
+            "(spec_decode, server) covers the last part only, and the throughput window spans the gap",
+        }
+    return RunOutcome(measured.rows, summary, measured.result)

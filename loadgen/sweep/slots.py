@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.measures.frame import request_frame
+from loadgen.measures.rows import Rows
+from loadgen.outputs import journal as journals
 from loadgen.planning.plan import Cell, Plan
 from loadgen.results import cells
+from loadgen.results.cells import progress_dir
 from loadgen.run.measurement import NotMeasured
 from loadgen.sweep.cell import run_cell
 from servers.deployments import Deployment, default_port, render
@@ -96,12 +99,25 @@ def write_result(root: Path, cell: Cell, frame, summary: dict, order: list[str])
     cells.rebuild_table(root, order)
 
 
-def _died(server: Server, frame) -> int | None:
+def _continued(plan: Plan, cell: Cell, journal: Path) -> str | None:
+    """What a person should know of a cell a kill left in progress: continued (bounded by a
+    request count: its journaled requests are kept and the rest sent), or restarted (bounded
+    by time: a second full duration would not be the cell planned)."""
+    done = journals.parts(journal)
+    if not done:
+        return None
+    if plan.duration_s is not None:
+        journals.clear(journal)
+        return f"{cell.key}: restarted from the start (a cell bounded by --duration is not continued)"
+    return f"{cell.key}: continued from its journal (part {done + 1}): its requests finished before are kept"
+
+
+def _died(server: Server, rows: Rows) -> int | None:
     """The server's exit code if it died (waiting briefly when the cell saw broken
     connections, which can arrive a moment before the exit is visible), else None."""
     if server.launch.engine == "external":
         return None if server.alive() else -1
-    broke = len(frame) and frame["error_type"].isin(_CONNECTION_ERRORS).any()
+    broke = rows.n and rows.col("error_type").isin(_CONNECTION_ERRORS).any()
     if broke and server.proc is not None:
         try:
             server.proc.wait(timeout=2.0)
@@ -133,7 +149,7 @@ def run_slot(
         log = f"{variant}.log" if rnd == 1 else f"{variant}.r{rnd}.log"
         server = Server(launch, root / "servers" / log, api_key)
         try:
-            for event in variant_events(plan, server, cells, workloads, reporter):
+            for event in variant_events(plan, server, cells, workloads, reporter, journal_root=root):
                 if event[0] == "note":
                     reporter.note(event[1])
                 elif event[0] == "started":
@@ -147,13 +163,20 @@ def run_slot(
 
 
 def variant_events(
-    plan: Plan, server: Server, cells: list[Cell], workloads: dict, reporter: Reporter
+    plan: Plan,
+    server: Server,
+    cells: list[Cell],
+    workloads: dict,
+    reporter: Reporter,
+    journal_root: Path | None = None,
 ) -> Iterator[tuple]:
     """One variant's cells on its server (started here; stopping it is the caller's), as
-    events: ("note", text), ("started", cell), ("done", cell, frame, summary). `reporter` sees
+    events: ("note", text), ("started", cell), ("done", cell, rows, summary). `reporter` sees
     each request. Raises Interrupted after the "done" of an interrupted cell. In a virtual sweep
     (plan.virtual) the server is not started: each cell is simulated on the engine its command
-    line configures (loadgen.sweep.simulated)."""
+    line configures (loadgen.sweep.simulated). With `journal_root` (the sweep's results, on
+    this host) each cell journals its requests as they end into its directory in progress
+    (results.cells.progress_dir), and one a kill left there is continued, not restarted."""
     la = server.launch
     if plan.virtual:
         yield from _simulated(plan, la, cells, workloads)
@@ -176,6 +199,9 @@ def variant_events(
                     yield failed_event(plan, rest, f"restart failed: {e}", server)
                 return
         yield "started", cell
+        journal = None if journal_root is None else progress_dir(journal_root, cell)
+        if journal is not None and (note := _continued(plan, cell, journal)):
+            yield "note", note
         try:
             res = run_cell(
                 plan,
@@ -187,6 +213,7 @@ def variant_events(
                 api_key=server.api_key,
                 on_start=reporter.request_started,
                 time_scale=plan.scale_for(cell) if la.engine == "emulator" else None,
+                journal=journal,
             )
         except NotMeasured as e:
             yield "note", f"{cell.key}: {e}"
@@ -195,7 +222,7 @@ def variant_events(
         if res is None:
             raise Interrupted
         status, error = "ok", None
-        code = _died(server, res.frame)
+        code = _died(server, res.rows)
         if code is not None:
             status = "failed"
             error = (
@@ -212,7 +239,7 @@ def variant_events(
             status = "failed"
             error = "no request succeeded: " + ", ".join(f"{k} {v}" for k, v in res.summary["errors"].items())
         res.summary["cell"] = _cell_info(cell, plan, status, error, server)
-        yield "done", cell, res.frame, res.summary
+        yield "done", cell, res.rows, res.summary
         if res.interrupted:
             raise Interrupted
 
@@ -229,7 +256,7 @@ def _simulated(plan: Plan, la, cells: list[Cell], workloads: dict) -> Iterator[t
             yield failed_event(plan, cell, str(e), None)
             continue
         res.summary["cell"] = _cell_info(cell, plan, "ok", None, None)
-        yield "done", cell, res.frame, res.summary
+        yield "done", cell, res.rows, res.summary
 
 
 def pending(root: Path, plan: Plan, retry_failed: bool) -> list[Cell]:
