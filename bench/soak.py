@@ -14,6 +14,17 @@ against minute 5 (or the first sample after a tenth of the run, for short soaks)
     python3 bench/soak.py --minutes 3 --streams 256 --json out.json
     python3 bench/soak.py --minutes 10 --server emulator --time-scale 4
 
+The end of a run, in bounded memory: `--synthetic hour|day|N` writes a journal of N finished
+128-chunk requests (hour: the recorded hour's 361,805; day: 8.7 million, a day at 100 a second)
+with a generator, in the journal's own format, and runs the end-of-run path on it in a child
+process (`loadgen summarize`: requests.parquet in row groups, then summary.json streaming):
+its peak RSS and time, the journal's bytes per request. `--compare` also summarizes the
+requests.parquet written with every value held in memory (loadgen.measures.pooled.HOLD
+unbounded: numpy's figures over whole arrays, as before) and checks that every figure agrees.
+
+    python3 bench/soak.py --synthetic hour --compare
+    python3 bench/soak.py --synthetic day
+
 Figures recorded for this machine: docs/performance.md ("Long runs").
 """
 
@@ -64,6 +75,222 @@ def rss_kib(pid: int, children: bool = False) -> int:
     return total
 
 
+SYNTHETIC = {"hour": 361_805, "day": 8_700_000}
+CHUNKS = 128
+
+
+def synthetic_journal(directory: Path, requests: int, chunks: int = CHUNKS, rate: float = 100.5, seed: int = 0) -> int:
+    """A journal of `requests` finished requests of `chunks` chunks each, as a run at `rate`
+    requests a second against an SD server would leave it (one process): written batch by batch
+    by a generator (vectorized, not a day of waiting), in the journal's own format
+    (loadgen.outputs.journal). Returns its size in bytes."""
+    import json
+
+    import numpy as np
+    import pyarrow as pa
+
+    from loadgen.client.columnar import SCHEMA
+    from loadgen.outputs import journal
+
+    rng = np.random.default_rng(seed)
+    t0 = 10**12
+    header = {"t0_ns": t0, "t0_unix": 1.7e9, "worker": 0, "workers": 1, "time_scale": 1.0}
+    path = journal.path_for(directory, 0)
+    sink = pa.OSFile(str(path), "wb")
+    writer = pa.ipc.new_stream(sink, SCHEMA.with_metadata({"start": json.dumps(header)}), options=journal._WRITE)
+    per_batch = 25  # a quarter second's requests at 100 a second, as the journal flushes them
+    big = 4096  # generated together, written in journal-sized batches
+    done = 0
+    while done < requests:
+        b = min(big, requests - done)
+        index = np.arange(done, done + b)
+        sched = t0 + (index * (1e9 / rate)).astype(np.int64)
+        send = sched + rng.integers(20_000, 200_000, b)
+        ttft = rng.lognormal(np.log(40e6), 0.3, b).astype(np.int64)
+        gaps = rng.lognormal(np.log(12e6), 0.25, (b, chunks - 1)).astype(np.int64)
+        tokens = rng.choice([1, 2, 3, 4], p=[0.35, 0.3, 0.2, 0.15], size=(b, chunks))
+        dt = np.concatenate([(send + ttft)[:, None], gaps], axis=1)  # the first absolute, then gaps
+        t_end = (send + ttft + gaps.sum(axis=1)) + 50_000
+        offsets = pa.array(np.arange(0, (b + 1) * chunks, chunks, dtype=np.int32))
+        lists = {
+            "chunk_t_ns": pa.ListArray.from_arrays(offsets, pa.array(dt.ravel())),
+            "chunk_usage": pa.ListArray.from_arrays(offsets, pa.array(tokens.ravel().astype(np.int64))),
+            "chunk_chars": pa.ListArray.from_arrays(offsets, pa.array((tokens * 4).ravel().astype(np.int64))),
+        }
+        total = tokens.sum(axis=1)
+        cols = {
+            "index": index,
+            "request_id": [f"synthetic-{i}" for i in index],
+            "warmup": np.zeros(b, bool),
+            "t_scheduled_ns": sched,
+            "workload": np.full(b, "random"),
+            "category": np.full(b, ""),
+            "max_tokens": np.full(b, 512),
+            "queue_delay_ns": np.zeros(b, np.int64),
+            "worker": np.zeros(b, np.int64),
+            "session": np.full(b, ""),
+            "turn": np.zeros(b, np.int64),
+            "t_session_send_ns": np.zeros(b, np.int64),
+            "t_call_ns": send - 10_000,
+            "t_send_ns": send,
+            "t_headers_ns": send + ttft // 2,
+            "t_end_ns": t_end,
+            "read_delay_ns": rng.integers(0, 300_000, b),
+            "status": np.full(b, 200),
+            "error_type": pa.nulls(b, pa.string()),
+            "error_message": pa.nulls(b, pa.string()),
+            "finish_reason": np.full(b, "length"),
+            "prompt_tokens": rng.integers(100, 2000, b),
+            "usage_completion_tokens": total,
+            "done": np.ones(b, bool),
+            "server_draft_tokens": pa.nulls(b, pa.int64()),
+            "server_accepted_tokens": pa.nulls(b, pa.int64()),
+            "server_spec_steps": pa.nulls(b, pa.int64()),
+            **lists,
+            "chunk_text": pa.nulls(b, pa.list_(pa.string())),
+            "prompt_token_ids": pa.nulls(b, pa.list_(pa.int64())),
+            "token_ids": pa.nulls(b, pa.list_(pa.int64())),
+        }
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(cols[f.name], f.type) if not isinstance(cols[f.name], pa.Array) else cols[f.name]
+                for f in SCHEMA
+            ],
+            schema=SCHEMA,
+        )
+        for i in range(0, b, per_batch):
+            writer.write_batch(batch.slice(i, per_batch))
+        done += b
+    writer.close()
+    sink.close()
+    lag_rows = int((requests / rate) * 100)  # the loop's lag ticks, 100 a second
+    lag = pa.OSFile(str(directory / "lag-0.arrows"), "wb")
+    w = pa.ipc.new_stream(lag, journal._LAG, options=journal._WRITE)
+    for start in range(0, lag_rows, 1_000_000):
+        n = min(1_000_000, lag_rows - start)
+        at = t0 + (np.arange(start, start + n) * 10_000_000) + rng.integers(0, 1_000_000, n)
+        w.write_batch(
+            pa.RecordBatch.from_arrays([pa.array(at), pa.array(rng.integers(0, 2_000_000, n))], schema=journal._LAG)
+        )
+    w.close()
+    lag.close()
+    (directory / "end-0.json").write_text('{"interrupted": false}')
+    return path.stat().st_size
+
+
+CONFIG = {
+    "config": {"command": "run", "load": {"mode": "closed", "concurrency": 256}, "time_scale": 1.0},
+    "summarize": {},
+}
+_END_OF_RUN = """
+import json, resource, sys, time
+from pathlib import Path
+from loadgen.results import store
+from loadgen.results.recover import summarize_dir
+t = time.monotonic()
+_, summary = summarize_dir(sys.argv[1])
+store.write_summary(Path(sys.argv[1]), summary)
+print(json.dumps({"s": time.monotonic() - t, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+_IN_MEMORY = """
+import json, resource, sys
+import pandas as pd
+from loadgen.measures import pooled
+from loadgen.measures.summary import summarize
+from loadgen.results import store
+pooled.HOLD = 1 << 62  # every value held: numpy over whole arrays
+d = sys.argv[1]
+s = json.load(open(d + "/summary.json"))
+frame = pd.read_parquet(d + "/requests.parquet")
+lag = pd.read_parquet(d + "/lag.parquet")
+out = summarize(frame, (lag["at_ns"].tolist(), lag["lag_ns"].tolist()), config=s["config"])
+json.dump(out, open(d + "/summary-in-memory.json", "w"))
+print(json.dumps({"peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def _agree(a, b, path: str = "") -> list[str]:
+    """Where two summaries differ: exactly, but for mean and std (summation order: relative 1e-12)."""
+    import math
+
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in set(a) | set(b) for d in _agree(a.get(k), b.get(k), f"{path}.{k}")]
+    if isinstance(a, float) and isinstance(b, float):
+        if a == b or (math.isnan(a) and math.isnan(b)):
+            return []
+        if path.endswith((".mean", ".std")) and abs(a - b) <= 1e-12 * max(abs(a), abs(b)):
+            return []
+        return [f"{path}: {a!r} != {b!r}"]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+def end_of_run(args) -> dict:
+    n = SYNTHETIC.get(args.synthetic) or int(args.synthetic)
+    with tempfile.TemporaryDirectory(prefix="soak-synthetic-", dir=args.output) as tmp:
+        d = Path(args.keep) if args.keep else Path(tmp)
+        d.mkdir(parents=True, exist_ok=True)
+        t = time.monotonic()
+        kept = (d / "end-0.json").is_file() and (d / "generated").read_text().strip() == str(n)
+        if kept:  # the same journal, made before: only the end of the run again
+            for name in ("requests.parquet", "summary.json"):
+                (d / name).unlink(missing_ok=True)
+            size = (d / "records-0.arrows").stat().st_size
+        else:
+            size = synthetic_journal(d, n)
+            (d / "generated").write_text(str(n))
+        made_s = time.monotonic() - t
+        (d / "config.json").write_text(json.dumps(CONFIG))
+        t = time.monotonic()
+        res = subprocess.run([sys.executable, "-c", _END_OF_RUN, str(d)], cwd=REPO, capture_output=True, text=True)
+        wall = time.monotonic() - t
+        if res.returncode != 0:
+            raise SystemExit(f"the end of the run failed: {res.stderr[-3000:]}")
+        got = json.loads(res.stdout.strip().splitlines()[-1])
+        out = {
+            "requests": n,
+            "chunks": CHUNKS,
+            "journal_bytes": size,
+            "bytes_per_request": size / n,
+            "generated_s": made_s,
+            "end_of_run_s": wall,
+            "peak_rss_mib": got["peak_mib"],
+            "requests_parquet_bytes": (d / "requests.parquet").stat().st_size,
+        }
+        if args.compare:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            from loadgen.outputs import journal
+
+            lag = journal.meta(d)
+            pq.write_table(pa.table({"at_ns": lag.lag_at_ns, "lag_ns": lag.lag_ns}), d / "lag.parquet")
+            res = subprocess.run([sys.executable, "-c", _IN_MEMORY, str(d)], cwd=REPO, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise SystemExit(f"the in-memory summary failed: {res.stderr[-3000:]}")
+            streamed = json.loads((d / "summary.json").read_text())
+            held = json.loads((d / "summary-in-memory.json").read_text())
+            streamed.pop("journal", None)
+            out["in_memory_peak_rss_mib"] = json.loads(res.stdout.strip().splitlines()[-1])["peak_mib"]
+            out["differences"] = _agree(streamed, json.loads(json.dumps(held, default=str)))
+        return out
+
+
+def show_end_of_run(args, res: dict) -> None:
+    print(f"end of run, synthetic journal ({args.synthetic}): {res['requests']:,} requests x {res['chunks']} chunks")
+    print("| journal | per request | end-of-run time | peak RSS | requests.parquet |")
+    print("|---|---|---|---|---|")
+    print(
+        f"| {res['journal_bytes'] / 2**20:,.0f} MiB | {res['bytes_per_request']:.0f} B | {res['end_of_run_s']:.0f} s "
+        f"| {res['peak_rss_mib']:,.0f} MiB | {res['requests_parquet_bytes'] / 2**20:,.0f} MiB |"
+    )
+    if "differences" in res:
+        diffs = res["differences"]
+        print(
+            f"every figure against the whole-array computation (peak {res['in_memory_peak_rss_mib']:,.0f} MiB): "
+            + ("equal (mean and std within 1e-12)" if not diffs else f"{len(diffs)} differ: {diffs[:5]}")
+        )
+
+
 def soak(args, url: str, server_pid: int, out: Path) -> dict:
     cmd = [
         sys.executable,
@@ -100,7 +327,7 @@ def soak(args, url: str, server_pid: int, out: Path) -> dict:
                     "t_s": round(time.monotonic() - t0, 1),
                     "client_mib": rss_kib(proc.pid, True) / 1024,
                     "server_mib": rss_kib(server_pid) / 1024,
-                    "journal_mib": sum(p.stat().st_size for p in out.glob("records-*.jsonl")) / 2**20,
+                    "journal_mib": sum(p.stat().st_size for p in out.glob("records-*.arrows")) / 2**20,
                 }
             )
             next_at += args.sample_s
@@ -169,7 +396,16 @@ def main() -> None:
     p.add_argument("--output", help="results directory to keep [default: a temporary one]")
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--show", metavar="JSON", help="print the table and verdict of an earlier run's --json, run nothing")
+    p.add_argument("--synthetic", help="the end of a run only, on a generated journal: hour, day or a request count")
+    p.add_argument("--compare", action="store_true", help="--synthetic: check every figure against whole arrays")
+    p.add_argument("--keep", metavar="DIR", help="--synthetic: make (or reuse) the journal in DIR, and keep it")
     args = p.parse_args()
+    if args.synthetic:
+        res = end_of_run(args)
+        show_end_of_run(args, res)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"args": vars(args), **res}, indent=1))
+        sys.exit(0 if not res.get("differences") else 1)
     if args.show:
         saved = json.loads(Path(args.show).read_text())
         vars(args).update({k: v for k, v in saved["args"].items() if k not in ("show", "json")})
