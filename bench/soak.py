@@ -22,7 +22,7 @@ its peak RSS and time, the journal's bytes per request. `--compare` also summari
 requests.parquet written with every value held in memory (loadgen.measures.pooled.HOLD
 unbounded: numpy's figures over whole arrays, as before) and checks that every figure agrees.
 
-    python3 bench/soak.py --synthetic hour --compare
+    python3 bench/soak.py --synthetic hour --compare --forms   # --forms: the journal in other forms
     python3 bench/soak.py --synthetic day
 
 Figures recorded for this machine: docs/performance.md ("Long runs").
@@ -256,6 +256,8 @@ def end_of_run(args) -> dict:
             "peak_rss_mib": got["peak_mib"],
             "requests_parquet_bytes": (d / "requests.parquet").stat().st_size,
         }
+        if args.forms:
+            out["forms"] = journal_forms(d)
         if args.compare:
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -275,6 +277,46 @@ def end_of_run(args) -> dict:
         return out
 
 
+def journal_forms(d: Path, sample: int = 100_000) -> list[dict]:
+    """The journal's first `sample` requests re-written in each form it could take: bytes a
+    request, and seconds to read them back (pyarrow); JSON lines as loadgen wrote them before
+    (a line a record, arrays as lists; its size from the first 10,000, not read back)."""
+    from dataclasses import asdict
+
+    import pyarrow as pa
+
+    from loadgen.client.columnar import decoded, records_of
+
+    reader = pa.ipc.open_stream(pa.OSFile(str(d / "records-0.arrows")))
+    batches, rows = [], 0
+    for batch in reader:
+        batches.append(batch)
+        rows += batch.num_rows
+        if rows >= sample:
+            break
+    out = []
+    head = records_of(decoded(pa.Table.from_batches(batches).slice(0, 10_000).combine_chunks().to_batches()[0]))
+    as_json = sum(
+        len(json.dumps({"r": {k: (list(v) if hasattr(v, "tolist") else v) for k, v in asdict(r).items()}})) + 1
+        for r in head
+    )
+    out.append({"form": "JSON lines (before)", "bytes": as_json / len(head), "read_s": None})
+    for codec, name in (
+        (None, "Arrow IPC, uncompressed"),
+        ("lz4", "Arrow IPC, LZ4"),
+        ("zstd", "Arrow IPC, zstd (the journal)"),
+    ):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batches[0].schema, options=pa.ipc.IpcWriteOptions(compression=codec)) as w:
+            for b in batches:
+                w.write_batch(b)
+        buf = sink.getvalue()
+        t = time.perf_counter()
+        n = sum(b.num_rows for b in pa.ipc.open_stream(buf))
+        out.append({"form": name, "bytes": buf.size / n, "read_s": time.perf_counter() - t})
+    return out
+
+
 def show_end_of_run(args, res: dict) -> None:
     print(f"end of run, synthetic journal ({args.synthetic}): {res['requests']:,} requests x {res['chunks']} chunks")
     print("| journal | per request | end-of-run time | peak RSS | requests.parquet |")
@@ -283,6 +325,12 @@ def show_end_of_run(args, res: dict) -> None:
         f"| {res['journal_bytes'] / 2**20:,.0f} MiB | {res['bytes_per_request']:.0f} B | {res['end_of_run_s']:.0f} s "
         f"| {res['peak_rss_mib']:,.0f} MiB | {res['requests_parquet_bytes'] / 2**20:,.0f} MiB |"
     )
+    if "forms" in res:
+        print("| journal form (the first 100,000 requests) | bytes a request | reading them |")
+        print("|---|---|---|")
+        for f in res["forms"]:
+            read = "-" if f["read_s"] is None else f"{f['read_s']:.2f} s"
+            print(f"| {f['form']} | {f['bytes']:,.0f} | {read} |")
     if "differences" in res:
         diffs = res["differences"]
         print(
@@ -399,6 +447,7 @@ def main() -> None:
     p.add_argument("--synthetic", help="the end of a run only, on a generated journal: hour, day or a request count")
     p.add_argument("--compare", action="store_true", help="--synthetic: check every figure against whole arrays")
     p.add_argument("--keep", metavar="DIR", help="--synthetic: make (or reuse) the journal in DIR, and keep it")
+    p.add_argument("--forms", action="store_true", help="--synthetic: the journal's size and reading in other forms")
     args = p.parse_args()
     if args.synthetic:
         res = end_of_run(args)

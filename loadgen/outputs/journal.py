@@ -14,7 +14,7 @@ Format (docs/metrics.md, "Long runs"), per load-generating process W (0 for one 
 What finished is buffered as columns (the record itself is dropped at once) and written as one
 record batch every `FLUSH_S`: a process killed outright loses at most what finished in the last
 quarter second. A batch cut short by the kill is skipped when read (and counted). Why Arrow IPC
-and not JSON lines or Parquet: measured in bench/journal_size.py (docs/performance.md): a
+and not JSON lines or Parquet: measured by bench/soak.py --synthetic --forms (docs/performance.md): a
 128-chunk request takes ~3.3 kB as JSON, under 1 kB here, and a cut IPC stream is readable up
 to its last whole batch, where a Parquet file without its footer is not readable at all.
 `config.json` beside them is the run's configuration as known before the load started.
