@@ -54,7 +54,12 @@ def write_cell(root: Path, cell: Cell, rows: Rows | pd.DataFrame, summary: dict)
         tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        store.write_requests(tmp, rows.frame if isinstance(rows, Rows) else rows)
+        frame = rows if not isinstance(rows, Rows) else rows.frame if rows.frame is not None else None
+        if frame is None:  # rows on disk elsewhere
+            assert isinstance(rows, Rows) and rows.path is not None
+            shutil.copyfile(rows.path, tmp / store.REQUESTS)
+        else:
+            store.write_requests(tmp, frame)
         shutil.rmtree(progress, ignore_errors=True)  # an attempt that measured nothing
     store.write_summary(tmp, summary)
     if final.exists():  # a cell run again (--retry-failed, or after an interruption)
