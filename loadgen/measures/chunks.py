@@ -31,13 +31,6 @@ from loadgen.measures.rows import Rows
 _NS_PER_MS = 1e6
 
 
-def lag_at(times_ns: np.ndarray, at_ns, lag_ns) -> np.ndarray:
-    """The loop lag covering each time: that of the first tick that woke at or after it
-    (0 for times after the last tick)."""
-    ticks = _Ticks(at_ns, lag_ns)
-    return ticks.lag[ticks.index(times_ns)]
-
-
 class _Ticks:
     """One loop's lag ticks (made once: a day holds 8.6 million), and how many chunk timestamps
     each covered (`hits`; the last entry: times after the last tick, lag 0)."""

@@ -334,9 +334,8 @@ def _goodput(
     """Share of measured requests meeting every objective, and good requests completed per
     second of the throughput window."""
     judged = ~warmup & ~cancelled
-    good = judged & ok
-    for name, limit in objectives.items():
-        good &= np.nan_to_num(_f(rows, slo.OBJECTIVES[name]), nan=0.0) <= limit
+    columns = {slo.OBJECTIVES[name]: _f(rows, slo.OBJECTIVES[name]) for name in objectives}
+    good = judged & slo.good(pd.DataFrame({"ok": ok, **columns}), objectives).to_numpy()
     n_good, n_judged = int(good.sum()), int(judged.sum())
     req_s = None
     if window_ns and window_ns[1] > window_ns[0]:
