@@ -126,6 +126,64 @@ length_mean = 300
 length_sigma = 0.3
 templated = true
 template_vary = 0.01
+
+# Thinking (a reasoning model served with --reasoning-parser; docs/emulator.md, "Reasoning
+# models"): no trace statistics of the thinking phase in the study; set by hand, assumptions.
+# A chain of thought restates the problem and re-checks its own steps: longer copies, taken from
+# the prompt and from the thinking so far (self_copy), so a prompt-lookup or suffix drafter finds
+# more to reuse there than in an answer. Thinking length: lognormal around length_mean (the
+# study's reasoning workloads run to ~12,000 tokens; a chat question gets a short thought).
+[thinking.default]
+novel_mean = 6.0
+copy_log_mu = 2.0
+copy_log_sigma = 0.8
+echo_rate = 0.15
+length_mean = 400
+length_sigma = 0.8
+self_copy = true
+
+[thinking.reasoning]
+novel_mean = 6.0
+copy_log_mu = 2.0
+copy_log_sigma = 0.8
+echo_rate = 0.15
+length_mean = 11000
+length_sigma = 0.5
+self_copy = true
+
+# The answer after a reasoning problem's thinking (or a reasoning prompt sent to a model that
+# does not think): a short worked write-up, math's text at about 600 tokens. Assumed.
+[content.reasoning]
+novel_mean = 9.906
+copy_log_mu = 0.521
+copy_log_sigma = 0.905
+echo_rate = 0.0965
+length_mean = 600
+sequential = false
+
+# Model drafters in thinking: easier text than an answer (a larger easy share, longer easy
+# stretches), for EAGLE, a draft model and MTP alike. Assumed, not fitted.
+[eagle.thinking]
+easy_share = 0.65
+stay = 0.93
+easy_accept = 0.975
+hard_accept = 0.45
+depth_factor = 0.88
+request_spread = 0.05
+
+[draft_model.thinking]
+easy_share = 0.82
+stay = 0.96
+easy_accept = 0.98
+hard_accept = 0.55
+depth_factor = 0.95
+
+[mtp.thinking]
+easy_share = 0.78
+stay = 0.93
+easy_accept = 0.965
+hard_accept = 0.55
+depth_factor = 0.8
 """
 
 

@@ -20,12 +20,17 @@ def sse(payload: dict) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {
+def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | None = None) -> dict:
+    """vLLM's usage object; with a reasoning parser (`reasoning_tokens` not None) it carries
+    `completion_tokens_details.reasoning_tokens`, as vLLM 0.32's chat endpoint does."""
+    out: dict = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
     }
+    if reasoning_tokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return out
 
 
 @dataclass(slots=True)
@@ -48,6 +53,8 @@ class StreamRenderer:
     return_token_ids: bool = False
     # logprobs asked for: (token ids, text, characters before it) -> the choice's `logprobs`
     logprobs: Callable[[list[int], str, int], dict] | None = None
+    # a reasoning parser is set: usage carries completion_tokens_details.reasoning_tokens
+    reasoning_details: bool = False
     _chars: int = 0  # text characters streamed so far (completions' text_offset)
     _parts: tuple | None = None  # the chunk template: before the text, between text and reason, ...
 
@@ -66,18 +73,23 @@ class StreamRenderer:
             {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
         ]
         if self.continuous_usage:
-            payload["usage"] = usage(self.prompt_tokens, 0)
+            payload["usage"] = usage(self.prompt_tokens, 0, 0 if self.reasoning_details else None)
         if self.return_token_ids:
             payload["prompt_token_ids"] = self.prompt_token_ids
             self.prompt_token_ids = None
         return sse(payload)
 
     def chunk(
-        self, text: str, completion_tokens: int, finish_reason: str | None, token_ids: list[int] | None = None
+        self,
+        text: str,
+        completion_tokens: int,
+        finish_reason: str | None,
+        token_ids: list[int] | None = None,
+        reasoning_tokens: int = 0,
     ) -> bytes:
         """One engine step's tokens; `completion_tokens` is the running total after it."""
-        if self.return_token_ids or self.logprobs is not None:  # other fields: the whole object
-            return self.chunk_object(text, completion_tokens, finish_reason, token_ids)
+        if self.return_token_ids or self.logprobs is not None or self.reasoning_details:  # the whole object
+            return self.chunk_object(text, completion_tokens, finish_reason, token_ids, reasoning_tokens)
         parts = self._parts
         if parts is None:
             parts = self._parts = self._template()
@@ -107,7 +119,12 @@ class StreamRenderer:
         return head.encode(), mid.encode(), tail[: -len("}\n\n")].encode()
 
     def chunk_object(
-        self, text: str, completion_tokens: int, finish_reason: str | None, token_ids: list[int] | None = None
+        self,
+        text: str,
+        completion_tokens: int,
+        finish_reason: str | None,
+        token_ids: list[int] | None = None,
+        reasoning_tokens: int = 0,
     ) -> bytes:
         """`chunk`, rendered from the whole object."""
         payload = self._base()
@@ -126,14 +143,39 @@ class StreamRenderer:
             choice["token_ids"] = token_ids or []
         payload["choices"] = [choice]
         if self.continuous_usage:
-            payload["usage"] = usage(self.prompt_tokens, completion_tokens)
+            payload["usage"] = usage(
+                self.prompt_tokens, completion_tokens, reasoning_tokens if self.reasoning_details else None
+            )
         return sse(payload)
 
-    def final_usage(self, completion_tokens: int, metrics: dict | None = None) -> bytes:
+    def delta_chunk(
+        self,
+        delta: dict,
+        completion_tokens: int,
+        finish_reason: str | None,
+        reasoning_tokens: int,
+        token_ids: list[int] | None = None,
+    ) -> bytes:
+        """A chat chunk of a thinking or tool-calling answer: its `delta` as a reasoning or tool
+        parser makes it (servers/emulator/chat.py)."""
+        payload = self._base()
+        choice: dict = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        if self.return_token_ids:
+            choice["token_ids"] = token_ids or []
+        payload["choices"] = [choice]
+        if self.continuous_usage:
+            payload["usage"] = usage(
+                self.prompt_tokens, completion_tokens, reasoning_tokens if self.reasoning_details else None
+            )
+        return sse(payload)
+
+    def final_usage(self, completion_tokens: int, metrics: dict | None = None, reasoning_tokens: int = 0) -> bytes:
         """The usage-only chunk; vLLM's per-request `metrics` ride on it (when it has any)."""
         payload = self._base()
         payload["choices"] = []
-        payload["usage"] = usage(self.prompt_tokens, completion_tokens)
+        payload["usage"] = usage(
+            self.prompt_tokens, completion_tokens, reasoning_tokens if self.reasoning_details else None
+        )
         if metrics:
             payload["metrics"] = metrics
         return sse(payload)

@@ -20,10 +20,14 @@ _DELTA = ("chunk_t_ns", "chunk_usage")  # stored as differences within the list
 _INT_LISTS = ("chunk_t_ns", "chunk_usage", "chunk_chars")
 _OPTIONAL_LISTS = {
     "chunk_text": pa.list_(pa.string()),
+    "chunk_phase": pa.list_(pa.int8()),
+    "chunk_reasoning": pa.list_(pa.int64()),
     "prompt_token_ids": pa.list_(pa.int64()),
     "token_ids": pa.list_(pa.int64()),
 }
-_FIELDS = [f.name for f in fields(RequestRecord)]
+_TRANSIENT = ("answer_text", "tool_calls")  # needed while the run goes on, never journaled
+_PHASES = ("chunk_phase", "chunk_reasoning")
+_FIELDS = [f.name for f in fields(RequestRecord) if f.name not in _TRANSIENT]
 _SCALAR = {
     int: pa.int64(),
     "int": pa.int64(),
@@ -37,6 +41,8 @@ _SCALAR = {
 def _schema() -> pa.Schema:
     out = []
     for f in fields(RequestRecord):
+        if f.name in _TRANSIENT:
+            continue
         if f.name in _INT_LISTS:
             out.append(pa.field(f.name, pa.list_(pa.int64())))
         elif f.name in _OPTIONAL_LISTS:
@@ -80,6 +86,9 @@ class Columns:
                 self.flat[name].extend(values)
             self.offsets[name].append(len(self.flat[name]))
         self.optional["chunk_text"].append(rec.chunk_text if text else None)
+        for name in _PHASES:
+            values = getattr(rec, name)
+            self.optional[name].append(None if values is None else values.tolist())
         self.optional["prompt_token_ids"].append(rec.prompt_token_ids)
         self.optional["token_ids"].append(rec.token_ids)
 
@@ -151,6 +160,9 @@ def records_of(batch: pa.RecordBatch) -> list[RequestRecord]:
         kw = {name: data[name][i] for name in _FIELDS}
         for name in _INT_LISTS:
             kw[name] = array("q", kw[name] or ())
+        if kw["chunk_phase"] is not None:
+            kw["chunk_phase"] = array("b", kw["chunk_phase"])
+            kw["chunk_reasoning"] = array("q", kw["chunk_reasoning"] or ())
         out.append(RequestRecord(**kw))
     return out
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 
+from loadgen.client import phases
 from loadgen.client.record import RequestRecord
 from loadgen.client.sse import StreamFault
 
@@ -59,7 +60,7 @@ def _all_counted(rec: RequestRecord, body: list[bytes], t: int) -> bool:
     """Record `body` if every event in it is a token chunk with one cumulative
     `completion_tokens` and nothing else to read; False (and nothing recorded) if not."""
     joined = b"\n".join(body)
-    if b"[]" in joined or b'"error"' in joined or b"draft" in joined:
+    if b"[]" in joined or b'"error"' in joined or b"draft" in joined or phases.MARKED(joined):
         return False
     cums = _COMPLETION_TOKENS.findall(joined)
     # as many counts as events, each event an object: one usage per chunk (a chunk has one
@@ -144,12 +145,17 @@ def _on_usage_chunk(rec: RequestRecord, payload: bytes, cum: int, t: int) -> Non
         rec.prompt_tokens = int(m.group(1))
     if m := _FINISH.search(payload):
         rec.finish_reason = m.group(1).decode()
+    marked = phases.MARKED(payload)
     if _NO_CHOICES.search(payload):
+        if marked:
+            phases.final_count(rec, payload)
         return  # a usage-only chunk (the final one): no tokens of its own
     if _counts(usages, cum):
         rec.chunk_t_ns.append(t)
         usages.append(cum)
         rec.chunk_chars.append(-1)  # not read: the usage makes the count exact
+        if marked or rec.chunk_phase is not None:
+            phases.from_bytes(rec, payload)
 
 
 def _parse(payload: bytes) -> dict:
@@ -178,14 +184,18 @@ def _on_parsed(rec: RequestRecord, obj: dict, t: int) -> None:
     choices = obj.get("choices")
     if rec.token_ids is not None:
         _token_ids(rec, obj, choices[0] if choices else None)
+    reasoning = phases.reasoning_count(usage)
     if not choices:
+        if reasoning is not None:
+            rec.reasoning_tokens = reasoning
         return
     choice = choices[0]
     if fr := choice.get("finish_reason"):
         rec.finish_reason = fr
     text = choice.get("text")
+    delta = choice.get("delta") if text is None else None
     if text is None:
-        text = _delta_text(choice.get("delta"))
+        text = _delta_text(delta)
     chars = len(text) if text else 0
     usages = rec.chunk_usage
     if chars or _counts(usages, cum):
@@ -194,6 +204,10 @@ def _on_parsed(rec: RequestRecord, obj: dict, t: int) -> None:
         rec.chunk_chars.append(chars)
         if rec.chunk_text is not None:
             rec.chunk_text.append(text or "")
+        if delta or reasoning is not None or rec.chunk_phase is not None:
+            phases.from_delta(rec, delta, reasoning)
+    elif reasoning is not None:
+        rec.reasoning_tokens = reasoning
 
 
 def _token_ids(rec: RequestRecord, obj: dict, choice: dict | None) -> None:

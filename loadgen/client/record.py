@@ -52,6 +52,16 @@ class RequestRecord:
     chunk_usage: array = field(default_factory=lambda: array("q"))
     chunk_chars: array = field(default_factory=lambda: array("q"))
     chunk_text: list[str] | None = None
+    # a reasoning model's or a tool call's stream (loadgen/client/phases.py), else None: per chunk
+    # its phase (0 answer, 1 reasoning, 2 tool call) and the server's cumulative
+    # usage.completion_tokens_details.reasoning_tokens (-1 where it gave none)
+    chunk_phase: array | None = None
+    chunk_reasoning: array | None = None
+    reasoning_tokens: int | None = None  # the server's last reasoning_tokens count
+    # kept only with the text (a conversation's next turn sends them back), never journaled:
+    # the answer's text without the thinking, and the tool calls as streamed
+    answer_text: list[str] | None = None
+    tool_calls: list[dict] | None = None
     # the token ids the server returned (vLLM's return_token_ids; `run --token-ids`), None
     # unless asked for (and never for a sensitive request)
     prompt_token_ids: list[int] | None = None

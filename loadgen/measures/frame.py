@@ -9,14 +9,17 @@ import pyarrow as pa
 
 from loadgen.client.columnar import decoded, flat, records_batch, records_of
 from loadgen.client.record import RequestRecord
+from loadgen.measures import phases
 from loadgen.measures.steps import request_steps
-from loadgen.measures.tokens import resolve
+from loadgen.measures.tokens import resolve_all
 
 _NS_PER_MS = 1e6
 
 
 def _row(rec: RequestRecord, tokenizer) -> dict:
-    t, n, source = resolve(rec, tokenizer)
+    t_all, n_all, source = resolve_all(rec, tokenizer)
+    keep = n_all > 0
+    t, n = t_all[keep], n_all[keep]
     tokens = int(n.sum())
     steps, steps_source = request_steps(t, n, counted_per_chunk=source == "continuous_usage")
     row = {
@@ -65,6 +68,7 @@ def _row(rec: RequestRecord, tokenizer) -> dict:
         "output_token_ids": rec.token_ids if rec.token_ids else None,
     }
     nan = float("nan")
+    row.update(phases.none(nan, nan))
     if len(t):
         ttft = (t[0] - rec.t_send_ns) / _NS_PER_MS
         e2e = (t[-1] - rec.t_send_ns) / _NS_PER_MS
@@ -76,6 +80,7 @@ def _row(rec: RequestRecord, tokenizer) -> dict:
             e2e_from_scheduled_ms=(t[-1] - rec.t_scheduled_ns) / _NS_PER_MS,
             decode_tokens_per_chunk=float(n[1:].mean()) if len(n) > 1 else nan,
         )
+        row.update(phases.none(row["ttft_ms"], row["ttft_from_scheduled_ms"]))
     else:
         row.update(
             ttft_ms=nan,
@@ -85,6 +90,8 @@ def _row(rec: RequestRecord, tokenizer) -> dict:
             e2e_from_scheduled_ms=nan,
             decode_tokens_per_chunk=nan,
         )
+    if rec.chunk_phase is not None:
+        row.update(phases.figures(rec, t_all, n_all, row["completion_tokens"]))
     return row
 
 
@@ -98,6 +105,7 @@ _NULLABLE = (
     "server_draft_tokens",
     "server_accepted_tokens",
     "server_spec_steps",
+    *phases.COUNTS,
 )
 _STRINGS = (
     "request_id",
@@ -123,6 +131,7 @@ _FLOATS = (
     "ttft_from_scheduled_ms",
     "e2e_from_scheduled_ms",
     "decode_tokens_per_chunk",
+    *phases.TIMES,
 )
 
 
@@ -220,6 +229,11 @@ def _per_usage(batch: pa.RecordBatch) -> pa.Table:
             "ttft_from_scheduled_ms": ttft_s,
             "e2e_from_scheduled_ms": e2e_s,
             "decode_tokens_per_chunk": per_chunk,
+            # no phases here (frame_table sends records with phases through _row)
+            **{name: pa.nulls(batch.num_rows, pa.int64()) for name in phases.COUNTS},
+            **{name: nan.copy() for name in phases.TIMES},
+            "ttfo_ms": ttft,
+            "ttfo_from_scheduled_ms": ttft_s,
         },
     )
 
@@ -295,6 +309,8 @@ def frame_table(batch: pa.RecordBatch, tokenizer=None) -> pa.Table:
     if same and len(uv):
         negative = _segment_sums((uv < 0).astype(np.int64), offsets.astype(np.int64))
         fast = (lengths > 0) & (negative == 0)
+        if "chunk_phase" in batch.schema.names:
+            fast &= batch.column("chunk_phase").is_null().to_numpy(zero_copy_only=False)
     if fast.all():
         return _per_usage(batch)
     parts, order = [], []

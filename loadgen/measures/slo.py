@@ -19,7 +19,7 @@ from xml.etree import ElementTree as ET
 
 import pandas as pd
 
-LATENCY = ("ttft", "tpot", "itl", "e2e")
+LATENCY = ("ttft", "tpot", "itl", "e2e", "ttfo")
 STATS = ("mean", "min", "p50", "p90", "p95", "p99", "p99.9", "max")
 RATIOS = ("error_rate", "goodput")  # fractions; % allowed
 RATES = ("output_throughput", "request_throughput")  # tok/s, req/s
@@ -27,7 +27,13 @@ _EXPR = re.compile(r"^\s*([a-z0-9_.]+)\s*(<=|>=|<|>)\s*([0-9]*\.?[0-9]+)\s*(ms|s
 
 
 # goodput objective -> the per-request column it is judged on
-OBJECTIVES = {"ttft": "ttft_from_scheduled_ms", "tpot": "tpot_ms", "e2e": "e2e_from_scheduled_ms"}
+OBJECTIVES = {
+    "ttft": "ttft_from_scheduled_ms",
+    "tpot": "tpot_ms",
+    "e2e": "e2e_from_scheduled_ms",
+    # time to the first answer token (after a reasoning model's thinking; TTFT without it)
+    "ttfo": "ttfo_from_scheduled_ms",
+}
 
 
 class SLOError(ValueError):
@@ -53,7 +59,8 @@ def good(frame: pd.DataFrame, objectives: dict[str, float]) -> pd.Series:
     """Which requests of `frame` are good (boolean, aligned with the frame)."""
     mask = frame["ok"].copy()
     for name, limit in objectives.items():
-        mask &= frame[OBJECTIVES[name]].fillna(0.0) <= limit
+        # a request that never answered (thinking cut by max_tokens) did not meet a ttfo objective
+        mask &= frame[OBJECTIVES[name]].fillna(math.inf if name == "ttfo" else 0.0) <= limit
     return mask
 
 
@@ -116,6 +123,9 @@ def measured(summary: dict, metric: str) -> float | None:
     if metric == "goodput":
         return (summary.get("goodput") or {}).get("fraction")
     name, stat = metric.split("_", 1)
+    if name == "ttfo":  # a run with phases has its own; without, the first output token is the first token
+        value = ((summary.get("phases") or {}).get("ttfo_ms") or summary.get("ttft_ms") or {}).get(stat)
+        return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
     value = (summary.get(f"{name}_ms") or {}).get(stat)
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 

@@ -90,12 +90,18 @@ def _tokenizer_counts(tokenizer, texts: list[str]) -> np.ndarray:
 
 def resolve(rec: RequestRecord, tokenizer=None) -> tuple[np.ndarray, np.ndarray, str]:
     """(chunk arrival times ns, tokens per chunk, source) for the chunks that carried tokens."""
+    t, tokens, source = resolve_all(rec, tokenizer)
+    keep = tokens > 0
+    return t[keep], tokens[keep], source
+
+
+def resolve_all(rec: RequestRecord, tokenizer=None) -> tuple[np.ndarray, np.ndarray, str]:
+    """`resolve` for every recorded chunk, those counted as carrying 0 tokens too (aligned with
+    the record's per-chunk arrays)."""
     t = np.frombuffer(rec.chunk_t_ns, dtype=np.int64) if rec.chunk_t_ns else np.zeros(0, np.int64)
     cum = np.frombuffer(rec.chunk_usage, dtype=np.int64) if rec.chunk_usage else np.zeros(0, np.int64)
     if len(t) and (cum >= 0).all():
-        tokens = np.diff(cum, prepend=0)
-        keep = tokens > 0
-        return t[keep], tokens[keep], "continuous_usage"
+        return t, np.diff(cum, prepend=0), "continuous_usage"
     total = rec.usage_completion_tokens
     if tokenizer is not None and rec.chunk_text is not None and len(t):
         counts = _tokenizer_counts(tokenizer, rec.chunk_text)
@@ -110,8 +116,7 @@ def resolve(rec: RequestRecord, tokenizer=None) -> tuple[np.ndarray, np.ndarray,
         tokens, source = apportion(chars, total), "final_usage"
     else:
         tokens, source = np.ones(len(t), dtype=np.int64), "chunks"
-    keep = tokens > 0
-    return t[keep], tokens[keep], source
+    return t, tokens, source
 
 
 def fill_token_ids(records: list[RequestRecord], prompts: dict[int, str], tokenizer) -> int:

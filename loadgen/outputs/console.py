@@ -20,6 +20,16 @@ _ROWS = (
 _COLS = ("mean", "p50", "p90", "p99", "p99.9")
 
 
+# a reasoning model's run: its phases under the usual rows (docs/metrics.md)
+_PHASE_ROWS = (
+    ("TTFR (first thinking)", "ttfr_ms"),
+    ("TTFO (first answer)", "ttfo_ms"),
+    ("TT first tool call", "ttftc_ms"),
+    ("TPOT thinking", "tpot_reasoning_ms"),
+    ("TPOT answering", "tpot_answer_ms"),
+)
+
+
 def _f(x, fmt: str = ".2f") -> str:
     return "-" if x is None else format(x, fmt)
 
@@ -100,6 +110,21 @@ def render(summary: dict) -> str:
                 for k, t in sorted(c["by_turn"].items(), key=lambda kv: int(kv[0]))
             )
         )
+    ph = summary.get("phases")
+    if ph:
+        parts = [f"{ph['reasoning_requests']} of {ph['requests']} requests thought"]
+        if ph["reasoning_tokens"]["count"]:
+            parts.append(
+                f"reasoning / answer tokens {_f(ph['reasoning_tokens']['mean'], '.0f')}"
+                f" / {_f(ph['answer_tokens']['mean'], '.0f')} mean"
+            )
+        parts.append(
+            f"tokens per decode chunk thinking {_f(ph['tokens_per_chunk_reasoning'])}"
+            f", answering {_f(ph['tokens_per_chunk_answer'])}"
+        )
+        if ph["tool_call_requests"]:
+            parts.append(f"{ph['tool_call_requests']} called a tool")
+        lines.append("Phases: " + "; ".join(parts))
     if summary.get("goodput"):
         g = summary["goodput"]
         lines.append(
@@ -112,6 +137,10 @@ def render(summary: dict) -> str:
     for label, key in _ROWS:
         d = summary[key]
         lines.append(f"{label:<22}" + "".join(f"{_f(d.get(c)):>10}" for c in _COLS))
+    for label, key in _PHASE_ROWS:
+        d = (ph or {}).get(key)
+        if d and d.get("count"):
+            lines.append(f"{label:<22}" + "".join(f"{_f(d.get(c)):>10}" for c in _COLS))
     chk = summary["self_check"]
     lines.append(f"{'Client lateness':<22}" + "".join(f"{_f(chk['lateness_ms'].get(c)):>10}" for c in _COLS))
     lines.append(f"{'Client loop lag':<22}" + "".join(f"{_f(chk['loop_lag_ms'].get(c)):>10}" for c in _COLS))

@@ -10,6 +10,7 @@ import logging
 import sys
 from typing import NoReturn
 
+from servers.emulator import chat
 from servers.emulator import profile as profiles
 from servers.emulator.api import EmulatorAPI
 from servers.emulator.engine import Engine, EngineConfig, EngineError
@@ -80,6 +81,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--max-log-len", type=int, help="log at most this many characters and token ids of a prompt")
     s.add_argument(
+        "--reasoning-parser",
+        help="serve a thinking model: on chat requests it thinks first, streamed as `reasoning` "
+        "(docs/emulator.md, Reasoning models); one of vLLM 0.32's parser names",
+    )
+    s.add_argument(
+        "--enable-auto-tool-choice",
+        action="store_true",
+        help="the model calls the request's tools when it sees fit (needs --tool-call-parser)",
+    )
+    s.add_argument("--tool-call-parser", help="stream tool calls as `tool_calls` deltas; one of vLLM 0.32's names")
+    s.add_argument(
+        "--chunk-log",
+        metavar="FILE",
+        help="append each streamed response's record (JSONL): every chunk as written (monotonic "
+        "ns, cumulative completion and reasoning tokens, phase 0 answer / 1 reasoning / 2 tool call)",
+    )
+    s.add_argument(
         "--exit-after-requests",
         type=int,
         metavar="N",
@@ -124,6 +142,16 @@ def engine_for(args) -> tuple[Engine, list[str]]:
                 "--per-request-spec-decode-metrics requires speculative decoding to be enabled "
                 "(via --speculative-config)"
             )
+        if args.reasoning_parser is not None and args.reasoning_parser not in chat.REASONING_PARSERS:
+            raise ValueError(
+                f"invalid reasoning parser: {args.reasoning_parser} (choose from {', '.join(chat.REASONING_PARSERS)})"
+            )
+        if args.tool_call_parser is not None and args.tool_call_parser not in chat.TOOL_PARSERS:
+            raise ValueError(
+                f"invalid tool call parser: {args.tool_call_parser} (choose from {', '.join(chat.TOOL_PARSERS)})"
+            )
+        if args.enable_auto_tool_choice and args.tool_call_parser is None:
+            raise ValueError("--enable-auto-tool-choice requires --tool-call-parser to be set")
         if not args.time_scale > 0:
             raise ValueError(f"--time-scale must be > 0, got {args.time_scale}")
         for key in (
@@ -147,6 +175,7 @@ def engine_for(args) -> tuple[Engine, list[str]]:
                 seed=args.seed,
                 per_request_spec_decode_metrics=args.per_request_spec_decode_metrics,
                 enable_prefix_caching=args.enable_prefix_caching,
+                reasoning=args.reasoning_parser is not None,
             ),
             trace_sink=_trace_writer(args.acceptance_traces) if args.acceptance_traces else None,
         )
@@ -173,6 +202,15 @@ def _trace_writer(path: str):
     return write
 
 
+def _chunk_log(path: str | None):
+    if path is None:
+        return None
+    try:
+        return open(path, "a")  # noqa: SIM115  # open while the server runs
+    except OSError as e:
+        _fail(f"cannot write --chunk-log {path!r}: {e.strerror or e}")
+
+
 async def _serve(args, engine: Engine, served: list[str]) -> None:
     driver = RealtimeDriver(engine, time_scale=args.time_scale)
     collector = VllmCollector(
@@ -187,6 +225,8 @@ async def _serve(args, engine: Engine, served: list[str]) -> None:
         crash_after=args.exit_after_requests,
         log_requests=args.enable_log_requests,
         max_log_len=args.max_log_len,
+        auto_tools=args.enable_auto_tool_choice,
+        chunk_log=_chunk_log(args.chunk_log),
     )
     try:
         listener = await serve(api.handle, args.host, args.port)

@@ -12,6 +12,7 @@ import os
 import time
 import uuid
 
+from servers.emulator import chat as chatting
 from servers.emulator import parity
 from servers.emulator.content import chat_prompt
 from servers.emulator.engine import Emission, EngineError
@@ -65,7 +66,11 @@ class EmulatorAPI:
         crash_after: int | None = None,
         log_requests: bool = False,
         max_log_len: int | None = None,
+        auto_tools: bool = False,
+        chunk_log=None,
     ) -> None:
+        self.auto_tools = auto_tools  # --enable-auto-tool-choice with a --tool-call-parser
+        self.chunk_log = chunk_log  # --chunk-log: a file each streamed response's chunks go to
         self.driver = driver
         self.log_requests = log_requests  # vLLM's --enable-log-requests: each prompt as received
         self.max_log_len = max_log_len
@@ -177,7 +182,7 @@ class EmulatorAPI:
                 or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in msgs)
             ):
                 raise BadRequest("messages must be a non-empty list of {role, content} objects")
-            text = chat_prompt(msgs)
+            text = chatting.tools_text(body) + chat_prompt(msgs)
         else:
             prompt = body.get("prompt")
             if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -213,9 +218,17 @@ class EmulatorAPI:
             raise BadRequest(f"return_token_ids must be a boolean, got {return_ids!r}")
         try:
             logprobs = parity.requested(body, chat)
-        except parity.ParityError as e:
+            reasoning = chat and self.driver.engine.cfg.reasoning
+            think = chat and chatting.thinks(body, reasoning)
+            budget = chatting.thinking_budget(body) if think else None
+            tool = chatting.tool_choice(body, self.auto_tools) if chat else None
+        except (parity.ParityError, chatting.ChatError) as e:
             raise BadRequest(str(e)) from None
         return {
+            "reasoning": reasoning,
+            "think": think,
+            "budget": budget,
+            "tool": tool,
             "model": body["model"],
             "text": text,
             "stream": stream,
@@ -239,7 +252,15 @@ class EmulatorAPI:
         sink = self._stream_sink(conn, chat, rid, p, state, done) if p["stream"] else self._whole_sink(state, done)
         try:
             seq = self.driver.submit(
-                rid, p["text"], max_tokens, ignore_eos=p["ignore_eos"], min_tokens=p["min_tokens"], sink=sink
+                rid,
+                p["text"],
+                max_tokens,
+                ignore_eos=p["ignore_eos"],
+                min_tokens=p["min_tokens"],
+                sink=sink,
+                think=p["think"],
+                thinking_budget=p["budget"],
+                tool=p["tool"],
             )
         except EngineError as e:
             raise BadRequest(str(e)) from None
@@ -261,8 +282,12 @@ class EmulatorAPI:
             raise
         if not p["stream"]:
             text = "".join(" " + w for w in state["words"])
+            if chat and (seq.reasoning_end or seq.tool_call):
+                msg = chatting.message(seq)
+            else:
+                msg = {"role": "assistant", "content": text}
             choice = (
-                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": seq.finish_reason}
+                {"index": 0, "message": msg, "finish_reason": seq.finish_reason}
                 if chat
                 else {"index": 0, "text": text, "finish_reason": seq.finish_reason}
             )
@@ -272,7 +297,7 @@ class EmulatorAPI:
                 "created": int(time.time()),
                 "model": p["model"],
                 "choices": [choice],
-                "usage": usage(len(seq.prompt), seq.emitted),
+                "usage": usage(len(seq.prompt), seq.emitted, seq.reasoning_tokens if p["reasoning"] else None),
             }
             if seq.sd is not None:  # --per-request-spec-decode-metrics: on the response, as vLLM
                 whole["metrics"] = {"speculative_decoding": seq.sd.to_dict()}
@@ -295,11 +320,13 @@ class EmulatorAPI:
 
         return sink
 
-    @staticmethod
-    def _stream_sink(conn: HttpConnection, chat: bool, rid: str, p: dict, state: dict, done: asyncio.Future):
+    def _stream_sink(self, conn: HttpConnection, chat: bool, rid: str, p: dict, state: dict, done: asyncio.Future):
         include_usage = bool(p["opts"].get("include_usage"))
         continuous = include_usage and bool(p["opts"].get("continuous_usage_stats"))
         renderer: list[StreamRenderer] = []
+        log = self.chunk_log
+        written: list | None = [] if log is not None else None
+        last = [chatting.ANSWER]  # the phase of the last chunk with text: a chunk without inherits it
 
         def sink(em: Emission) -> None:
             seq = em.seq
@@ -314,6 +341,7 @@ class EmulatorAPI:
                         continuous_usage=continuous,
                         prompt_token_ids=list(seq.prompt) if p["return_token_ids"] else None,
                         return_token_ids=p["return_token_ids"],
+                        reasoning_details=p["reasoning"],
                         logprobs=None
                         if p["logprobs"] is None
                         else (lambda ids, text, at: parity.block(ids, text.split(" ")[1:], p["logprobs"], chat, at)),
@@ -322,13 +350,28 @@ class EmulatorAPI:
                 if chat:
                     conn.write_chunk(renderer[0].role())
             r = renderer[0]
-            text = "".join(" " + w for w in em.words)
-            out = r.chunk(text, seq.emitted, seq.finish_reason if em.finished else None, em.tokens)
+            finish = seq.finish_reason if em.finished else None
+            phase = chatting.ANSWER
+            if seq.reasoning_end or seq.tool_call is not None:
+                d, seen = chatting.delta(seq, em.start, em.words, em.tokens)
+                phase = last[0] = last[0] if seen is None else seen
+                out = r.delta_chunk(d, seq.emitted, finish, seq.reasoning_tokens, em.tokens) if d or finish else b""
+            else:
+                text = "".join(" " + w for w in em.words)
+                out = r.chunk(text, seq.emitted, finish, em.tokens, seq.reasoning_tokens)
             if em.finished:
                 # vLLM's per-request metrics ride on the usage chunk (none without include_usage)
                 metrics = {"speculative_decoding": seq.sd.to_dict()} if seq.sd is not None else None
-                out += (r.final_usage(seq.emitted, metrics) if include_usage else b"") + DONE
-            conn.write_chunk(out)
+                out += (r.final_usage(seq.emitted, metrics, seq.reasoning_tokens) if include_usage else b"") + DONE
+            if written is not None and out:
+                written.append((time.monotonic_ns(), seq.emitted, seq.reasoning_tokens, phase))
+            if out:
+                conn.write_chunk(out)
+            if written is not None and em.finished:
+                record = {"id": rid, "prompt_tokens": len(seq.prompt), "completion_tokens": seq.emitted}
+                record.update(reasoning_tokens=seq.reasoning_tokens, finish_reason=seq.finish_reason, chunks=written)
+                log.write(json.dumps(record, separators=(",", ":")) + "\n")
+                log.flush()
             if em.finished:
                 conn.end_stream()
                 if not done.done():

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-CLASSES = ("chat", "summarization", "math", "code_edit", "agentic")
+CLASSES = ("chat", "summarization", "math", "code_edit", "agentic", "reasoning")
 _AGENTIC = re.compile(r"^Available tools:", re.M)
+_REASONING = re.compile(r"\b(think|reason)\b[^.\n]{0,40}\bstep by step\b", re.I)
 
 _CODE = re.compile(r"```|^\s*(def|class|return|import|for|if|while)\b.*[:({]\s*$|;\s*$", re.M)
 _FENCED = re.compile(r"```.*?(```|$)", re.S)
@@ -52,15 +53,21 @@ _SYLLABLES = (
     "se",
 )
 _NOVEL_BASE = 1 << 31  # prompt words hash into [2^31, 2^32); new tokens below 2^31
+# a thinking model's markers around its thinking (Qwen3's <think> and </think>): counted as
+# generated tokens, never streamed as text by a reasoning parser
+THINK_START, THINK_END = 151667, 151668
 
 
 def classify(text: str) -> str:
     """Which kind of request this reads as: code_edit (code with an instruction to change it,
     outside the code), summarization, math or chat. Code to complete (no edit instruction)
     reads as chat: its answer does not repeat the prompt. A prompt listing `Available tools:`
-    at the start of a line reads as agentic work."""
+    at the start of a line reads as agentic work; one asking to think or reason step by step
+    (AIME's, GPQA's, synthetic:reasoning's) as a reasoning problem."""
     if _AGENTIC.search(text):
         return "agentic"
+    if _REASONING.search(text):
+        return "reasoning"
     if _CODE.search(text) and _EDIT.search(_FENCED.sub(" ", text) if "```" in text else ""):
         return "code_edit"
     low = text.lower()
@@ -129,6 +136,9 @@ class ContentParams:
     # the request's own input (after the template)
     templated: bool = False
     template_vary: float = 0.0
+    # thinking: copies come from the prompt and from what the model wrote so far (a chain of
+    # thought restates and re-checks itself), not from the prompt only
+    self_copy: bool = False
 
 
 def rng_for(seed: int, text: str) -> np.random.Generator:
@@ -160,9 +170,16 @@ def generate(
                     words.append(prompt_words[q] if q < p else words[q - p])
             ids.append(tok)
             words.append(novel_word(tok))
-        if p == 0:
+        src = p + len(ids) if params.self_copy else p
+        if src == 0:
             continue
-        length = min(p, 3 + int(round(rng.lognormal(params.copy_log_mu, params.copy_log_sigma))))
+        length = min(src, 3 + int(round(rng.lognormal(params.copy_log_mu, params.copy_log_sigma))))
+        if params.self_copy:
+            start = int(rng.integers(0, src - length + 1))
+            for q in range(start, start + length):
+                ids.append(prompt_ids[q] if q < p else ids[q - p])
+                words.append(prompt_words[q] if q < p else words[q - p])
+            continue
         if params.sequential:
             start = cursor if cursor + length <= p else 0
             cursor = start + length + int(rng.integers(0, 4))
@@ -223,3 +240,27 @@ def chat_prompt(messages) -> str:
         parts.append(f"<|{m.get('role', 'user') if isinstance(m, dict) else 'user'}|> {c or ''}")
     parts.append("<|assistant|>")
     return "\n".join(parts)
+
+
+# a tool call's markers (Hermes' <tool_call> and </tool_call>, as Qwen3 writes them): generated
+# tokens that a tool-call parser never streams as text
+TOOL_START, TOOL_END = 151657, 151658
+TOOL_MARKERS = 2  # every call has both; its name is one more token, the rest is arguments
+
+
+def tool_call_length(rng: np.random.Generator) -> int:
+    """Tokens of a tool call: the markers, the name and 2 + geometric (mean 10) argument tokens."""
+    return TOOL_MARKERS + 1 + 2 + int(rng.geometric(0.1))
+
+
+def tool_call(name: str, arg: str, n: int, rng: np.random.Generator) -> tuple[list[int], list[str]]:
+    """A call of tool `name` in `n` tokens (at least the markers, the name and two argument
+    tokens; fewer only when cut by max_tokens): arguments `{"ARG": "<words>"}`, one token per word."""
+    k = max(2, n - TOOL_MARKERS - 1)
+    values = rng.integers(1, _NOVEL_BASE, size=k - 1).tolist()
+    args = [f'{{"{arg}":'] + [novel_word(t) for t in values]
+    args[1] = '"' + args[1]
+    args[-1] += '"}'
+    ids = [TOOL_START, word_id(name), word_id(args[0]), *values, TOOL_END]
+    words = ["<tool_call>", name, *args, "</tool_call>"]
+    return ids[:n], words[:n]

@@ -97,7 +97,9 @@ class Drafting:
         elif self.suffix is not None:
             self.suffix.start(seq.request_id, seq.prompt)
         elif self.conditional is None:
-            seq.acc = acceptance(self.profile, self.seed, spec.method, len(seq.output), spec.k, prompt_text, seq.kind)
+            seq.acc = acceptance(
+                self.profile, self.seed, spec.method, len(seq.output), spec.k, prompt_text, seq.kind, seq.reasoning_end
+            )
         if self.conditional is not None:
             seq.rng = content.rng_for(self.seed, "synthetic\0" + prompt_text)
         if self.per_request != "none":
@@ -138,11 +140,24 @@ class Drafting:
             self.suffix.finish(seq.request_id)
 
 
-def acceptance(profile: Profile, seed: int, method: str, n: int, k: int, prompt_text: str, kind: str) -> np.ndarray:
+def acceptance(
+    profile: Profile, seed: int, method: str, n: int, k: int, prompt_text: str, kind: str, thinking: int = 0
+) -> np.ndarray:
     """A model drafter's acceptance over a request: drawn from (seed, prompt), the same draws at
-    every k (acceptance.py), so the same request is as easy at any k."""
+    every k (acceptance.py), so the same request is as easy at any k. A thinking model's first
+    `thinking` positions (its thought) are drawn with the drafter's thinking parameters, the
+    answer's after them with its kind's."""
     acc_rng = content.rng_for(seed, "acceptance\0" + prompt_text)
-    return acceptance_lengths(n, k, profile.acceptance(method, kind), acc_rng)
+    if thinking <= 0:
+        return acceptance_lengths(n, k, profile.acceptance(method, kind), acc_rng)
+    head = min(thinking, n)
+    think_rng = content.rng_for(seed, "acceptance-thinking\0" + prompt_text)
+    return np.concatenate(
+        [
+            acceptance_lengths(head, k, profile.acceptance(method, "thinking"), think_rng),
+            acceptance_lengths(n - head, k, profile.acceptance(method, kind), acc_rng),
+        ]
+    )
 
 
 def exact_trace(profile: Profile, spec: SpecConfig | None, seed: int, seq, prompt_text: str) -> dict:
@@ -173,7 +188,7 @@ def exact_trace(profile: Profile, spec: SpecConfig | None, seed: int, seq, promp
                 "source": f"exact: the emulator's prompt lookup {lo}..{hi}",
             }
         else:
-            acc = acceptance(profile, seed, method, n, DEPTH, prompt_text, seq.kind)
+            acc = acceptance(profile, seed, method, n, DEPTH, prompt_text, seq.kind, seq.reasoning_end)
             out[method] = {
                 "acc_len": np.minimum(acc, rest).tolist(),
                 "censored_at": DEPTH,

@@ -45,6 +45,9 @@ class EngineConfig:
     seed: int = 0
     per_request_spec_decode_metrics: str = "none"  # none | summary | detailed, as vLLM's flag
     enable_prefix_caching: bool = True  # as vLLM's default (servers/emulator/prefix.py)
+    # the served model thinks before it answers a chat request (served with --reasoning-parser:
+    # docs/emulator.md, "Reasoning models")
+    reasoning: bool = False
 
 
 @dataclass(eq=False, slots=True)
@@ -71,6 +74,11 @@ class Sequence:
     plan: list | None = None  # a replayed request's steps (servers/emulator/replay.py)
     step_no: int = -1  # its plan's next step
     trace: dict | None = None  # exact acceptance per drafter, when the engine keeps traces
+    # a thinking model's output: tokens [0, reasoning_end) are its thinking, markers included
+    # (0: none); `thinking` tokens of it between the markers (what vLLM counts as reasoning)
+    reasoning_end: int = 0
+    thinking: int = 0
+    tool_call: tuple[str, str] | None = None  # the answer is a call of this tool (name, call id)
     first_scheduled: float | None = None
     first_token: float | None = None
     last_token: float | None = None
@@ -85,6 +93,12 @@ class Sequence:
         return len(self.output) - self.emitted
 
     @property
+    def reasoning_tokens(self) -> int:
+        """Reasoning tokens emitted so far, as vLLM's reasoning parser counts them (those
+        between the markers)."""
+        return min(max(self.emitted - 1, 0), self.thinking) if self.reasoning_end else 0
+
+    @property
     def num_drafts(self) -> int:
         return self.drafts if isinstance(self.drafts, int) else len(self.drafts)
 
@@ -95,6 +109,7 @@ class Emission:
     tokens: list[int]
     words: list[str]
     finished: bool
+    start: int = 0  # the output position of its first token
 
 
 @dataclass(slots=True)
@@ -147,7 +162,13 @@ class Engine:
         ignore_eos: bool = False,
         min_tokens: int | None = None,
         sink: Callable | None = None,
+        think: bool = False,
+        thinking_budget: int | None = None,
+        tool: tuple[str, str, str] | None = None,
     ) -> Sequence:
+        """A request. `think`: the model thinks first (a chat request to a reasoning model),
+        at most `thinking_budget` tokens (vLLM's thinking_token_budget); `tool`: its answer is
+        a call of that tool (name, argument, call id) rather than text."""
         words, ids = content.tokenize(prompt_text)
         if len(ids) + max_tokens > self.max_model_len:
             raise EngineError(
@@ -162,10 +183,21 @@ class Engine:
             )
         kind = content.classify(prompt_text)
         params = self.profile.content(kind)
+        think_ids, think_words = self._thinking(kind, prompt_text, ids, words, thinking_budget) if think else ([], [])
+        before = len(think_ids)
         rng = content.rng_for(self.cfg.seed, prompt_text)
-        n = max_tokens if ignore_eos else max(content.natural_length(params, rng), min_tokens or 0)
-        n = min(n, max_tokens)
-        if params.templated:
+        if tool is not None:
+            n = max_tokens - before if ignore_eos else max(content.tool_call_length(rng), (min_tokens or 0) - before)
+        else:
+            n = (
+                max_tokens - before
+                if ignore_eos
+                else max(content.natural_length(params, rng), (min_tokens or 0) - before)
+            )
+        n = max(0, min(n, max_tokens - before))
+        if tool is not None:
+            out_ids, out_words = content.tool_call(tool[0], tool[1], n, rng)
+        elif params.templated:
             template = content.template_of(prompt_text)
             out_ids, out_words = content.generate_templated(
                 ids,
@@ -178,14 +210,31 @@ class Engine:
             )
         else:
             out_ids, out_words = content.generate(ids, words, n, params, rng)
-        seq = Sequence(
-            request_id, ids, out_ids, out_words, words, "length" if n >= max_tokens else "stop", kind, arrival, sink
-        )
+        if think:
+            out_ids, out_words = (think_ids + out_ids)[:max_tokens], (think_words + out_words)[:max_tokens]
+            n = before + n
+        finish = "length" if n >= max_tokens else ("tool_calls" if tool is not None else "stop")
+        seq = Sequence(request_id, ids, out_ids, out_words, words, finish, kind, arrival, sink)
+        if think:
+            seq.reasoning_end, seq.thinking = before, before - 2
+        if tool is not None:
+            seq.tool_call = (tool[0], tool[2])
         if self.drafting is not None:
             self.drafting.start(seq, prompt_text)
         if self.trace_sink is not None:
             seq.trace = exact_trace(self.profile, self.spec, self.cfg.seed, seq, prompt_text)
         return self._enqueue(seq)
+
+    def _thinking(self, kind: str, prompt_text: str, ids, words, budget: int | None) -> tuple[list[int], list[str]]:
+        """A thinking model's thought, markers included: its length drawn for this kind of
+        request (cut at `budget` thinking tokens), its text from its own draws."""
+        params = self.profile.thinking(kind)
+        rng = content.rng_for(self.cfg.seed, "thinking\0" + prompt_text)
+        r = content.natural_length(params, rng)
+        if budget is not None:
+            r = min(r, budget)
+        t_ids, t_words = content.generate(ids, words, r, params, rng) if r else ([], [])
+        return [content.THINK_START, *t_ids, content.THINK_END], ["<think>", *t_words, "</think>"]
 
     def _enqueue(self, seq: Sequence) -> Sequence:
         self.waiting.append(seq)
@@ -378,7 +427,7 @@ class Engine:
             self._finish(seq, now)
         else:
             self._propose(seq, tokens)
-        return Emission(seq, tokens, words, done)
+        return Emission(seq, tokens, words, done, start)
 
     def _propose(self, seq: Sequence, new_tokens: list[int]) -> None:
         """Drafts for the sequence's next step (never more than it still has to write)."""

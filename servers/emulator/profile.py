@@ -90,6 +90,15 @@ class Profile:
         section = self.data.get("content", {})
         return ContentParams(**section.get(cls) or section["chat"])
 
+    def thinking(self, cls: str) -> ContentParams:
+        """What a thinking model's chain of thought for this kind of request is made of
+        (docs/emulator.md, "Reasoning models")."""
+        section = self.data.get("thinking", {})
+        params = section.get(cls) or section.get("default")
+        if params is None:
+            raise ProfileError(f"profile {self.name!r} has no [thinking] content: it cannot serve a reasoning model")
+        return ContentParams(**params)
+
     def acceptance(self, method: str, cls: str) -> RegimeParams:
         name = self.drafters[method].acceptance
         table = self.data.get(name or "", {})
