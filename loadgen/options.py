@@ -85,6 +85,8 @@ class SimOptions(ResultOptions, WorkloadOptions, LoadOptions):
     kv_cache_tokens: int | None = None
     client_rtt_ms: float | None = None  # None: the simulator's (loadgen.simulate.CLIENT_RTT_S)
     traces_path: str | None = None  # --acceptance-traces
+    reasoning_parser: str | None = None  # a thinking model (docs/reasoning.md)
+    extra_body: str | None = None  # JSON merged into every request's body
 
 
 @dataclass
@@ -109,6 +111,7 @@ class SweepOptions:
     seed: int = 0
     endpoint: str = "completions"
     request_timeout: float = 600.0
+    extra_body: str | None = None
     data_dir: str | None = None
     gpus: str | None = None
     parallel: bool = False
@@ -142,3 +145,20 @@ class CapacityOptions:
     seed: int = 0
     time_scale: str | None = None
     output: str | None = None
+
+
+def extra_body(text: str | None) -> dict | None:
+    """--extra-body's JSON object (run, sweep, simulate), None when not given."""
+    import json
+
+    from loadgen.errors import LoadgenError
+
+    if not text:
+        return None
+    try:
+        extra = json.loads(text)
+    except ValueError as e:
+        raise LoadgenError(f"--extra-body is not valid JSON ({e}); give an object like '{{\"top_k\": 1}}'") from None
+    if not isinstance(extra, dict):
+        raise LoadgenError("--extra-body must be a JSON object, like '{\"top_k\": 1}'")
+    return extra

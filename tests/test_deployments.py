@@ -27,6 +27,11 @@ VLLM_FLAGS = {
     "--no-enable-prefix-caching",
     "--speculative-config",
     "--per-request-spec-decode-metrics",
+    # a reasoning model's thinking and tool calls streamed apart (vLLM 0.32: engine/arg_utils.py,
+    # entrypoints/launchers/cli_args.py; docs/reasoning.md)
+    "--reasoning-parser",
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
 }
 SPEC_FIELDS = {
     "method",

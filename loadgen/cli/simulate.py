@@ -46,6 +46,16 @@ from loadgen.simulate import CLIENT_RTT_S
     type=click.Path(dir_okay=False),
     help="Also write every finished request's exact acceptance trace here (JSONL, for loadgen whatif).",
 )
+@click.option(
+    "--reasoning-parser",
+    help="Serve a thinking model, as vllm serve's flag: on the chat endpoint it thinks before it "
+    "answers (docs/reasoning.md); one of vLLM 0.32's parser names, e.g. qwen3.",
+)
+@click.option(
+    "--extra-body",
+    help="JSON merged into every request, as for loadgen run; the engine reads a reasoning "
+    "model's thinking_token_budget, chat_template_kwargs.enable_thinking and reasoning_effort.",
+)
 @options.load_options
 @options.workload_options
 @options.result_options

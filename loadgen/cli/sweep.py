@@ -82,6 +82,10 @@ from servers.deployments import ENGINES, DeploymentError
 @click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
 @click.option("--request-timeout", type=float, default=600.0, show_default=True)
 @click.option(
+    "--extra-body",
+    help="JSON object merged into every request body, as for loadgen run (e.g. '{\"thinking_token_budget\": 1024}').",
+)
+@click.option(
     "--data-dir", envvar="LOADGEN_DATA_DIR", show_envvar=True, help="Where catalog workloads find local data sets."
 )
 @click.option("--gpus", help="GPU indices to use, e.g. 0,1,2,3 [default: the first tensor-parallel-size].")

@@ -38,7 +38,7 @@ def MARKED(data: bytes) -> bool:  # noqa: N802  # a predicate named like the con
     return (b'"reasoning' in data or b'"tool_calls"' in data) and _MARK.search(data) is not None
 
 
-def _note(rec: RequestRecord, phase: int | None, reasoning: int | None) -> None:
+def note(rec: RequestRecord, phase: int | None, reasoning: int | None) -> None:
     """The phase and cumulative reasoning count of the chunk just appended to `rec`."""
     if reasoning is not None:
         rec.reasoning_tokens = reasoning
@@ -67,7 +67,7 @@ def from_bytes(rec: RequestRecord, payload: bytes) -> None:
         phase = REASONING
     else:
         phase = None
-    _note(rec, phase, reasoning)
+    note(rec, phase, reasoning)
 
 
 def final_count(rec: RequestRecord, payload: bytes) -> None:
@@ -102,7 +102,7 @@ def from_delta(rec: RequestRecord, delta, reasoning: int | None) -> None:
             (rec.answer_text if rec.answer_text is not None else _set(rec, "answer_text", [])).append(content)
         if calls:
             _merge_calls(rec, calls)
-    _note(rec, phase, reasoning)
+    note(rec, phase, reasoning)
 
 
 def _set(rec: RequestRecord, name: str, value):

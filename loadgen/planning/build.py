@@ -8,7 +8,7 @@ from pathlib import Path
 
 from loadgen.errors import LoadgenError
 from loadgen.load.timescale import TimeScaleError, parse_scale
-from loadgen.options import SweepOptions
+from loadgen.options import SweepOptions, extra_body
 from loadgen.planning.plan import Plan, PlanError, labels, levels, servers, split_workloads
 from loadgen.shapes import Shape
 from loadgen.shapes import options as shape_options
@@ -140,6 +140,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         arrival=arrival,
         burstiness=1.0 if o.burstiness is None else o.burstiness,
         request_timeout_s=o.request_timeout,
+        extra_body=extra_body(o.extra_body),
         data_dir=str(Path(o.data_dir).resolve()) if o.data_dir else None,
         gpus=gpus,
         parallel=o.parallel,

@@ -114,6 +114,7 @@ class Plan:
     arrival: str = "poisson"
     burstiness: float = 1.0
     request_timeout_s: float = 600.0
+    extra_body: dict | None = None  # merged into every request's body (sweep --extra-body)
     data_dir: str | None = None
     gpus: list[int] = field(default_factory=lambda: [0])
     parallel: bool = False

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadgen.report import decision, interactive, plots, tables, whatif
+from loadgen.report import decision, interactive, phases, plots, tables, whatif
 from loadgen.report.numbers import num, short
 from loadgen.report.render import Section, markdown, page
 from loadgen.results import store
@@ -133,6 +133,8 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
             sp, plan.get("acceptance_templates") or [], plan["acceptance_lengths"]
         )
     per_req, t["per_request"] = tables.per_request(sw)
+    t["phases"] = phases.table(sw)
+    t["phases_break_even"] = phases.break_even(t["phases"], sw.baseline)
     order = {w: i for i, w in enumerate(dict.fromkeys(sw.cells["workload"]))}  # plan order
     cell_flags = _cell_flags(sw)
     t = {k: _in_order(_flagged(v, cell_flags), order) for k, v in t.items()}
@@ -204,6 +206,7 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
         sw.baseline,
         virtual=bool((sw.manifest.get("plan") or {}).get("virtual")),
     )
+    sections[0].lead += phases.sentences(t["phases"], t["phases_break_even"], sw.baseline)
     sections[0].chart = interactive.speedup_chart(t["speedup"], col, sw.baseline)
     if sw.single:  # one run: no variants to weigh against each other
         sections[0].lead = [_single_sentence(sw)]
@@ -313,6 +316,24 @@ def _sections(sw: Sweep, t: dict, fig: dict, notes: list[str], profile_name: str
             f("acceptance", "acceptance_length", "per_position", "steps"),
         ),
         Section("Waste", waste_text, [("Rejected draft tokens", t["waste"], "waste.csv")], f("waste")),
+        *(
+            [
+                Section(
+                    "Reasoning: thinking and answering",
+                    "Where the model thinks before it answers (a reasoning parser; docs/metrics.md): each "
+                    "phase's TPOT and tokens per decode chunk, TTFO (time to the first answer token), and "
+                    "each phase's speedup: the baseline's TPOT in that phase over the variant's at the same "
+                    "load (docs/report.md).",
+                    [
+                        ("Thinking and answering per cell", t["phases"], "phases.csv"),
+                        ("Where SD stops paying, per phase", t["phases_break_even"], "phases_break_even.csv"),
+                    ],
+                    [],
+                )
+            ]
+            if not t["phases"].empty
+            else []
+        ),
         Section(
             "Per-request variability",
             "Each request's own acceptance (mean tokens per decode step) and its "

@@ -6,7 +6,6 @@ checked by this one code. `loadgen/planning/build.py` does the same for a sweep.
 
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +16,7 @@ from loadgen.load.timescale import TimeScaleError, parse_scale
 from loadgen.load.workload import WorkloadRef
 from loadgen.measures import slo
 from loadgen.measures.tokens import TokenizerError, load_tokenizer
-from loadgen.options import LoadOptions, RunOptions, WorkloadOptions
+from loadgen.options import LoadOptions, RunOptions, WorkloadOptions, extra_body
 from loadgen.run.measurement import RunJob
 from loadgen.run.target import Note, Target
 from loadgen.shapes import Shape
@@ -142,16 +141,7 @@ def objectives(specs) -> dict | None:
         raise LoadgenError(str(e)) from None
 
 
-def _extra_body(text: str | None) -> dict | None:
-    if not text:
-        return None
-    try:
-        extra = json.loads(text)
-    except ValueError as e:
-        raise LoadgenError(f"--extra-body is not valid JSON ({e}); give an object like '{{\"top_k\": 1}}'") from None
-    if not isinstance(extra, dict):
-        raise LoadgenError("--extra-body must be a JSON object, like '{\"top_k\": 1}'")
-    return extra
+_extra_body = extra_body  # the one parser of --extra-body (loadgen.options)
 
 
 def run_job(o: RunOptions, note: Note = lambda _: None, config: dict | None = None) -> RunJob:

@@ -65,6 +65,7 @@ class Simulated:
                 "max_num_batched_tokens": sim.engine.max_num_batched_tokens,
                 "kv_cache_tokens": engine.kv_capacity,
                 "enable_prefix_caching": sim.engine.enable_prefix_caching,
+                "reasoning": sim.engine.reasoning,
             },
             **job.config,
         )
@@ -129,7 +130,9 @@ def run_simulation(job: SimJob) -> Simulated:
 def sim_job(o: SimOptions, note=lambda _: None, config: dict | None = None) -> SimJob:
     """`loadgen simulate`'s options as a SimJob (every option checked, in one line each; the
     --acceptance-traces file opened first, so a bad path costs nothing)."""
+    from loadgen.options import extra_body
     from loadgen.run.options import load_shape, objectives, think, workload
+    from servers.emulator import chat
     from servers.emulator import profile as profiles
     from servers.emulator.engine import EngineConfig
     from servers.emulator.spec import SpecError, parse
@@ -152,6 +155,17 @@ def sim_job(o: SimOptions, note=lambda _: None, config: dict | None = None) -> S
         spec = parse(o.spec_json)
     except (profiles.ProfileError, SpecError) as e:
         raise LoadgenError(str(e)) from None
+    if o.reasoning_parser is not None and o.reasoning_parser not in chat.REASONING_PARSERS:
+        raise LoadgenError(
+            f"--reasoning-parser {o.reasoning_parser!r} is not one of vLLM 0.32's: {', '.join(chat.REASONING_PARSERS)}"
+        )
+    if o.reasoning_parser is not None and o.endpoint != "chat":
+        note("--reasoning-parser: a parser works on the chat endpoint only; with --endpoint completions nothing thinks")
+    extra = extra_body(o.extra_body) or {}
+    try:
+        chat.thinking_budget(extra)
+    except chat.ChatError as e:
+        raise LoadgenError(f"--extra-body: {e}") from None
     sim = SimSpec(
         name,
         spec,
@@ -163,12 +177,14 @@ def sim_job(o: SimOptions, note=lambda _: None, config: dict | None = None) -> S
         endpoint=o.endpoint,
         client_rtt_s=CLIENT_RTT_S if o.client_rtt_ms is None else o.client_rtt_ms / 1e3,
         think=think(o, wl),
+        extra_body=extra,
         engine=EngineConfig(
             max_num_seqs=o.max_num_seqs,
             max_num_batched_tokens=o.max_num_batched_tokens,
             kv_capacity_tokens=o.kv_cache_tokens,
             seed=o.seed,
             enable_prefix_caching=o.prefix_caching,
+            reasoning=o.reasoning_parser is not None,
         ),
     )
     traces = None

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from loadgen.client import phases
 from loadgen.client.record import RequestRecord
 from loadgen.executors import closed_loop
 from loadgen.executors.closed_loop import User
@@ -39,6 +40,7 @@ from loadgen.executors.open_loop import Slots
 from loadgen.load.execute import RunResult
 from loadgen.shapes import Shape
 from loadgen.simulate import CLIENT_RTT_S
+from servers.emulator import chat as chatting
 from servers.emulator import profile as profiles
 from servers.emulator.content import chat_prompt
 from servers.emulator.engine import Engine, EngineConfig, EngineError
@@ -65,6 +67,9 @@ class SimSpec:
     client_rtt_s: float = CLIENT_RTT_S  # emulated seconds
     time_scale: float = 1.0  # the records' clock runs this many times slower than the model
     think: Think = field(default_factory=Think)  # between a conversation's turns (emulated seconds)
+    # merged into every request's body, as `run --extra-body`: what the engine reads of it is
+    # a reasoning model's thinking switch and budget (servers/emulator/chat.py)
+    extra_body: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -162,6 +167,8 @@ def simulate(
             if sim.endpoint == "chat"
             else (req.prompt if req.prompt is not None else chat_prompt(req.as_messages()))
         )
+        body = {**req.sampling, **sim.extra_body}
+        think = sim.endpoint == "chat" and chatting.thinks(body, engine.cfg.reasoning)
         engine.submit(
             req.id,
             text,
@@ -170,6 +177,8 @@ def simulate(
             ignore_eos=req.ignore_eos,
             min_tokens=req.min_tokens,
             sink=sink,
+            think=think,
+            thinking_budget=chatting.thinking_budget(body) if think else None,
         )
 
     def take() -> tuple[int, Request] | None:
@@ -221,9 +230,17 @@ def simulate(
         t_end = t + step.duration
         for em in engine.commit(step, t_end):
             rec, user, (index, req), turns = cast(tuple, em.seq.sink)
+            seq = em.seq
+            phase = None
+            if seq.reasoning_end or seq.tool_call is not None:  # as the server streams it
+                d, phase = chatting.delta(seq, em.start, em.words, em.tokens)
+                if not d and not em.finished:
+                    continue  # markers only: the server sends no chunk
             rec.chunk_t_ns.append(_ns(t_end))
             rec.chunk_usage.append(em.seq.emitted)
             rec.chunk_chars.append(-1)
+            if seq.reasoning_end or rec.chunk_phase is not None:
+                phases.note(rec, phase, seq.reasoning_tokens)
             rec.usage_completion_tokens = em.seq.emitted
             if rec.prompt_tokens is None:
                 rec.prompt_tokens = len(em.seq.prompt)

@@ -61,6 +61,7 @@ def cell_job(
         warmup=plan.warmup,
         seed=plan.seed,
         request_timeout_s=plan.request_timeout_s,
+        extra_body=plan.extra_body,
         headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
     )
     return RunJob(

@@ -37,6 +37,7 @@ def simulate_cell(plan: Plan, cell: Cell, workload, argv) -> RunOutcome:
         duration_s=plan.duration_s,
         seed=plan.seed,
         endpoint=plan.endpoint,
+        extra_body=dict(plan.extra_body or {}),
     )
     started, wall = time.time(), time.monotonic()
     result = simulate(sim, workload.requests(None, plan.seed), engine=engine)
