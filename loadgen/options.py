@@ -86,6 +86,7 @@ class SimOptions(ResultOptions, WorkloadOptions, LoadOptions):
     client_rtt_ms: float | None = None  # None: the simulator's (loadgen.simulate.CLIENT_RTT_S)
     traces_path: str | None = None  # --acceptance-traces
     reasoning_parser: str | None = None  # a thinking model (docs/reasoning.md)
+    tool_call_parser: str | None = None  # calls tools (--enable-auto-tool-choice)
     extra_body: str | None = None  # JSON merged into every request's body
 
 

@@ -22,7 +22,7 @@ class Request:
 
     id: str
     prompt: str | None = None
-    messages: tuple[Mapping[str, str], ...] | None = None
+    messages: tuple[Mapping[str, Any], ...] | None = None
     max_tokens: int = 128
     min_tokens: int | None = None
     ignore_eos: bool = False
@@ -37,6 +37,10 @@ class Request:
     # the conversation a turn belongs to
     followups: tuple[str, ...] = ()
     session: str = ""
+    # tools the model may call (OpenAI's `tools`: {type: function, function: {name, description,
+    # parameters}}), sent with every turn; after a turn whose reply called one, the next
+    # followup is sent back as that call's result (a `tool` message), not as the user's
+    tools: tuple[Mapping[str, Any], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.prompt is None and self.messages is None:

@@ -292,6 +292,61 @@ def sessions(
         i += 1
 
 
+_TOOL_DEFS = (
+    ("search_docs", "query", "Search the product documentation"),
+    ("get_weather", "city", "Current weather for a city"),
+    ("run_sql", "statement", "Run a read-only SQL statement on the analytics database"),
+    ("read_file", "path", "Read a file from the repository"),
+)
+
+
+def tool_use(num: int | None, *, turns: int = 3, input_len: int = 120, result_len: int = 80, seed: int = 0):
+    """Agents calling tools: each conversation starts with a user's task and the tools (2-4 of
+    _TOOL_DEFS, as OpenAI `tools`); a model that calls one gets the tool's result back in the next
+    turn (a JSON text of `result_len` words), `turns` turns in all. What `--enable-auto-tool-choice`
+    serves (docs/reasoning.md). Output lengths are the model's own (no ignore_eos)."""
+    if turns < 1 or input_len < 1 or result_len < 1:
+        raise ValueError("turns, input_len and result_len must be >= 1")
+    rng = np.random.default_rng(seed)
+    i = 0
+    while num is None or i < num:
+        picked = rng.choice(len(_TOOL_DEFS), size=int(rng.integers(2, len(_TOOL_DEFS) + 1)), replace=False)
+        tools = tuple(
+            {
+                "type": "function",
+                "function": {
+                    "name": _TOOL_DEFS[k][0],
+                    "description": _TOOL_DEFS[k][2],
+                    "parameters": {
+                        "type": "object",
+                        "properties": {_TOOL_DEFS[k][1]: {"type": "string"}},
+                        "required": [_TOOL_DEFS[k][1]],
+                    },
+                },
+            }
+            for k in sorted(picked)
+        )
+        task = "Use the tools to answer this: " + _words(rng, max(5, input_len - 7))
+        results = tuple(
+            '{"result": "' + _words(rng, max(1, result_len - 2)) + '", "ok": true}' for _ in range(turns - 1)
+        )
+        rid = f"tool_use-{i}"
+        yield Request(
+            id=rid,
+            prompt=task,
+            messages=({"role": "user", "content": task},),
+            max_tokens=2048,
+            sampling={"temperature": 0.0},
+            workload="tool_use",
+            category="agentic",
+            turn=1,
+            followups=results,
+            session=rid,
+            tools=tools,
+        )
+        i += 1
+
+
 # synthetic:KIND -> (generator, {option: converter}); every option is optional.
 def _int(v: str) -> int:
     return int(v)
@@ -330,6 +385,7 @@ SYNTHETIC: dict[str, tuple[Callable[..., Iterator[Request]], Mapping[str, Callab
     ),
     "shared_prefix": (shared_prefix, {"prefix_len": _int, "suffix_len": _int, "prefixes": _int, "output_len": _int}),
     "session": (sessions, {"turns": _int, "input_len": _int, "output_len": _int}),
+    "tool_use": (tool_use, {"turns": _int, "input_len": _int, "result_len": _int}),
     "agentic": (
         agentic,
         {"tasks": _int, "template_len": _int, "input_len": _int, "output_len": _int, "ignore_eos": _bool},

@@ -52,6 +52,11 @@ from loadgen.simulate import CLIENT_RTT_S
     "answers (docs/reasoning.md); one of vLLM 0.32's parser names, e.g. qwen3.",
 )
 @click.option(
+    "--tool-call-parser",
+    help="The model calls a request's tools when it sees fit, as vllm serve's --enable-auto-tool-choice "
+    "--tool-call-parser NAME (docs/reasoning.md).",
+)
+@click.option(
     "--extra-body",
     help="JSON merged into every request, as for loadgen run; the engine reads a reasoning "
     "model's thinking_token_budget, chat_template_kwargs.enable_thinking and reasoning_effort.",

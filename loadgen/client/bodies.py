@@ -26,6 +26,8 @@ def build_body(
     body: dict[str, Any] = {"model": model}
     if endpoint == "chat":
         body["messages"] = req.as_messages()
+        if req.tools:
+            body["tools"] = [dict(t) for t in req.tools]
     elif req.prompt is not None:
         body["prompt"] = req.prompt
     else:

@@ -58,11 +58,30 @@ class Think:
         return {"mean_s": self.mean_s, "distribution": "exponential" if self.exponential else "constant"}
 
 
-def next_turn(prev: Request, reply: str, user_text: str) -> Request:
+def next_turn(prev: Request, reply: str, user_text: str, tool_calls: list[dict] | None = None) -> Request:
     """The turn after `prev`, whose response was `reply`: the history so far, the reply, the
-    user's next words; its own later turns are `prev`'s after this one."""
+    user's next words; its own later turns are `prev`'s after this one. A reply that called
+    tools (`tool_calls`: id, name, arguments as streamed) goes back as the assistant's calls, and
+    the next words as each call's result (a `tool` message), as an agent returns them."""
     k = prev.turn + 1
-    messages = (*prev.as_messages(), {"role": "assistant", "content": reply}, {"role": "user", "content": user_text})
+    messages: tuple[dict, ...]
+    if tool_calls:
+        calls = [
+            {
+                "id": c.get("id") or f"call-{k}-{i}",
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]},
+            }
+            for i, c in enumerate(tool_calls)
+        ]
+        results = [{"role": "tool", "tool_call_id": c["id"], "content": user_text} for c in calls]
+        messages = (*prev.as_messages(), {"role": "assistant", "content": reply or None, "tool_calls": calls}, *results)
+    else:
+        messages = (
+            *prev.as_messages(),
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": user_text},
+        )
     prompt = None if prev.prompt is None else f"{prev.prompt}{reply}\n\n{user_text}"
     session = prev.session or prev.id
     return dataclasses.replace(
@@ -92,12 +111,21 @@ class Conversation:
         self.think = think
         self.rng = turn_seed(seed, index)
 
-    def next(self, req: Request, reply: str) -> tuple[float, Request] | None:
+    def next(self, req: Request, reply: str, tool_calls: list[dict] | None = None) -> tuple[float, Request] | None:
         """(the pause before it in emulated seconds, the next turn) after `req` was answered by
-        `reply`; None when `req` was the last turn."""
+        `reply` (and `tool_calls`); None when `req` was the last turn."""
         if not req.followups:
             return None
-        return self.think.draw(self.rng), next_turn(req, reply, req.followups[0])
+        return self.think.draw(self.rng), next_turn(req, reply, req.followups[0], tool_calls)
+
+
+def reply_of(rec: RequestRecord) -> str:
+    """What a turn's next turn sends back as the assistant's reply: the streamed text, without
+    a reasoning model's thinking (chat templates drop it from the history) or a tool call's
+    arguments (sent back as the call)."""
+    if rec.chunk_phase is None and not rec.tool_calls:
+        return "".join(rec.chunk_text or ())
+    return "".join(rec.answer_text or ())
 
 
 def conversing(
@@ -123,9 +151,9 @@ def conversing(
             return rec
         turns = Conversation(think, seed, item.index)
         first_send = rec.t_send_ns
-        while rec.ok and (after := turns.next(req, "".join(rec.chunk_text or ()))) is not None:
+        while rec.ok and (after := turns.next(req, reply_of(rec), rec.tool_calls)) is not None:
             if not keep_text:
-                rec.chunk_text = None
+                rec.chunk_text = rec.answer_text = rec.tool_calls = None
             pause, req = after
             due = rec.t_end_ns + int(pause * scale * 1e9)
             nxt = Item(item.index, req, encode(req), item.warmup)  # encoded before the pause
@@ -137,7 +165,7 @@ def conversing(
             rec = await send(nxt, due, 0)
             rec.t_session_send_ns = first_send
         if not keep_text:
-            rec.chunk_text = None  # a failed turn's partial reply, not needed
+            rec.chunk_text = rec.answer_text = rec.tool_calls = None  # a failed turn's partial reply, not needed
         return rec
 
     return converse

@@ -66,6 +66,7 @@ class Simulated:
                 "kv_cache_tokens": engine.kv_capacity,
                 "enable_prefix_caching": sim.engine.enable_prefix_caching,
                 "reasoning": sim.engine.reasoning,
+                "tool_calls": sim.engine.tool_calls,
             },
             **job.config,
         )
@@ -159,6 +160,10 @@ def sim_job(o: SimOptions, note=lambda _: None, config: dict | None = None) -> S
         raise LoadgenError(
             f"--reasoning-parser {o.reasoning_parser!r} is not one of vLLM 0.32's: {', '.join(chat.REASONING_PARSERS)}"
         )
+    if o.tool_call_parser is not None and o.tool_call_parser not in chat.TOOL_PARSERS:
+        raise LoadgenError(
+            f"--tool-call-parser {o.tool_call_parser!r} is not one of vLLM 0.32's: {', '.join(chat.TOOL_PARSERS)}"
+        )
     if o.reasoning_parser is not None and o.endpoint != "chat":
         note("--reasoning-parser: a parser works on the chat endpoint only; with --endpoint completions nothing thinks")
     extra = extra_body(o.extra_body) or {}
@@ -185,6 +190,7 @@ def sim_job(o: SimOptions, note=lambda _: None, config: dict | None = None) -> S
             seed=o.seed,
             enable_prefix_caching=o.prefix_caching,
             reasoning=o.reasoning_parser is not None,
+            tool_calls=o.tool_call_parser is not None,
         ),
     )
     traces = None

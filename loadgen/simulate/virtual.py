@@ -146,7 +146,7 @@ def simulate(
             turns = Conversation(sim.think, sim.seed, index)  # its later turns, as loadgen run sends them
         try:
             (submit or _submit_text)(engine, req, t_send, (rec, user, item, turns))
-        except EngineError as e:
+        except (EngineError, chatting.ChatError) as e:  # the server's 400, in its words
             rec.status, rec.error_type, rec.error_message = 400, "http_400", f"HTTP 400: {e}"
             rec.t_end_ns = _ns(t_send + _REFUSAL_S)
             free(t_send + _REFUSAL_S, user)  # its conversation (if any) ends here, its slot or user free
@@ -162,13 +162,16 @@ def simulate(
             heapq.heappush(events, (t_free, next(order), waiting))
 
     def _submit_text(engine: Engine, req: Request, t_send: float, sink) -> None:
+        chat = sim.endpoint == "chat"
+        body = {**req.sampling, **sim.extra_body}
+        if chat:  # what the server reads of a chat request (servers/emulator/api.py)
+            body.update(messages=req.as_messages(), **({"tools": [dict(t) for t in req.tools]} if req.tools else {}))
         text = (
-            chat_prompt(req.as_messages())
-            if sim.endpoint == "chat"
+            chatting.tools_text(body) + chat_prompt(req.as_messages())
+            if chat
             else (req.prompt if req.prompt is not None else chat_prompt(req.as_messages()))
         )
-        body = {**req.sampling, **sim.extra_body}
-        think = sim.endpoint == "chat" and chatting.thinks(body, engine.cfg.reasoning)
+        think = chat and chatting.thinks(body, engine.cfg.reasoning)
         engine.submit(
             req.id,
             text,
@@ -179,6 +182,7 @@ def simulate(
             sink=sink,
             think=think,
             thinking_budget=chatting.thinking_budget(body) if think else None,
+            tool=chatting.tool_choice(body, engine.cfg.tool_calls) if chat else None,
         )
 
     def take() -> tuple[int, Request] | None:
@@ -249,8 +253,14 @@ def simulate(
                 rec.finish_reason = em.seq.finish_reason
                 rec.t_end_ns = _ns(t_end)
                 if req.followups:  # the next turn: the history with this reply, as streamed
-                    reply = "".join(" " + w for w in em.seq.words[: em.seq.emitted])
-                    pause, nxt = turns.next(req, reply)
+                    calls = None
+                    if seq.reasoning_end or seq.tool_call is not None:  # as the client takes them apart
+                        msg = chatting.message(seq)
+                        reply = msg.get("content") or ""
+                        calls = [{"id": c["id"], **c["function"]} for c in msg.get("tool_calls") or ()] or None
+                    else:
+                        reply = "".join(" " + w for w in em.seq.words[: em.seq.emitted])
+                    pause, nxt = turns.next(req, reply, calls)
                     t_due = t_end + pause + rtt
                     if deadline is None or t_due < deadline:
                         heapq.heappush(events, (t_due, next(order), _Turn((index, nxt), user, turns)))

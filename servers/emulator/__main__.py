@@ -176,6 +176,7 @@ def engine_for(args) -> tuple[Engine, list[str]]:
                 per_request_spec_decode_metrics=args.per_request_spec_decode_metrics,
                 enable_prefix_caching=args.enable_prefix_caching,
                 reasoning=args.reasoning_parser is not None,
+                tool_calls=args.enable_auto_tool_choice,
             ),
             trace_sink=_trace_writer(args.acceptance_traces) if args.acceptance_traces else None,
         )
@@ -225,7 +226,6 @@ async def _serve(args, engine: Engine, served: list[str]) -> None:
         crash_after=args.exit_after_requests,
         log_requests=args.enable_log_requests,
         max_log_len=args.max_log_len,
-        auto_tools=args.enable_auto_tool_choice,
         chunk_log=_chunk_log(args.chunk_log),
     )
     try:

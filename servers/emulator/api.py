@@ -66,10 +66,8 @@ class EmulatorAPI:
         crash_after: int | None = None,
         log_requests: bool = False,
         max_log_len: int | None = None,
-        auto_tools: bool = False,
         chunk_log=None,
     ) -> None:
-        self.auto_tools = auto_tools  # --enable-auto-tool-choice with a --tool-call-parser
         self.chunk_log = chunk_log  # --chunk-log: a file each streamed response's chunks go to
         self.driver = driver
         self.log_requests = log_requests  # vLLM's --enable-log-requests: each prompt as received
@@ -221,7 +219,7 @@ class EmulatorAPI:
             reasoning = chat and self.driver.engine.cfg.reasoning
             think = chat and chatting.thinks(body, reasoning)
             budget = chatting.thinking_budget(body) if think else None
-            tool = chatting.tool_choice(body, self.auto_tools) if chat else None
+            tool = chatting.tool_choice(body, self.driver.engine.cfg.tool_calls) if chat else None
         except (parity.ParityError, chatting.ChatError) as e:
             raise BadRequest(str(e)) from None
         return {

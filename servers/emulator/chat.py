@@ -175,7 +175,8 @@ def tool_choice(body: dict, auto_tools: bool) -> tuple[str, str, str] | None:
             results += m.get("role") == "tool"
         if choice == "auto" and results >= 2:
             return None
-        seed = hashlib.blake2b(repr(messages).encode(), digest_size=4).digest()
+        said = [(m.get("role"), m.get("content")) for m in messages if isinstance(m, dict)]  # not the calls' ids
+        seed = hashlib.blake2b(repr(said).encode(), digest_size=4).digest()
         fn = tools[int.from_bytes(seed, "little") % len(tools)]["function"]
     else:
         raise ChatError(f'tool_choice must be "none", "auto", "required" or a named tool, got {choice!r}')

@@ -48,6 +48,8 @@ class EngineConfig:
     # the served model thinks before it answers a chat request (served with --reasoning-parser:
     # docs/emulator.md, "Reasoning models")
     reasoning: bool = False
+    # the model calls a request's tools when it sees fit (--enable-auto-tool-choice with a parser)
+    tool_calls: bool = False
 
 
 @dataclass(eq=False, slots=True)
