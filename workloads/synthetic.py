@@ -300,13 +300,22 @@ _TOOL_DEFS = (
 )
 
 
-def tool_use(num: int | None, *, turns: int = 3, input_len: int = 120, result_len: int = 80, seed: int = 0):
+def tool_use(
+    num: int | None,
+    *,
+    turns: int = 3,
+    input_len: int = 120,
+    result_len: int = 80,
+    output_len: int = 2048,
+    seed: int = 0,
+):
     """Agents calling tools: each conversation starts with a user's task and the tools (2-4 of
     _TOOL_DEFS, as OpenAI `tools`); a model that calls one gets the tool's result back in the next
     turn (a JSON text of `result_len` words), `turns` turns in all. What `--enable-auto-tool-choice`
-    serves (docs/reasoning.md). Output lengths are the model's own (no ignore_eos)."""
-    if turns < 1 or input_len < 1 or result_len < 1:
-        raise ValueError("turns, input_len and result_len must be >= 1")
+    serves (docs/reasoning.md). Output lengths are the model's own (no ignore_eos), at most
+    `output_len`."""
+    if min(turns, input_len, result_len, output_len) < 1:
+        raise ValueError("turns, input_len, result_len and output_len must be >= 1")
     rng = np.random.default_rng(seed)
     i = 0
     while num is None or i < num:
@@ -335,7 +344,7 @@ def tool_use(num: int | None, *, turns: int = 3, input_len: int = 120, result_le
             id=rid,
             prompt=task,
             messages=({"role": "user", "content": task},),
-            max_tokens=2048,
+            max_tokens=output_len,
             sampling={"temperature": 0.0},
             workload="tool_use",
             category="agentic",
@@ -385,7 +394,7 @@ SYNTHETIC: dict[str, tuple[Callable[..., Iterator[Request]], Mapping[str, Callab
     ),
     "shared_prefix": (shared_prefix, {"prefix_len": _int, "suffix_len": _int, "prefixes": _int, "output_len": _int}),
     "session": (sessions, {"turns": _int, "input_len": _int, "output_len": _int}),
-    "tool_use": (tool_use, {"turns": _int, "input_len": _int, "result_len": _int}),
+    "tool_use": (tool_use, {"turns": _int, "input_len": _int, "result_len": _int, "output_len": _int}),
     "agentic": (
         agentic,
         {"tasks": _int, "template_len": _int, "input_len": _int, "output_len": _int, "ignore_eos": _bool},

@@ -1,0 +1,316 @@
+"""Reasoning models and tool calls (docs/reasoning.md, docs/metrics.md "Reasoning and tool
+calls"): the client times thinking and answering apart, checked request by request against the
+emulator's own record of every chunk it wrote (--chunk-log); per-phase acceptance; TTFO in SLO
+gates; tool-call conversations; the same figures in virtual time; a reasoning sweep's report."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from loadgen.client.events import on_events
+from loadgen.client.record import RequestRecord
+from loadgen.measures.frame import request_frame
+from servers.embedded import emulator_server
+from tests.conftest import cli, run_cli
+
+QWEN = "Qwen/Qwen3-8B"
+NGRAM = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":3,"prompt_lookup_max":7}'
+PARSERS = ("--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+SCALE = 2.0  # time dilation: the client's and the machine's delays count half
+BOUND_MS = 2.0  # the truth-server tolerance of docs/metrics.md (tests/test_timing.py)
+BUDGET = '{"thinking_token_budget": 150}'
+# AIME-style prompts (reasoning-aime's offline stand-in), cut at 300 tokens: 152 thinking, the
+# rest of the answer, so that a request takes seconds, not minutes
+AIME = "synthetic:reasoning,output_len=300"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The emulator serving Qwen3-8B with n-gram drafting as a reasoning model that calls tools,
+    SCALE times slower than its model, recording every chunk it writes."""
+    log = tmp_path_factory.mktemp("emulator") / "chunks.jsonl"
+    with emulator_server(
+        QWEN, "--speculative-config", NGRAM, *PARSERS, "--time-scale", str(SCALE), "--chunk-log", str(log)
+    ) as srv:
+        yield srv.url, log
+
+
+def _truth(rec: dict) -> dict:
+    """docs/metrics.md's phase figures computed from the server's record of one response."""
+    ch = np.array(rec["chunks"], dtype=np.int64)
+    t, n, ph = ch[:, 0], np.diff(ch[:, 1], prepend=0), ch[:, 3]
+    thinking = ph == 1
+    first = int(np.argmax(thinking))
+    rest = np.flatnonzero(~thinking[first:])
+    s = first + int(rest[0]) if len(rest) else len(t)
+    return {
+        "t": t,
+        "tokens": n,
+        "t_first_reasoning": t[first],
+        "t_first_answer": t[s] if s < len(t) else None,
+        "reasoning_tokens": rec["reasoning_tokens"],
+        "completion_tokens": rec["completion_tokens"],
+        "reasoning_decode_chunks": max(s - 1, 0),
+        "reasoning_decode_tokens": int(n[1:s].sum()),
+        "answer_decode_chunks": len(t) - max(s, 1),
+        "answer_decode_tokens": int(n[max(s, 1) :].sum()),
+        "tpot_reasoning_ns": (t[s - 1] - t[0]) / (n[:s].sum() - 1),
+        "tpot_answer_ns": (t[-1] - t[s]) / (n[s:].sum() - 1) if s < len(t) else None,
+    }
+
+
+@pytest.mark.timing  # figures against the server's own record: runs alone (tests/conftest.py)
+def test_thinking_and_answering_timed_apart_against_the_emulators_record(served, tmp_path):
+    url, log = served
+    log.write_text("")
+    out = tmp_path / "run"
+    res = run_cli(
+        *("run", "--base-url", url, "--endpoint", "chat", "--workload", AIME, "--num-requests", "4"),
+        *("--concurrency", "4", "--extra-body", BUDGET, "--output", str(out)),
+    )
+    assert res.returncode == 0, res.stderr
+    assert "TTFO (first answer)" in res.stdout and "TPOT thinking" in res.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    frame = pd.read_parquet(out / "requests.parquet")
+    t0 = summary["config"]["clock"]["t0_ns"]
+    emulated = lambda t: t0 + (np.asarray(t, dtype=np.int64) - t0) / SCALE  # noqa: E731  # as the client converts
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(records) == len(frame) == 4
+    truths = [_truth(r) for r in records]
+    errors = []
+    for _, row in frame.iterrows():
+        # the server's response with as many chunks, its first written closest to this row's first
+        truth = min(
+            truths,
+            key=lambda tr: (len(tr["t"]) != row["n_chunks"], abs(emulated(tr["t"][0]) - row["t_first_token_ns"])),
+        )
+        for key in (
+            "reasoning_tokens",
+            "completion_tokens",
+            "reasoning_decode_chunks",
+            "reasoning_decode_tokens",
+            "answer_decode_chunks",
+            "answer_decode_tokens",
+        ):
+            assert row[key] == truth[key], key  # exact
+        assert row["answer_tokens"] == truth["completion_tokens"] - truth["reasoning_tokens"]
+        assert row["reasoning_tokens"] == 150  # the budget cut every thought
+        assert list(row["chunk_tokens"]) == truth["tokens"].tolist()
+        errors += list((np.asarray(row["chunk_t_ns"]) - emulated(truth["t"])) / 1e6)
+        send = row["t_send_ns"]
+        assert row["ttfr_ms"] * 1e6 + send - emulated(truth["t_first_reasoning"]) <= BOUND_MS * 1e6
+        assert row["ttfo_ms"] * 1e6 + send - emulated(truth["t_first_answer"]) <= BOUND_MS * 1e6
+        assert row["tpot_reasoning_ms"] == pytest.approx(truth["tpot_reasoning_ns"] / SCALE / 1e6, abs=0.05)
+        assert row["tpot_answer_ms"] == pytest.approx(truth["tpot_answer_ns"] / SCALE / 1e6, abs=0.05)
+    errors_ms = np.asarray(errors)
+    assert errors_ms.min() > -0.1, "a chunk seen before the server wrote it"
+    assert np.percentile(errors_ms, 99) <= BOUND_MS
+    ph = summary["phases"]
+    assert ph["requests"] == ph["reasoning_requests"] == ph["answered"] == 4
+    # n-gram drafting accepts more in the repetitive thinking than in the answer (docs/emulator.md)
+    assert ph["tokens_per_chunk_reasoning"] > ph["tokens_per_chunk_answer"] > 1.0
+    assert ph["tokens_per_chunk_reasoning"] == pytest.approx(
+        frame["reasoning_decode_tokens"].sum() / frame["reasoning_decode_chunks"].sum()
+    )
+    assert ph["ttfo_ms"]["max"] > ph["ttfr_ms"]["max"]
+
+    # loadgen check gates on it: exit code and JUnit
+    junit = tmp_path / "junit.xml"
+    slos = ("--slo", "ttfo_p99<=30s", "--slo", "ttfo_p99<=1ms")
+    res = run_cli(
+        *("check", "--base-url", url, "--endpoint", "chat", "--workload", AIME, "--num-requests", "2"),
+        *("--concurrency", "2", "--extra-body", BUDGET, *slos, "--junit", str(junit)),
+        *("--output", str(tmp_path / "check")),
+    )
+    assert res.returncode == 1, res.stderr
+    checked = json.loads((tmp_path / "check" / "summary.json").read_text())
+    p99 = checked["phases"]["ttfo_ms"]["p99"]
+    assert "ttfo_p99<=1ms" in res.stdout and "FAIL" in res.stdout and "pass" in res.stdout
+    xml = junit.read_text()
+    assert 'failures="1"' in xml and "ttfo_p99&lt;=1ms" in xml and f"{p99:.4g}"[:3] in xml
+
+
+def test_a_tool_call_conversation_of_three_turns(tmp_path):
+    """Turns 1 and 2 call a tool (the second after the first call's result came back as a tool
+    message); turn 3, after two results, answers. Time to the first tool call per turn; the
+    same conversation in virtual time gives the same tokens."""
+    out = tmp_path / "tools"
+    args = (
+        "--endpoint",
+        "chat",
+        "--workload",
+        "synthetic:tool_use,turns=3,output_len=120",
+        "--num-requests",
+        "3",
+        "--concurrency",
+        "3",
+    )
+    with emulator_server(QWEN, "--speculative-config", NGRAM, *PARSERS) as srv:
+        res = run_cli(
+            "run", "--base-url", srv.url, *args, "--extra-body", '{"thinking_token_budget": 30}', "--output", str(out)
+        )
+    assert res.returncode == 0, res.stderr
+    frame = pd.read_parquet(out / "requests.parquet").sort_values(["session", "turn"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["conversations"]["sessions"] == 3 and summary["conversations"]["all_turns_ok"] == 3
+    assert frame.groupby("session")["turn"].apply(list).tolist() == [[1, 2, 3]] * 3
+    calls = frame[frame["turn"] < 3]
+    assert (calls["finish_reason"] == "tool_calls").all()
+    assert (calls["ttftc_ms"] > calls["ttfr_ms"]).all() and (calls["tool_call_tokens"] >= 5).all()
+    answers = frame[frame["turn"] == 3]
+    assert answers["finish_reason"].isin(["stop", "length"]).all() and answers["ttftc_ms"].isna().all()
+    # each later turn carried the earlier turns, the call and its result: longer prompts
+    assert (frame.groupby("session")["prompt_tokens"].diff().dropna() > 20).all()
+    assert summary["phases"]["tool_call_requests"] == 6
+
+    sim = tmp_path / "sim"
+    res = run_cli(
+        *("simulate", "--profile", "h100-qwen3-8b", "--speculative-config", NGRAM, "--reasoning-parser", "qwen3"),
+        *("--tool-call-parser", "hermes", *args, "--extra-body", '{"thinking_token_budget": 30}', "--output", str(sim)),
+    )
+    assert res.returncode == 0, res.stderr
+    virtual = pd.read_parquet(sim / "requests.parquet").sort_values(["session", "turn"])
+    cols = [
+        "session",
+        "turn",
+        "finish_reason",
+        "prompt_tokens",
+        "completion_tokens",
+        "reasoning_tokens",
+        "tool_call_tokens",
+    ]
+    pd.testing.assert_frame_equal(frame[cols].reset_index(drop=True), virtual[cols].reset_index(drop=True))
+
+
+def _simulate(tmp_path: Path, name: str, *args: str, parser: tuple[str, ...] = ("--reasoning-parser", "qwen3")) -> dict:
+    out = tmp_path / name
+    res = run_cli(
+        *("simulate", "--profile", "h100-qwen3-8b", "--endpoint", "chat", *parser),
+        *("--workload", "reasoning-aime", "--num-requests", "12", "--concurrency", "4", *args, "--output", str(out)),
+    )
+    assert res.returncode == 0, res.stderr
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("method", ["ngram", "suffix", "eagle3", "draft_model"])
+def test_every_drafter_accepts_more_while_thinking(tmp_path, method):
+    """docs/emulator.md: thinking repeats itself, so n-gram and suffix drafting find more to
+    reuse there (from the content), and the model drafters are given easier text (assumed)."""
+    spec = {"method": method, "num_speculative_tokens": 3}
+    if method in ("eagle3", "draft_model"):
+        spec["model"] = "Qwen/Qwen3-0.6B" if method == "draft_model" else "AngelSlim/Qwen3-8B_eagle3"
+    s = _simulate(
+        tmp_path, method, "--speculative-config", json.dumps(spec), "--extra-body", '{"thinking_token_budget": 1500}'
+    )
+    ph = s["phases"]
+    assert ph["tokens_per_chunk_reasoning"] > ph["tokens_per_chunk_answer"] + 0.1, ph
+    base = _simulate(tmp_path, "base", "--extra-body", '{"thinking_token_budget": 1500}')["phases"]
+    # one token a step; the answer's first chunk also carries the </think> its step before sent
+    # no chunk for (docs/metrics.md), so answering is a little above 1
+    assert base["tokens_per_chunk_reasoning"] == 1.0 and 1.0 <= base["tokens_per_chunk_answer"] < 1.01
+    assert ph["tpot_reasoning_ms"]["mean"] < base["tpot_reasoning_ms"]["mean"]
+
+
+def test_max_tokens_cuts_the_thinking_as_vllm_does(tmp_path):
+    """A thought longer than max_tokens: no answer at all (finish length, no TTFO), the
+    reasoning count the generated tokens less the <think> marker; ttfo goodput judges it bad."""
+    out = tmp_path / "cut"
+    res = run_cli(
+        *("simulate", "--profile", "h100-qwen3-8b", "--endpoint", "chat", "--reasoning-parser", "qwen3"),
+        *("--workload", "synthetic:reasoning,output_len=100", "--num-requests", "4", "--concurrency", "2"),
+        *("--goodput", "ttfo<=100s", "--output", str(out)),
+    )
+    assert res.returncode == 0, res.stderr
+    frame = pd.read_parquet(out / "requests.parquet")
+    assert (frame["finish_reason"] == "length").all() and (frame["completion_tokens"] == 100).all()
+    assert (frame["reasoning_tokens"] == 99).all() and (frame["answer_tokens"] == 1).all()
+    assert frame["ttfo_ms"].isna().all() and frame["ttfr_ms"].notna().all()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["phases"]["answered"] == 0 and summary["goodput"]["good"] == 0
+
+
+def test_no_reasoning_no_phases(tmp_path):
+    """The same model without --reasoning-parser answers at once: no phases anywhere, TTFO is
+    TTFT, and the summary has exactly the figures it had before phases existed."""
+    s = _simulate(tmp_path, "plain", "--extra-body", BUDGET, parser=())
+    assert s["phases"] is None
+    frame = pd.read_parquet(tmp_path / "plain" / "requests.parquet")
+    assert frame["reasoning_tokens"].isna().all()
+    assert np.array_equal(frame["ttfo_ms"].to_numpy(), frame["ttft_ms"].to_numpy())
+
+
+def _chunk(delta: dict, completion: int, reasoning: int | None) -> bytes:
+    usage: dict = {"prompt_tokens": 5, "total_tokens": 5 + completion, "completion_tokens": completion}
+    if reasoning is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    obj = {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}], "usage": usage}
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def test_phases_read_from_raw_bytes_equal_the_parsed_events():
+    """The hot path reads a usage-counted chunk's phase from its bytes; the same events parsed
+    as JSON (a run that keeps text) give the same phases and counts. Words like "reasoning"
+    inside the text itself never count as a key."""
+    events = [
+        _chunk({"role": "assistant", "content": ""}, 0, 0),
+        _chunk({"reasoning": ' so "reasoning":"x" and content'}, 2, 1),
+        _chunk({"reasoning_content": " more"}, 4, 3),
+        _chunk({}, 5, 3),  # the end marker alone: no text, the phase goes on
+        _chunk({"content": ' the answer, "content":"', "reasoning": " last"}, 8, 4),
+        _chunk({"content": " done"}, 9, 4),
+    ]
+    recs = []
+    for keep_text in (False, True):
+        rec = RequestRecord(0, "r", False, 0, t_send_ns=1)
+        rec.chunk_text = [] if keep_text else None
+        on_events(rec, events, 10)
+        recs.append(rec)
+    fast, parsed = recs
+    assert fast.chunk_phase.tolist() == parsed.chunk_phase.tolist() == [1, 1, 1, 0, 0]
+    assert fast.chunk_reasoning.tolist() == parsed.chunk_reasoning.tolist() == [1, 3, 3, 4, 4]
+    assert fast.reasoning_tokens == parsed.reasoning_tokens == 4
+    row = request_frame([fast]).iloc[0]
+    assert (row["reasoning_tokens"], row["answer_tokens"]) == (4, 5)
+    assert (row["reasoning_decode_chunks"], row["reasoning_decode_tokens"]) == (2, 3)
+    assert (row["answer_decode_chunks"], row["answer_decode_tokens"]) == (2, 4)
+    assert math.isclose(row["ttfo_ms"], row["ttfr_ms"]) and parsed.answer_text == [' the answer, "content":"', " done"]
+
+
+def test_a_reasoning_sweeps_report_gives_each_phases_speedup(tmp_path):
+    """sweep --virtual over Qwen3-8B's variants on a reasoning workload: the report says, per
+    variant and load, the speedup of thinking and of answering apart (the baseline's TPOT in
+    that phase over the variant's)."""
+    out = tmp_path / "sweep"
+    res = run_cli(
+        *("sweep", "--servers", "qwen3-8b", "--engine", "emulator", "--virtual", "--endpoint", "chat"),
+        *("--workloads", "reasoning-aime", "--variants", "baseline,ngram,eagle3", "--concurrency", "1,16"),
+        *("--num-requests", "16", "--extra-body", '{"thinking_token_budget": 1000}', "--output", str(out)),
+    )
+    assert res.returncode == 0, res.stderr
+    res = cli("report", str(out))
+    assert res.returncode == 0, res.stderr
+    ph = pd.read_csv(out / "report" / "phases.csv")
+    assert set(ph["variant"]) == {"baseline", "ngram", "eagle3"} and set(ph["level"]) == {1, 16}
+    cells = pd.read_parquet(out / "cells.parquet")
+    for _, row in ph.iterrows():
+        mine = cells[(cells["variant"] == row["variant"]) & (cells["level"] == row["level"])]["path"].iloc[0]
+        base = cells[(cells["variant"] == "baseline") & (cells["level"] == row["level"])]["path"].iloc[0]
+        own = json.loads((out / "cells" / mine / "summary.json").read_text())["phases"]
+        theirs = json.loads((out / "cells" / base / "summary.json").read_text())["phases"]
+        assert row["thinking_speedup"] == pytest.approx(
+            theirs["tpot_reasoning_ms"]["mean"] / own["tpot_reasoning_ms"]["mean"]
+        )
+        assert row["answering_speedup"] == pytest.approx(
+            theirs["tpot_answer_ms"]["mean"] / own["tpot_answer_ms"]["mean"]
+        )
+    ngram = ph[ph["variant"] == "ngram"]
+    assert (ngram["thinking_speedup"] > ngram["answering_speedup"]).all()  # n-gram pays on thinking
+    md = (out / "report" / "report.md").read_text()
+    assert "## Reasoning: thinking and answering" in md
+    assert "reasoning-aime, ngram against baseline, per phase: thinking" in md
