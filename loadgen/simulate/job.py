@@ -156,14 +156,10 @@ def sim_job(o: SimOptions, note=lambda _: None, config: dict | None = None) -> S
         spec = parse(o.spec_json)
     except (profiles.ProfileError, SpecError) as e:
         raise LoadgenError(str(e)) from None
-    if o.reasoning_parser is not None and o.reasoning_parser not in chat.REASONING_PARSERS:
-        raise LoadgenError(
-            f"--reasoning-parser {o.reasoning_parser!r} is not one of vLLM 0.32's: {', '.join(chat.REASONING_PARSERS)}"
-        )
-    if o.tool_call_parser is not None and o.tool_call_parser not in chat.TOOL_PARSERS:
-        raise LoadgenError(
-            f"--tool-call-parser {o.tool_call_parser!r} is not one of vLLM 0.32's: {', '.join(chat.TOOL_PARSERS)}"
-        )
+    try:
+        chat.check_parsers(o.reasoning_parser, o.tool_call_parser, False)
+    except chat.ChatError as e:
+        raise LoadgenError(str(e)) from None
     if o.reasoning_parser is not None and o.endpoint != "chat":
         note("--reasoning-parser: a parser works on the chat endpoint only; with --endpoint completions nothing thinks")
     extra = extra_body(o.extra_body) or {}

@@ -142,16 +142,7 @@ def engine_for(args) -> tuple[Engine, list[str]]:
                 "--per-request-spec-decode-metrics requires speculative decoding to be enabled "
                 "(via --speculative-config)"
             )
-        if args.reasoning_parser is not None and args.reasoning_parser not in chat.REASONING_PARSERS:
-            raise ValueError(
-                f"invalid reasoning parser: {args.reasoning_parser} (choose from {', '.join(chat.REASONING_PARSERS)})"
-            )
-        if args.tool_call_parser is not None and args.tool_call_parser not in chat.TOOL_PARSERS:
-            raise ValueError(
-                f"invalid tool call parser: {args.tool_call_parser} (choose from {', '.join(chat.TOOL_PARSERS)})"
-            )
-        if args.enable_auto_tool_choice and args.tool_call_parser is None:
-            raise ValueError("--enable-auto-tool-choice requires --tool-call-parser to be set")
+        chat.check_parsers(args.reasoning_parser, args.tool_call_parser, args.enable_auto_tool_choice)
         if not args.time_scale > 0:
             raise ValueError(f"--time-scale must be > 0, got {args.time_scale}")
         for key in (

@@ -122,6 +122,16 @@ class ChatError(ValueError):
     pass
 
 
+def check_parsers(reasoning_parser: str | None, tool_call_parser: str | None, auto_tools: bool) -> None:
+    """The serving flags as vLLM checks them (ChatError in its words)."""
+    if reasoning_parser is not None and reasoning_parser not in REASONING_PARSERS:
+        raise ChatError(f"invalid reasoning parser: {reasoning_parser} (choose from {', '.join(REASONING_PARSERS)})")
+    if tool_call_parser is not None and tool_call_parser not in TOOL_PARSERS:
+        raise ChatError(f"invalid tool call parser: {tool_call_parser} (choose from {', '.join(TOOL_PARSERS)})")
+    if auto_tools and tool_call_parser is None:
+        raise ChatError("--enable-auto-tool-choice requires --tool-call-parser to be set")
+
+
 def thinks(body: dict, reasoning: bool) -> bool:
     """Whether the model thinks before answering this chat request: served with a reasoning
     parser, unless the request turns thinking off (`chat_template_kwargs.enable_thinking`
