@@ -245,33 +245,38 @@ def test_no_reasoning_no_phases(tmp_path):
     assert np.array_equal(frame["ttfo_ms"].to_numpy(), frame["ttft_ms"].to_numpy())
 
 
-def _chunk(delta: dict, completion: int, reasoning: int | None) -> bytes:
+def _chunk(delta: dict, completion: int, reasoning: int | None, compact: bool = True) -> bytes:
     usage: dict = {"prompt_tokens": 5, "total_tokens": 5 + completion, "completion_tokens": completion}
     if reasoning is not None:
         usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     obj = {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}], "usage": usage}
-    return json.dumps(obj, separators=(",", ":")).encode()
+    return json.dumps(obj, separators=(",", ":") if compact else (", ", ": ")).encode()
 
 
-def test_phases_read_from_raw_bytes_equal_the_parsed_events():
-    """The hot path reads a usage-counted chunk's phase from its bytes; the same events parsed
-    as JSON (a run that keeps text) give the same phases and counts. Words like "reasoning"
-    inside the text itself never count as a key."""
+@pytest.mark.parametrize("compact", [True, False], ids=["compact", "spaced"])
+def test_phases_read_from_raw_bytes_equal_the_parsed_events(compact):
+    """The hot path reads a usage-counted chunk's phase from its bytes (vLLM's compact JSON by
+    substrings, any other by regexes); the same events parsed as JSON (a run that keeps text)
+    give the same phases and counts. Words like "reasoning" inside the text itself never count
+    as a key."""
     events = [
-        _chunk({"role": "assistant", "content": ""}, 0, 0),
-        _chunk({"reasoning": ' so "reasoning":"x" and content'}, 2, 1),
-        _chunk({"reasoning_content": " more"}, 4, 3),
-        _chunk({}, 5, 3),  # the end marker alone: no text, the phase goes on
-        _chunk({"content": ' the answer, "content":"', "reasoning": " last"}, 8, 4),
-        _chunk({"content": " done"}, 9, 4),
+        _chunk({"role": "assistant", "content": ""}, 0, 0, compact),
+        _chunk({"reasoning": ' so "reasoning":"x", "content": "y" and content'}, 2, 1, compact),
+        _chunk({"reasoning_content": " more"}, 4, 3, compact),
+        _chunk({}, 5, 3, compact),  # the end marker alone: no text, the phase goes on
+        _chunk({"content": ' the answer, "content":"', "reasoning": " last"}, 8, 4, compact),
+        _chunk({"content": " done"}, 9, 4, compact),
     ]
     recs = []
-    for keep_text in (False, True):
+    for keep_text, per_read in ((False, len(events)), (False, 1), (True, 2)):
         rec = RequestRecord(0, "r", False, 0, t_send_ns=1)
         rec.chunk_text = [] if keep_text else None
-        on_events(rec, events, 10)
+        for i in range(0, len(events), per_read):
+            on_events(rec, events[i : i + per_read], 10 + i)
         recs.append(rec)
-    fast, parsed = recs
+    fast, single, parsed = recs
+    assert single.chunk_phase.tolist() == fast.chunk_phase.tolist()
+    assert single.chunk_reasoning.tolist() == fast.chunk_reasoning.tolist()
     assert fast.chunk_phase.tolist() == parsed.chunk_phase.tolist() == [1, 1, 1, 0, 0]
     assert fast.chunk_reasoning.tolist() == parsed.chunk_reasoning.tolist() == [1, 3, 3, 4, 4]
     assert fast.reasoning_tokens == parsed.reasoning_tokens == 4

@@ -60,19 +60,29 @@ def _all_counted(rec: RequestRecord, body: list[bytes], t: int) -> bool:
     """Record `body` if every event in it is a token chunk with one cumulative
     `completion_tokens` and nothing else to read; False (and nothing recorded) if not."""
     joined = b"\n".join(body)
-    if b"[]" in joined or b'"error"' in joined or b"draft" in joined or phases.MARKED(joined):
+    if b"[]" in joined or b'"error"' in joined or b"draft" in joined:
         return False
+    marked = phases.MARKED(joined)
+    reasoning: list[int] | None = None
+    if marked:  # a reasoning model's or a tool call's chunks: one reasoning count each, or none
+        reasoning = phases.counts_of(joined)
+        if reasoning and len(reasoning) != len(body):
+            return False
     cums = _COMPLETION_TOKENS.findall(joined)
     # as many counts as events, each event an object: one usage per chunk (a chunk has one
     # `usage` object, and a key appears once in a JSON object)
     if len(cums) != len(body) or not all(p[:1] == b"{" and p[-1:] == b"}" for p in body):
         return False
-    _on_counted(rec, body, joined, cums, t)
+    _on_counted(rec, body, joined, cums, t, reasoning if marked else None)
     return True
 
 
-def _on_counted(rec: RequestRecord, body: list[bytes], joined: bytes, cums: list[bytes], t: int) -> None:
-    """Every event of `body` is a chunk with one cumulative `completion_tokens` (in `cums`)."""
+def _on_counted(
+    rec: RequestRecord, body: list[bytes], joined: bytes, cums: list[bytes], t: int, reasoning: list[int] | None
+) -> None:
+    """Every event of `body` is a chunk with one cumulative `completion_tokens` (in `cums`);
+    `reasoning` not None: the read may hold phases (loadgen/client/phases.py), and these are its
+    reasoning counts, one an event (or none at all)."""
     usages = rec.chunk_usage
     if rec.prompt_tokens is None and (m := _PROMPT_TOKENS.search(body[0])):
         rec.prompt_tokens = int(m[1])
@@ -81,6 +91,15 @@ def _on_counted(rec: RequestRecord, body: list[bytes], joined: bytes, cums: list
     last = usages[-1] if usages else 0
     counts = [int(c) for c in cums]
     rec.usage_completion_tokens = counts[-1]
+    if reasoning is not None:  # a chunk's phase is noted as it is kept
+        for i, (payload, cum) in enumerate(zip(body, counts)):
+            if cum > last:
+                rec.chunk_t_ns.append(t)
+                usages.append(cum)
+                rec.chunk_chars.append(-1)
+                phases.from_bytes(rec, payload, reasoning[i] if reasoning else None)
+                last = cum
+        return
     if all(a < b for a, b in zip([last, *counts], counts)):  # the usual case: every event counts
         usages.extend(counts)
         rec.chunk_t_ns.extend([t] * len(counts))

@@ -55,19 +55,43 @@ def note(rec: RequestRecord, phase: int | None, reasoning: int | None) -> None:
     rec.chunk_reasoning.append(-1 if reasoning is None else reasoning)  # type: ignore[union-attr]
 
 
-def from_bytes(rec: RequestRecord, payload: bytes) -> None:
-    """A usage-counted chunk (read with regexes, not parsed): its phase from its delta's keys."""
-    m = _REASONING_TOKENS.search(payload)
-    reasoning = int(m.group(1)) if m else None
+def from_bytes(rec: RequestRecord, payload: bytes, reasoning: int | None = None) -> None:
+    """A usage-counted chunk (read as bytes, not parsed): its phase from its delta's keys;
+    `reasoning`: its reasoning count where the caller found it already."""
+    if reasoning is None and (m := _REASONING_TOKENS.search(payload)):
+        reasoning = int(m.group(1))
+    note(rec, phase_of(payload), reasoning)
+
+
+def _text_after(payload: bytes, key: bytes) -> bool:
+    i = payload.find(key)
+    return i >= 0 and payload[i + len(key) : i + len(key) + 1] != b'"'
+
+
+def phase_of(payload: bytes) -> int | None:
+    """A chunk's phase from its bytes. Compact JSON (vLLM's, no space after a colon) is read
+    with substring tests: `"content":"` cannot occur inside a string, whose quotes are escaped
+    (`\\"content\\":\\"`); any other JSON with the regexes, which match a key only after `{` or `,`."""
+    if b'": ' not in payload:
+        if b'"tool_calls":[{' in payload:
+            return TOOL
+        if _text_after(payload, b'"content":"'):
+            return ANSWER
+        if _text_after(payload, b'"reasoning":"') or _text_after(payload, b'"reasoning_content":"'):
+            return REASONING
+        return None
     if _TOOL_CALL.search(payload):
-        phase: int | None = TOOL
-    elif _CONTENT_TEXT.search(payload):
-        phase = ANSWER
-    elif _REASONING_TEXT.search(payload):
-        phase = REASONING
-    else:
-        phase = None
-    note(rec, phase, reasoning)
+        return TOOL
+    if _CONTENT_TEXT.search(payload):
+        return ANSWER
+    if _REASONING_TEXT.search(payload):
+        return REASONING
+    return None
+
+
+def counts_of(joined: bytes) -> list[int]:
+    """Every reasoning count in a read's joined events, in order."""
+    return [int(c) for c in _REASONING_TOKENS.findall(joined)]
 
 
 def final_count(rec: RequestRecord, payload: bytes) -> None:
