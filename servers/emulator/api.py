@@ -247,7 +247,11 @@ class EmulatorAPI:
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
         done = asyncio.get_running_loop().create_future()
         state: dict = {}
-        sink = self._stream_sink(conn, chat, rid, p, state, done) if p["stream"] else self._whole_sink(state, done)
+        sink = (
+            self._stream_sink(conn, chat, rid, p, state, done, self.chunk_log)
+            if p["stream"]
+            else self._whole_sink(state, done)
+        )
         try:
             seq = self.driver.submit(
                 rid,
@@ -318,11 +322,13 @@ class EmulatorAPI:
 
         return sink
 
-    def _stream_sink(self, conn: HttpConnection, chat: bool, rid: str, p: dict, state: dict, done: asyncio.Future):
+    @staticmethod
+    def _stream_sink(
+        conn: HttpConnection, chat: bool, rid: str, p: dict, state: dict, done: asyncio.Future, log=None
+    ):  # log: the --chunk-log file
         include_usage = bool(p["opts"].get("include_usage"))
         continuous = include_usage and bool(p["opts"].get("continuous_usage_stats"))
         renderer: list[StreamRenderer] = []
-        log = self.chunk_log
         written: list | None = [] if log is not None else None
         last = [chatting.ANSWER]  # the phase of the last chunk with text: a chunk without inherits it
 
@@ -339,7 +345,7 @@ class EmulatorAPI:
                         continuous_usage=continuous,
                         prompt_token_ids=list(seq.prompt) if p["return_token_ids"] else None,
                         return_token_ids=p["return_token_ids"],
-                        reasoning_details=p["reasoning"],
+                        reasoning_details=p.get("reasoning", False),
                         logprobs=None
                         if p["logprobs"] is None
                         else (lambda ids, text, at: parity.block(ids, text.split(" ")[1:], p["logprobs"], chat, at)),
