@@ -319,3 +319,32 @@ def test_a_reasoning_sweeps_report_gives_each_phases_speedup(tmp_path):
     md = (out / "report" / "report.md").read_text()
     assert "## Reasoning: thinking and answering" in md
     assert "reasoning-aime, ngram against baseline, per phase: thinking" in md
+
+
+def test_whatif_gives_each_phase_as_simulate_does(tmp_path):
+    """Exact traces of a reasoning model (simulate --acceptance-traces, with reasoning_end)
+    replayed by loadgen whatif: at the k the simulator did not run, each phase's TPOT is the
+    one the simulator gives at that k (one engine, one cost model), and the table shows each
+    phase's speedup."""
+    common = ("--concurrency", "4", "--num-requests", "12", "--extra-body", '{"thinking_token_budget": 600}')
+
+    def eagle(k: int) -> str:
+        return json.dumps({"method": "eagle3", "model": "AngelSlim/Qwen3-8B_eagle3", "num_speculative_tokens": k})
+
+    traces = tmp_path / "traces.jsonl"
+    _simulate(tmp_path, "k3", *common, "--speculative-config", eagle(3), "--acceptance-traces", str(traces))
+    assert all("reasoning_end" in json.loads(line) for line in traces.read_text().splitlines())
+    res = run_cli(
+        *("whatif", str(traces), "--profile", "h100-qwen3-8b", "--batch", "4", "--drafters", "eagle3"),
+        *("--k", "1", "--requests", "12", "--output", str(tmp_path)),
+    )
+    assert res.returncode == 0, res.stderr
+    assert "thinking  answering" in res.stdout
+    results = {r["policy"]: r for r in json.loads((tmp_path / "whatif.json").read_text())["results"]}
+    for policy, spec in (("eagle3 k=1", ("--speculative-config", eagle(1))), ("none", ())):
+        ph = _simulate(tmp_path, policy.replace(" ", ""), *common, *spec)["phases"]
+        assert results[policy]["tpot_thinking_ms"] == pytest.approx(ph["tpot_reasoning_ms"]["mean"], rel=0.02)
+        assert results[policy]["tpot_answering_ms"] == pytest.approx(ph["tpot_answer_ms"]["mean"], rel=0.02)
+    k1 = results["eagle3 k=1"]
+    assert k1["thinking_speedup"] == pytest.approx(results["none"]["tpot_thinking_ms"] / k1["tpot_thinking_ms"])
+    assert k1["thinking_speedup"] > 1 and k1["answering_speedup"] > 1

@@ -133,8 +133,9 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
             sp, plan.get("acceptance_templates") or [], plan["acceptance_lengths"]
         )
     per_req, t["per_request"] = tables.per_request(sw)
-    t["phases"] = phases.table(sw)
-    t["phases_break_even"] = phases.break_even(t["phases"], sw.baseline)
+    ph = phases.table(sw)
+    if not ph.empty:  # the cells reasoned: each phase's speedup (a report without reasoning has none)
+        t["phases"], t["phases_break_even"] = ph, phases.break_even(ph, sw.baseline)
     order = {w: i for i, w in enumerate(dict.fromkeys(sw.cells["workload"]))}  # plan order
     cell_flags = _cell_flags(sw)
     t = {k: _in_order(_flagged(v, cell_flags), order) for k, v in t.items()}
@@ -206,7 +207,8 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
         sw.baseline,
         virtual=bool((sw.manifest.get("plan") or {}).get("virtual")),
     )
-    sections[0].lead += phases.sentences(t["phases"], t["phases_break_even"], sw.baseline)
+    if "phases" in t:
+        sections[0].lead += phases.sentences(t["phases"], t["phases_break_even"], sw.baseline)
     sections[0].chart = interactive.speedup_chart(t["speedup"], col, sw.baseline)
     if sw.single:  # one run: no variants to weigh against each other
         sections[0].lead = [_single_sentence(sw)]
@@ -331,7 +333,7 @@ def _sections(sw: Sweep, t: dict, fig: dict, notes: list[str], profile_name: str
                     [],
                 )
             ]
-            if not t["phases"].empty
+            if "phases" in t
             else []
         ),
         Section(

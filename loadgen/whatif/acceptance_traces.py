@@ -8,6 +8,10 @@ JSONL, one request per line:
      "acc_ngram": {"acc_len": [...], "proposed": [...]},
      "acc_eagle": {"acc_len": [...], "censored_at": 4}}
 
+`reasoning_end` (optional): a reasoning model's output, whose first `reasoning_end` tokens are
+its thinking (markers included, as the emulator writes it); the replay then times thinking and
+answering apart (docs/reasoning.md).
+
 `proposed` (optional, n-gram): how many drafts the drafter has to offer at that position (the
 tokens after its match; 0: no match, and then it proposes nothing and nothing is verified). `censored_at`
 (optional): the trace was estimated
@@ -56,12 +60,14 @@ class Trace:
     prompt_token_ids: list[int]
     generated_token_ids: list[int]
     drafters: dict[str, Acceptance] = field(default_factory=dict)
+    reasoning_end: int = 0  # the output's first this many tokens are a reasoning model's thinking
 
     def to_json(self) -> dict:
         return {
             "id": self.id,
             "prompt_token_ids": self.prompt_token_ids,
             "generated_token_ids": self.generated_token_ids,
+            **({"reasoning_end": self.reasoning_end} if self.reasoning_end else {}),
             **{PREFIX + m: a.to_json() for m, a in self.drafters.items()},
         }
 

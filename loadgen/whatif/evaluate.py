@@ -60,6 +60,12 @@ class Outcome:
     tokens_per_step: float  # tokens per decoding step, over the plans served
     drafts_per_step: float
     tpot_ms: float | None
+    # traces of a reasoning model (reasoning_end): TPOT while thinking and while answering, and
+    # each phase's speedup (no speculation's TPOT in that phase over the policy's); None without
+    tpot_thinking_ms: float | None = None
+    tpot_answering_ms: float | None = None
+    thinking_speedup: float | None = None
+    answering_speedup: float | None = None
 
 
 def order_drafters(methods) -> list[str]:
@@ -195,11 +201,12 @@ def evaluate(
     for batch in batches:
         count = counts[batch]
         baseline = None
+        base_phases: tuple = (None, None)
         for p in chosen:
-            tok_s, tpot = served_at[(batch, p.name, p.price_as)]
+            tok_s, tpot, phase_tpot = served_at[(batch, p.name, p.price_as)]
             steps, drafts, emitted = totals[p.name][np.arange(count) % len(served)].sum(axis=0)
             if p.kind == "none":
-                baseline = tok_s
+                baseline, base_phases = tok_s, phase_tpot
             out.append(
                 Outcome(
                     p.name,
@@ -212,6 +219,8 @@ def evaluate(
                     float(emitted / steps) if steps else float("nan"),
                     float(drafts / steps) if steps else float("nan"),
                     tpot,
+                    *phase_tpot,
+                    *(b / own if b and own else None for b, own in zip(base_phases, phase_tpot)),
                 )
             )
         if progress:
@@ -244,9 +253,10 @@ def _run_all(jobs: list[tuple], work: Callable) -> dict:
 
 def _serve(
     prof, traces: list[Trace], plans: list[list], batch: int, count: int, cfg: EngineConfig, price_as: str | None
-) -> tuple[float, float | None]:
-    """Output tokens per second (and mean TPOT, ms) of `count` requests served closed loop by
-    `batch` users, each request the next trace in turn with its plan."""
+) -> tuple[float, float | None, tuple[float | None, float | None]]:
+    """Output tokens per second (and mean TPOT, ms; and mean TPOT thinking and answering, for
+    traces of a reasoning model) of `count` requests served closed loop by `batch` users, each
+    request the next trace in turn with its plan."""
     engine = ReplayEngine(prof, cfg, price_as=price_as)
     reqs = (
         Request(id=str(i), prompt="", max_tokens=len(traces[i % len(traces)].generated_token_ids), workload="traces")
@@ -258,7 +268,13 @@ def _serve(
         i = int(req.id)
         t = traces[i % len(traces)]
         eng.submit_plan(
-            req.id, t.prompt_token_ids, t.generated_token_ids, plans[i % len(traces)], arrival=t_send, sink=sink
+            req.id,
+            t.prompt_token_ids,
+            t.generated_token_ids,
+            plans[i % len(traces)],
+            arrival=t_send,
+            sink=sink,
+            reasoning_end=t.reasoning_end,
         )
 
     sim = SimSpec(prof.name, None, LoadShape(concurrency=batch), engine=cfg, num_requests=count)
@@ -271,7 +287,9 @@ def _serve(
         )
     s = summarize(frame, ([], []), config={"clock": {"t0_ns": result.run.t0_ns}})
     tpot = s["tpot_ms"].get("mean") if s["tpot_ms"] else None
-    return float(s["output_throughput_tok_s"]), tpot
+    ph = s.get("phases") or {}
+    thinking, answering = ((ph.get(k) or {}).get("mean") for k in ("tpot_reasoning_ms", "tpot_answer_ms"))
+    return float(s["output_throughput_tok_s"]), tpot, (thinking, answering)
 
 
 def best_realisable(outcomes: list[Outcome]) -> dict[int, Outcome]:

@@ -163,7 +163,14 @@ def _trace(d, no: int, acc_as: str, lookup: tuple[int, int], fixes: Counter) -> 
     if clipped:
         fixes["requests with acc_len values past their end, clipped to n - i"] += 1
         fixes["acc_len values clipped"] += clipped
-    return Trace(str(d.get("id", f"line-{no}")), prompt, output, out)
+    end = d.get("reasoning_end", 0)
+    if isinstance(end, bool) or not isinstance(end, int) or end < 0:
+        fixes["reasoning_end not a whole number >= 0: dropped (no thinking)"] += 1
+        end = 0
+    elif end > n:
+        fixes["reasoning_end past the output: cut to its length"] += 1
+        end = n
+    return Trace(str(d.get("id", f"line-{no}")), prompt, output, out, end)
 
 
 def read(

@@ -146,20 +146,24 @@ def render(doc: dict) -> str:
     for r in doc["results"]:
         by_batch.setdefault(r["batch"], []).append(r)
     width = max((len(r["policy"]) for r in doc["results"]), default=10)
+    # traces of a reasoning model: each phase's speedup too (its TPOT against no speculation's)
+    phased = any(r.get("thinking_speedup") is not None for r in doc["results"])
+    x = lambda v: f"{v:.2f}x" if v is not None else "-"  # noqa: E731
     for batch, rows in by_batch.items():
         best = doc["best_realisable"].get(str(batch))
         unit = "batches" if doc.get("protocol") == "offline" else "requests"
         lines += [
             "",
             f"Batch {batch} ({rows[0]['requests']} {unit}):",
-            f"  {'policy':{width}s}  {'tok/s':>9s}  {'speedup':>7s}  {'tok/step':>8s}  {'drafts/step':>11s}",
+            f"  {'policy':{width}s}  {'tok/s':>9s}  {'speedup':>7s}  {'tok/step':>8s}  {'drafts/step':>11s}"
+            + (f"  {'thinking':>8s}  {'answering':>9s}" if phased else ""),
         ]
         for r in rows:
             mark = " <- best realisable" if r["policy"] == best else ("" if r["realisable"] else " (oracle)")
-            speed = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "-"
+            phases = f"  {x(r.get('thinking_speedup')):>8s}  {x(r.get('answering_speedup')):>9s}" if phased else ""
             lines.append(
-                f"  {r['policy']:{width}s}  {r['output_tok_s']:9,.0f}  {speed:>7s}  "
-                f"{r['tokens_per_step']:8.2f}  {r['drafts_per_step']:11.2f}{mark}"
+                f"  {r['policy']:{width}s}  {r['output_tok_s']:9,.0f}  {x(r['speedup']):>7s}  "
+                f"{r['tokens_per_step']:8.2f}  {r['drafts_per_step']:11.2f}{phases}{mark}"
             )
     if doc.get("gap"):
         lines += ["", "Best realisable policy against the best oracle (share of its throughput):"]

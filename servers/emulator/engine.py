@@ -252,6 +252,7 @@ class Engine:
             "id": seq.request_id,
             "prompt_token_ids": list(seq.prompt),
             "generated_token_ids": list(seq.output),
+            **({"reasoning_end": seq.reasoning_end} if seq.reasoning_end else {}),
             **{f"acc_{m}": a for m, a in seq.trace.items()},
         }
 

@@ -42,9 +42,11 @@ class ReplayEngine(Engine):
         *,
         arrival: float,
         sink: Callable | None = None,
+        reasoning_end: int = 0,
     ) -> Sequence:
         """`plan`: (drafter, drafts, emitted) per decoding step, from output position 1; the
-        emitted tokens add up to len(output) - 1. Drafter "" proposes nothing."""
+        emitted tokens add up to len(output) - 1. Drafter "" proposes nothing. `reasoning_end`:
+        the output's first that many tokens are thinking (streamed as a reasoning parser does)."""
         n = len(output)
         if n < 1:
             raise EngineError(f"request {request_id!r} has no output tokens")
@@ -72,6 +74,8 @@ class ReplayEngine(Engine):
             )
         seq = Sequence(request_id, list(prompt), list(output), [""] * n, [], "length", "replay", arrival, sink)
         seq.plan = list(plan)
+        if reasoning_end:
+            seq.reasoning_end, seq.thinking = reasoning_end, max(reasoning_end - 2, 0)
         return self._enqueue(seq)
 
     def _next_step(self, seq: Sequence):
