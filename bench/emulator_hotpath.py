@@ -85,8 +85,8 @@ def measure(variant: str, workload: str, users: int, requests: int) -> dict:
     def submit() -> None:
         nonlocal submitted
         req = next(source)
-        p = {"model": "m", "opts": {"include_usage": True, "continuous_usage_stats": True}}
-        p.update(return_token_ids=False, logprobs=None)  # what _parse gives a plain request
+        opts = {"include_usage": True, "continuous_usage_stats": True}
+        p = {"model": "m", "opts": opts, "return_token_ids": False, "logprobs": None}  # as _parse gives it
         done = loop.create_future()
         sink = EmulatorAPI._stream_sink(conn, False, f"cmpl-{submitted}", p, {}, done)  # type: ignore[arg-type]
         text = req.prompt if req.prompt is not None else chat_prompt(req.as_messages())

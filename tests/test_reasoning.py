@@ -24,10 +24,10 @@ NGRAM = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":3,"pro
 PARSERS = ("--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
 SCALE = 2.0  # time dilation: the client's and the machine's delays count half
 BOUND_MS = 2.0  # the truth-server tolerance of docs/metrics.md (tests/test_timing.py)
-BUDGET = '{"thinking_token_budget": 150}'
-# AIME-style prompts (reasoning-aime's offline stand-in), cut at 300 tokens: 152 thinking, the
+BUDGET = '{"thinking_token_budget": 100}'
+# AIME-style prompts (reasoning-aime's offline stand-in), cut at 220 tokens: 102 thinking, the
 # rest of the answer, so that a request takes seconds, not minutes
-AIME = "synthetic:reasoning,output_len=300"
+AIME = "synthetic:reasoning,output_len=220"
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_thinking_and_answering_timed_apart_against_the_emulators_record(served,
         ):
             assert row[key] == truth[key], key  # exact
         assert row["answer_tokens"] == truth["completion_tokens"] - truth["reasoning_tokens"]
-        assert row["reasoning_tokens"] == 150  # the budget cut every thought
+        assert row["reasoning_tokens"] == 100  # the budget cut every thought
         assert list(row["chunk_tokens"]) == truth["tokens"].tolist()
         errors += list((np.asarray(row["chunk_t_ns"]) - emulated(truth["t"])) / 1e6)
         send = row["t_send_ns"]
@@ -198,8 +198,16 @@ def _simulate(tmp_path: Path, name: str, *args: str, parser: tuple[str, ...] = (
     return json.loads((out / "summary.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def baseline_phases(tmp_path_factory) -> dict:
+    """No speculation on the drafters' test's requests: one token a step in both phases."""
+    return _simulate(tmp_path_factory.mktemp("base"), "base", "--extra-body", '{"thinking_token_budget": 1500}')[
+        "phases"
+    ]
+
+
 @pytest.mark.parametrize("method", ["ngram", "suffix", "eagle3", "draft_model"])
-def test_every_drafter_accepts_more_while_thinking(tmp_path, method):
+def test_every_drafter_accepts_more_while_thinking(tmp_path, method, baseline_phases):
     """docs/emulator.md: thinking repeats itself, so n-gram and suffix drafting find more to
     reuse there (from the content), and the model drafters are given easier text (assumed)."""
     spec = {"method": method, "num_speculative_tokens": 3}
@@ -210,7 +218,7 @@ def test_every_drafter_accepts_more_while_thinking(tmp_path, method):
     )
     ph = s["phases"]
     assert ph["tokens_per_chunk_reasoning"] > ph["tokens_per_chunk_answer"] + 0.1, ph
-    base = _simulate(tmp_path, "base", "--extra-body", '{"thinking_token_budget": 1500}')["phases"]
+    base = baseline_phases
     # one token a step; the answer's first chunk also carries the </think> its step before sent
     # no chunk for (docs/metrics.md), so answering is a little above 1
     assert base["tokens_per_chunk_reasoning"] == 1.0 and 1.0 <= base["tokens_per_chunk_answer"] < 1.01
