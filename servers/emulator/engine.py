@@ -28,7 +28,7 @@ from servers.emulator.counters import EngineStats
 from servers.emulator.drafting import Drafting, RequestSD, exact_trace
 from servers.emulator.ngram import NgramIndex
 from servers.emulator.prefix import PrefixCache
-from servers.emulator.profile import Profile
+from servers.emulator.profile import Profile, ProfileError
 from servers.emulator.spec import SpecConfig
 
 
@@ -230,7 +230,10 @@ class Engine:
     def _thinking(self, kind: str, prompt_text: str, ids, words, budget: int | None) -> tuple[list[int], list[str]]:
         """A thinking model's thought, markers included: its length drawn for this kind of
         request (cut at `budget` thinking tokens), its text from its own draws."""
-        params = self.profile.thinking(kind)
+        try:
+            params = self.profile.thinking(kind)
+        except ProfileError as e:  # a profile whose data has no thought in it: the request is refused
+            raise EngineError(str(e)) from None
         rng = content.rng_for(self.cfg.seed, "thinking\0" + prompt_text)
         r = content.natural_length(params, rng)
         if budget is not None:
