@@ -72,6 +72,7 @@ _LAZY = {
     "WhatIfJob": ("loadgen.whatif.job", "WhatIfJob"),
     "traces_from_run": ("loadgen.whatif.job", "traces_from_run"),
     "whatif": ("loadgen.whatif.job", "whatif"),
+    "export_llmd": ("loadgen.report.llmd", "export"),
 }
 
 

@@ -438,3 +438,51 @@ def test_traces_in_the_results_add_a_what_if_section(sweep, tmp_path):
     assert "Recommended k schedule (vLLM's num_speculative_tokens_per_batch_size): ngram: [[1, " in md
     res = cli("report", str(copy))  # the kept whatif.json is used as is
     assert res.returncode == 0 and "what-if evaluated here" not in res.stderr
+
+
+def test_export_as_llmd_benchmark_reports_valid_against_the_published_schema(sweep, tmp_path):
+    """`loadgen export`: every measured cell a Benchmark Report v0.2.1 that the published JSON
+    Schema (llmd-benchmark-report's own br_v0_2_json_schema.json, from PyPI) accepts and its
+    own loader reads, with the cell's figures; a run's directory gives one; bad input is one line."""
+    import importlib.resources
+
+    import jsonschema
+    from llmd_benchmark_report import load_benchmark_report
+
+    schema = json.loads(
+        importlib.resources.files("llmd_benchmark_report").joinpath("br_v0_2_json_schema.json").read_text()
+    )
+    validator = jsonschema.Draft202012Validator(schema)
+    out = tmp_path / "llmd"
+    res = cli("export", str(sweep), "--output", str(out))
+    assert res.returncode == 0, res.stderr
+    table = pd.read_parquet(sweep / "cells.parquet")
+    ok = table[table["status"] == "ok"]
+    files = sorted(out.glob("benchmark_report,*.json"))
+    assert len(files) == len(ok) > 0 and f"{len(ok)} Benchmark Reports" in res.stdout
+    uids = set()
+    for path in files:
+        doc = json.loads(path.read_text())
+        errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(doc)]
+        assert not errors, (path.name, errors[:3])
+        br = load_benchmark_report(doc)  # what the llm-d harness does with a report
+        key = doc["run"]["description"].rsplit("(", 1)[1].rstrip(")")
+        summary = json.loads((sweep / "cells" / key / "summary.json").read_text())
+        agg = br.results.request_performance.aggregate
+        assert agg.latency.time_to_first_token.p99 == pytest.approx(summary["ttft_ms"]["p99"])
+        assert agg.latency.time_per_output_token.mean == pytest.approx(summary["tpot_ms"]["mean"])
+        assert agg.throughput.output_token_rate.mean == pytest.approx(summary["output_throughput_tok_s"])
+        assert agg.requests.total == summary["completed"] + summary["failed"] + summary["cancelled"]
+        assert doc["scenario"]["stack"][0]["native"]["config"]["loadgen"]["variant"] == key.split("/")[0]
+        uids.add(doc["run"]["uid"])
+    assert len(uids) == len(files)  # a report per cell, each its own uid, one eid for the sweep
+    # the check can fail: a unit the schema does not know is refused
+    doc["results"]["request_performance"]["aggregate"]["latency"]["request_latency"]["units"] = "furlongs"
+    assert any("furlongs" in e.message for e in validator.iter_errors(doc))
+
+    one = sweep / "cells" / ok["path"].iloc[0]
+    res = cli("export", str(one), "--output", str(tmp_path / "one"))
+    assert res.returncode == 0, res.stderr
+    assert not list(validator.iter_errors(json.loads((tmp_path / "one" / "benchmark_report.json").read_text())))
+    res = cli("export", str(tmp_path / "nothing-here"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1

@@ -38,6 +38,39 @@ def report(directory: Path, output: Path | None) -> None:
 
 
 @main.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["llmd"]),
+    default="llmd",
+    show_default=True,
+    help="llmd: llm-d-benchmark's Benchmark Report v0.2.1, one JSON file per measured cell.",
+)
+@click.option(
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to write the files [default: DIRECTORY/llmd].",
+)
+def export(directory: Path, fmt: str, output: Path | None) -> None:
+    """Write a run's or a sweep's results (its --output DIRECTORY) in another tool's schema:
+    llm-d-benchmark's Benchmark Report (docs/report.md, "Export")."""
+    from loadgen import api
+    from loadgen.results.reading import ReportError
+
+    try:
+        written = api.export_llmd(directory, output)
+    except ReportError as e:
+        raise Failure(str(e)) from None
+    except OSError as e:
+        raise Failure(
+            f"cannot write to {output or directory / 'llmd'}: {e.strerror or e}; choose another --output"
+        ) from None
+    where = written[0].parent if written else (output or directory / "llmd")
+    click.echo(f"{len(written)} Benchmark Report{'s' if len(written) != 1 else ''} (v0.2.1, JSON) in {where}")
+
+
+@main.command()
 @click.argument("dir_a", type=click.Path(file_okay=False, path_type=Path))
 @click.argument("dir_b", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the bootstrap.")
