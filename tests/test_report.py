@@ -130,6 +130,7 @@ def test_every_output_is_written(report):
         "steps",
         "waste",
         "per_request",
+        "timeline",  # every cell's server sampled through its window (docs/metrics.md, "Over time")
     }
     assert {p.stem for p in report.glob("*.csv")} == tables == {p.stem for p in report.glob("*.parquet")}
     md = (report / "report.md").read_text()

@@ -225,20 +225,73 @@ def _emulator(w: Window) -> dict | None:
     }
 
 
-_GAUGE_NAMES = frozenset(n for names in GAUGES.values() for n in names)
+# the counters the timeline follows from sample to sample (the rest come from the first and last)
+TIMELINE_COUNTERS = (
+    "generation_tokens",
+    "prompt_tokens",
+    "spec_drafts",
+    "spec_draft_tokens",
+    "spec_accepted_tokens",
+    "spec_accepted_per_pos",
+)
+_KEPT_NAMES = frozenset(
+    [n for names in GAUGES.values() for n in names] + [n for k in TIMELINE_COUNTERS for n in COUNTERS[k]]
+)
 
 
 def gauge_lines(text: str) -> str:
-    """A /metrics text cut to the gauges' samples (the snapshots between the first and the last
-    are read for gauges only: timelines, means; the counters and histograms come from the
-    first and the last). A line costs a split; an hour of scrapes a few MiB instead of 100s."""
+    """A /metrics text cut to the gauges' samples and the timeline's counters (the snapshots
+    between the first and the last are read for these only: timelines, means; every other
+    counter and the histograms come from the first and the last). A line costs a split; an
+    hour of scrapes a few MiB instead of 100s."""
     keep = []
     for line in text.splitlines():
         if line and line[0] != "#":
             name = line.split("{", 1)[0].split(" ", 1)[0]
-            if name in _GAUGE_NAMES:
+            if name in _KEPT_NAMES:
                 keep.append(line)
     return "\n".join(keep) + "\n"
+
+
+def _count(snap: Snapshot, key: str) -> dict[tuple, float]:
+    return _values(snap, COUNTERS[key])
+
+
+def timeline(w: Window) -> dict | None:
+    """The window sample by sample (docs/metrics.md, "Over time"): for each interval between
+    consecutive snapshots, its end (`t_s`, seconds since the window opened), length, and the
+    counters' increase over it (a counter that went down counts its value after, as `delta`
+    does), so each series sums to the window's own delta exactly; the gauges at its end.
+    None when the window has no sample in between."""
+    snaps = [w.before, *w.during, w.after]
+    if len(snaps) < 3:
+        return None
+
+    def rises(key: str) -> list[list[float]]:
+        per = [_count(s, key) for s in snaps]
+        labels = sorted({lab for p in per for lab in p}, key=lambda lab: int(dict(lab).get("position", 0)))
+        out = []
+        for a, b in zip(per, per[1:]):
+            row = []
+            for lab in labels:
+                x, y = a.get(lab, 0.0), b.get(lab, 0.0)
+                row.append(y - x if y >= x else y)
+            out.append(row)
+        return out
+
+    out: dict = {
+        "t_s": [s.t - w.before.t for s in snaps[1:]],
+        "dt_s": [b.t - a.t for a, b in zip(snaps, snaps[1:])],
+    }
+    for key in TIMELINE_COUNTERS:
+        per = rises(key)
+        if key == "spec_accepted_per_pos":
+            out["accepted_per_position"] = per if any(per) else None
+        else:
+            out[key.removeprefix("spec_")] = [sum(r) for r in per]
+    for key in ("running", "waiting", "kv_usage"):
+        out[key] = [sum(_values(s, GAUGES[key]).values()) if _values(s, GAUGES[key]) else None for s in snaps[1:]]
+    return out
 
 
 class Recorder:
@@ -332,4 +385,4 @@ def figures(w: Window | None) -> dict | None:
     measures need nothing of the scrape (None: no window)."""
     if w is None:
         return None
-    return {"spec_decode": spec_decode(w), "server": server(w)}
+    return {"spec_decode": spec_decode(w), "server": server(w), "timeline": timeline(w), "t0_s": w.before.t}

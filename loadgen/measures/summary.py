@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadgen.measures import phases, slo
+from loadgen.measures import phases, slo, timeline
 from loadgen.measures.chunks import ChunkFigures, chunk_figures
 from loadgen.measures.describe import describe
 from loadgen.measures.rows import Rows, counts
@@ -280,6 +280,7 @@ def summarize(
         steady_state=steady_info,
         conversations=conversations(rows, warmup, measured),
         phases=phases.summary(rows, measured),
+        timeline=timeline.timeline(rows, server_figures),
         stopped_early=(load_info or {}).get("stopped_early"),
     )
     return out

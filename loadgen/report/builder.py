@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadgen.report import decision, interactive, phases, plots, tables, whatif
+from loadgen.report import decision, interactive, overtime, phases, plots, tables, whatif
 from loadgen.report.numbers import num, short
 from loadgen.report.render import Section, markdown, page
 from loadgen.results import store
@@ -133,6 +133,9 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
             sp, plan.get("acceptance_templates") or [], plan["acceptance_lengths"]
         )
     per_req, t["per_request"] = tables.per_request(sw)
+    over = overtime.table(sw)
+    if not over.empty:  # the cells' servers were sampled through their windows
+        t["timeline"] = over
     ph = phases.table(sw)
     if not ph.empty:  # the cells reasoned: each phase's speedup (a report without reasoning has none)
         t["phases"], t["phases_break_even"] = ph, phases.break_even(ph, sw.baseline)
@@ -213,6 +216,20 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
     if sw.single:  # one run: no variants to weigh against each other
         sections[0].lead = [_single_sentence(sw)]
         sections[0].chart = ""
+    if "timeline" in t:
+        over_section = Section(
+            "Over time",
+            'Each cell\'s server window sampled through the run (docs/metrics.md, "Over time"): running and '
+            "waiting requests beside the client's own count in flight, generation tokens/s and acceptance per "
+            "interval (the intervals' counts add up to the window's); pick a cell in the chart's menu. Below, "
+            "every interval of every cell: acceptance and throughput against the running batch.",
+            [("Per cell and interval", t["timeline"], "timeline.csv")],
+            [],
+        )
+        over_section.chart = overtime.timeline_chart(
+            t["timeline"], include_js=not sections[0].chart
+        ) + overtime.batch_scatter(t["timeline"], col)
+        sections.append(over_section)
     closed = sw.cells[sw.cells["mode"] == "closed"] if len(sw.cells) and "mode" in sw.cells else sw.cells.iloc[:0]
     doc, what_notes = whatif.load(sw.root, sw.model, sorted({int(v) for v in closed.get("level", [])}))
     notes += what_notes
