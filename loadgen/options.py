@@ -101,6 +101,8 @@ class SweepOptions:
     workloads: tuple[str, ...] = ()
     concurrency: str | None = None  # levels, e.g. 1..256
     rates: str | None = None
+    trace_speeds: str | None = None  # levels of a trace sweep: multiples of its own rate
+    goodput: str | None = None  # per-request objectives, e.g. ttft<=2s,tpot<=50ms
     shape: Any = field(default_factory=shape_options.options)  # a shape of its own (--ramp, ...): one level
     arrival: str | None = None
     burstiness: float | None = None

@@ -51,6 +51,17 @@ from servers.deployments import ENGINES, DeploymentError
 @click.option("--rates", help="Open-loop levels in requests/s instead, e.g. 0.5,1,2 or 1..16.")
 @options.sweep_shape_options
 @click.option("--arrival", type=click.Choice(["poisson", "gamma", "constant"]), help="Open-loop gaps [poisson].")
+@click.option(
+    "--goodput",
+    help="Per-request objectives every cell is judged by, e.g. 'ttft<=2s,tpot<=50ms' (ttft, tpot, e2e, "
+    "ttfo): each cell's share and rate of requests meeting all of them, and the report's decision by "
+    "goodput (docs/sweep.md).",
+)
+@click.option(
+    "--trace-speeds",
+    help="With --trace: replay the trace at each of these multiples of its own rate (its timing kept), "
+    "e.g. 0.5,1,2,4: the levels of a trace sweep (docs/sweep.md).",
+)
 @click.option("--burstiness", type=float, help="Gamma shape for --rates (1 = Poisson).")
 @click.option(
     "--num-requests",

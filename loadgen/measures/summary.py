@@ -347,6 +347,7 @@ def _goodput(
         "objectives_ms": objectives,
         "good": n_good,
         "judged": n_judged,
+        "cancelled": int((~warmup & cancelled).sum()),  # cut by the end of the run: not judged
         "fraction": n_good / n_judged if n_judged else None,
         "req_s": req_s,
     }

@@ -92,13 +92,25 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
             acceptance_variant(t, length) for t in templates for length in lengths
         ]
     own = _own_shape(o)
+    if o.trace_speeds and (own is None or own[1].mode != "trace"):
+        raise LoadgenError("--trace-speeds replays a trace at each speed: give --trace FORMAT:PATH")
     if o.concurrency and o.rates:
         raise LoadgenError("give one of --concurrency (closed loop) and --rates (open loop)")
     if o.concurrency and (o.arrival or o.burstiness is not None):
         raise LoadgenError("--arrival and --burstiness apply to --rates only")
     try:
         lv: list[float]
-        if own is not None:  # one level: the shape's peak (users, or requests/s)
+        if own is not None and own[1].mode == "trace":  # a trace at each speed (its own one by default)
+            if o.trace_speeds and "trace_speed" in own[0]:
+                raise LoadgenError("give one of --trace-speed and --trace-speeds")
+            mode = "trace"
+            own[0].pop("trace_speed", None)
+            lv = (
+                levels(o.trace_speeds, integer=False, flag="--trace-speeds")
+                if o.trace_speeds
+                else [getattr(own[1], "speed", 1.0)]
+            )
+        elif own is not None:  # one level: the shape's peak (users, or requests/s)
             mode = "closed" if own[1].closed else "open"
             lv = [own[1].concurrency or 0] if own[1].closed else [own[1].rate or 0.0]
         elif o.rates:
@@ -141,6 +153,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         burstiness=1.0 if o.burstiness is None else o.burstiness,
         request_timeout_s=o.request_timeout,
         extra_body=extra_body(o.extra_body),
+        goodput=_objectives(o.goodput),
         data_dir=str(Path(o.data_dir).resolve()) if o.data_dir else None,
         gpus=gpus,
         parallel=o.parallel,
@@ -176,6 +189,15 @@ def _own_shape(o: SweepOptions) -> tuple[dict, Shape] | None:
             given[name] = value
     shape = shape_options.from_options(shape_options.options(**given), o)
     return given, shape
+
+
+def _objectives(text: str | None) -> dict | None:
+    from loadgen.measures import slo
+
+    try:
+        return slo.objectives([text]) if text else None
+    except slo.SLOError as e:
+        raise LoadgenError(f"--goodput: {e}") from None
 
 
 def _lengths(text: str) -> list[float]:

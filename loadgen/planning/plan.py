@@ -78,12 +78,14 @@ def labels(specs: list[str], names: list[str]) -> list[str]:
 class Cell:
     variant: str
     workload: str  # label
-    level: float  # concurrency (closed loop) or rate in req/s (open loop)
-    mode: str  # closed | open
+    level: float  # concurrency (closed loop), rate in req/s (open loop) or a trace's speed
+    mode: str  # closed | open | trace
     repeat: int = 1  # which measurement of the cell (sweep --repeats); 1: the first
 
     @property
     def level_label(self) -> str:
+        if self.mode == "trace":
+            return f"x{self.level:g}"
         return f"c{int(self.level)}" if self.mode == "closed" else f"r{self.level:g}"
 
     @property
@@ -115,6 +117,7 @@ class Plan:
     burstiness: float = 1.0
     request_timeout_s: float = 600.0
     extra_body: dict | None = None  # merged into every request's body (sweep --extra-body)
+    goodput: dict | None = None  # per-request objectives in ms (sweep --goodput), judged in every cell
     data_dir: str | None = None
     gpus: list[int] = field(default_factory=lambda: [0])
     parallel: bool = False
@@ -165,14 +168,16 @@ class Plan:
     def requests_for(self, cell: Cell) -> int | None:
         """Measured requests in a cell: --num-requests; else, when no --duration bounds it,
         enough for every user to send several (closed loop) or min_requests (open loop)."""
-        if self.num_requests is not None or self.duration_s is not None:
-            return self.num_requests
+        if self.num_requests is not None or self.duration_s is not None or cell.mode == "trace":
+            return self.num_requests  # a trace: its window's requests (--num-requests caps them)
         if cell.mode == "closed":
             return max(self.min_requests, self.per_user * int(cell.level))
         return self.min_requests
 
     def workers_for(self, cell: Cell) -> int:
         """Worker processes for a cell's measurement: --workers, at most one per user."""
+        if cell.mode == "trace":
+            return 1  # a replay runs in one process (loadgen.shapes.trace)
         return min(self.workers, int(cell.level)) if cell.mode == "closed" else self.workers
 
     def scale_for(self, cell: Cell) -> float | None:

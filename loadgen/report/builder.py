@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadgen.report import decision, interactive, overtime, phases, plots, tables, whatif
+from loadgen.report import decision, goodput, interactive, overtime, phases, plots, tables, whatif
 from loadgen.report.numbers import num, short
 from loadgen.report.render import Section, markdown, page
 from loadgen.results import store
@@ -133,6 +133,9 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
             sp, plan.get("acceptance_templates") or [], plan["acceptance_lengths"]
         )
     per_req, t["per_request"] = tables.per_request(sw)
+    gp = goodput.table(sw)
+    if not gp.empty:  # a sweep judged per-request objectives: the decision by goodput too
+        t["goodput"], t["best_by_goodput"] = gp, goodput.best(gp, sw.baseline)
     over = overtime.table(sw)
     if not over.empty:  # the cells' servers were sampled through their windows
         t["timeline"] = over
@@ -210,6 +213,12 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
         sw.baseline,
         virtual=bool((sw.manifest.get("plan") or {}).get("virtual")),
     )
+    if "goodput" in t:
+        objectives = (sw.manifest.get("plan") or {}).get("goodput")
+        sections[0].lead += goodput.sentences(t["best_by_goodput"], objectives)
+        sections[0].tables.append(
+            ("Best variant by goodput per load level", t["best_by_goodput"], "best_by_goodput.csv")
+        )
     if "phases" in t:
         sections[0].lead += phases.sentences(t["phases"], t["phases_break_even"], sw.baseline)
     sections[0].chart = interactive.speedup_chart(t["speedup"], col, sw.baseline)
@@ -253,7 +262,9 @@ def _single_sentence(sw: Sweep) -> str:
     """The lead of a single run's report: what it measured, in one sentence."""
     row = sw.ok.iloc[0] if len(sw.ok) else sw.cells.iloc[0]
     s = sw.summaries[row["path"]]
-    load = f"{int(row['level'])} users" if row["mode"] == "closed" else f"{row['level']:g} requests/s"
+    load = {"closed": f"{int(row['level'])} users", "trace": f"{row['level']:g}x its trace's rate"}.get(
+        row["mode"], f"{row['level']:g} requests/s"
+    )
     tput = s.get("output_throughput_tok_s") or 0.0
     ttft, tpot = (s.get("ttft_ms") or {}).get("p50"), (s.get("tpot_ms") or {}).get("p50")
     lat = f"; TTFT p50 {ttft:.1f} ms, TPOT p50 {tpot:.2f} ms" if ttft is not None and tpot is not None else ""

@@ -24,7 +24,7 @@ def flags(ok: pd.DataFrame) -> pd.Series:
 
 
 def _unit(mode: str) -> str:
-    return "users" if mode == "closed" else "requests/s"
+    return {"closed": "users", "trace": "times the trace's rate"}.get(mode, "requests/s")
 
 
 def _x(s) -> str:

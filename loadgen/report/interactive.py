@@ -31,7 +31,7 @@ def speedup_chart(sp: pd.DataFrame, colours: dict[str, str], baseline: str, heig
     tok = "output_throughput_tok_s" if "output_throughput_tok_s" in sp else None
     for col, workload in enumerate(workloads, start=1):
         w = sp[sp["workload"] == workload]
-        unit = "users" if (w["mode"] == "closed").all() else "requests/s"
+        unit = {"closed": "users", "trace": "x the trace's rate"}.get(str(w["mode"].iloc[0]), "requests/s")
         for variant, g in w.groupby("variant", sort=False):
             g = g.sort_values("level")
             flags = g["flags"].fillna("") if "flags" in g else pd.Series([""] * len(g), index=g.index)

@@ -87,7 +87,7 @@ def sentences(ph: pd.DataFrame, be: pd.DataFrame, baseline: str) -> list[str]:
 
 def _span(g: pd.DataFrame, col: str) -> str:
     """A phase's speedups over the levels: the highest and the lowest, with their loads."""
-    unit = "users" if g["mode"].iloc[0] == "closed" else "requests/s"
+    unit = {"closed": "users", "trace": "x the trace's rate"}.get(g["mode"].iloc[0], "requests/s")
     s, lv = g[col].to_numpy(float), g["level"].to_numpy(float)
     if np.isnan(s).all():
         return "not measured"

@@ -32,7 +32,11 @@ def _grid(n: int, title: str, rows: int = 1):
 
 def _load_axis(ax, mode: str) -> None:
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("concurrency (users)" if mode == "closed" else "arrival rate (requests/s)")
+    ax.set_xlabel(
+        {"closed": "concurrency (users)", "trace": "trace speed (x its own rate)"}.get(
+            mode, "arrival rate (requests/s)"
+        )
+    )
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: short(v)))
     ax.grid(True, alpha=0.3)
 

@@ -72,7 +72,7 @@ def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
     for workload in dict.fromkeys(table["workload"]):
         t = table[table["workload"] == workload]
         mode = t["mode"].iloc[0]
-        head = "concurrency" if mode == "closed" else "rate (req/s)"
+        head = {"closed": "concurrency", "trace": "trace speed (x)"}.get(mode, "rate (req/s)")
         width = max([12 if rounds.empty else 24, *(len(v) + 2 for v in variants)])
         base_w = max(16, len(baseline) + 7)
         lines = [

@@ -137,6 +137,10 @@ def row(summary: dict) -> dict:
         "client_bound": summary.get("client_bound"),
         "server_behind": (srv.get("emulator") or {}).get("behind"),
         "time_scale": summary.get("time_scale") or 1.0,
+        # with per-request objectives (sweep --goodput): the share of judged requests that met
+        # them all, and good requests a second of the window
+        "goodput_fraction": (summary.get("goodput") or {}).get("fraction"),
+        "goodput_req_s": (summary.get("goodput") or {}).get("req_s"),
         "path": c["key"],
     }
 

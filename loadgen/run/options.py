@@ -97,7 +97,7 @@ def workload(o: WorkloadOptions, tokenizer=None, note: Note = lambda _: None, lo
 
 
 def _trace_workload(o: WorkloadOptions, load: Any, tokenizer, note: Note) -> Workload:
-    trace, part, source = load.trace, load.window, load.source
+    trace, source = load.trace, load.source
     if any(v is not None for v in (o.input_len, o.output_len, o.range_ratio)):
         raise LoadgenError(
             "--input-len, --output-len and --range-ratio do not apply to --trace: the trace gives the lengths"
@@ -109,6 +109,14 @@ def _trace_workload(o: WorkloadOptions, load: Any, tokenizer, note: Note) -> Wor
         note(f"note: skipped {trace.skipped} bad lines of {source} (first: {trace.bad[0]})")
     for what, n in trace.repairs.items():
         note(f"note: {n} lines of {source}: {what}")
+    return fit_to_trace(load, content, tokenizer)
+
+
+def fit_to_trace(load: Any, content: Workload | None, tokenizer=None) -> Workload:
+    """A trace replay's requests (`load`: its window), their text from `content` (None: random
+    common words), as workloads.fitting makes them: `loadgen run --trace` and a trace sweep's
+    cells alike."""
+    part, source = load.window, load.source
     text = content.spec if content is not None else "random common words (no --workload)"
     return Workload(
         f"trace:{source}",

@@ -48,7 +48,7 @@ class TraceReplay(Shape):
     window: Any = field(default=None, compare=False, repr=False)  # the replayed part (its lengths)
     mode = "trace"
     closed = False
-    SWEEPS = False  # a sweep's cells do not fit their workloads to a trace (yet): loadgen run --trace
+    SWEEPS = True  # a sweep replays it at each of --trace-speeds (loadgen.planning.build)
     OPTIONS = (
         Flag(
             "trace",

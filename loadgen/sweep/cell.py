@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 from loadgen.load.execute import RunSpec
 from loadgen.load.workload import WorkloadRef
@@ -24,7 +25,12 @@ def load_shape(plan: Plan, cell: Cell) -> Shape:
     """The cell's load, built by the shape family from options as `loadgen run` builds it: the
     plan's own shape, or the closed or open loop at the cell's level."""
     if plan.shape is not None:
-        given = plan.shape
+        given = dict(plan.shape)
+        if cell.mode == "trace":  # the trace at this cell's speed; --num-requests caps its window
+            given["trace_speed"] = cell.level
+            return shape_options.from_options(
+                shape_options.options(**given), SimpleNamespace(num_requests=plan.num_requests, workers=1)
+            )
     elif cell.mode == "closed":
         given = {"concurrency": int(cell.level)}
     else:
@@ -34,6 +40,25 @@ def load_shape(plan: Plan, cell: Cell) -> Shape:
             "burstiness": plan.burstiness if plan.arrival == "gamma" else None,
         }
     return shape_options.from_options(shape_options.options(**given))
+
+
+def workloads_for(plan: Plan) -> dict:
+    """Each of the plan's workloads by label, opened as its cells send it: a trace sweep's (mode
+    trace) is the trace's window with its text from the workload, as `loadgen run --trace`
+    fits it (the same requests at every speed). LoadgenError (one line) for a bad one."""
+    from loadgen.errors import LoadgenError
+    from loadgen.run.options import fit_to_trace
+    from workloads import WorkloadError, open_workload
+
+    out = {}
+    trace = load_shape(plan, plan.cells()[0]) if plan.mode == "trace" else None
+    for spec, label in zip(plan.workloads, plan.workload_labels):
+        try:
+            w = open_workload(spec, data_dir=plan.data_dir)
+        except WorkloadError as e:
+            raise LoadgenError(f"--workloads: {e}") from None
+        out[label] = w if trace is None else fit_to_trace(trace, w)
+    return out
 
 
 def cell_job(

@@ -34,15 +34,13 @@ def _variant_task(plan_dict: dict, variant: str, keys: list[str], resource: str,
     """In a Ray worker: one variant's cells, yielded as events (see the module docstring)."""
     import ray
 
+    from loadgen.sweep.cell import workloads_for
     from servers.deployments import render
     from servers.launcher import Server, free_port
-    from workloads import open_workload
 
     plan = Plan.from_dict(plan_dict)
     dep = plan.deployment_object()
-    workloads = {
-        label: open_workload(spec, data_dir=plan.data_dir) for spec, label in zip(plan.workloads, plan.workload_labels)
-    }
+    workloads = workloads_for(plan)
     cells = [c for c in plan.cells() if c.key in set(keys)]
     gpus = tuple(int(g) for g in ray.get_gpu_ids()) if resource == "GPU" else None
     where = {"node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "pid": os.getpid()}

@@ -15,11 +15,11 @@ import pandas as pd
 from loadgen.errors import LoadgenError
 from loadgen.planning.plan import Plan
 from loadgen.results import cells, manifest, store
+from loadgen.sweep.cell import workloads_for
 from loadgen.sweep.parallel import run_parallel, worker_slot
 from loadgen.sweep.progress import BarReporter, LiveReporter
 from loadgen.sweep.slots import Interrupted, Reporter, pending, run_slot, slots
 from servers.deployments import DeploymentError, llamacpp
-from workloads import WorkloadError, open_workload
 
 Note = Callable[[str], None]
 
@@ -55,13 +55,7 @@ class SweepOutcome:
 
 
 def open_workloads(plan: Plan) -> dict:
-    out = {}
-    for spec, label in zip(plan.workloads, plan.workload_labels):
-        try:
-            out[label] = open_workload(spec, data_dir=plan.data_dir)
-        except WorkloadError as e:
-            raise LoadgenError(f"--workloads: {e}") from None
-    return out
+    return workloads_for(plan)
 
 
 def check_engine(dep, plan: Plan) -> None:

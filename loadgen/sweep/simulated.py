@@ -59,6 +59,6 @@ def simulate_cell(plan: Plan, cell: Cell, workload, argv) -> RunOutcome:
         time_scale=1.0,
         started_unix=started,
     )
-    summary = summarize(frame, ([], []), config=config, load_info=result.run.load_info)
+    summary = summarize(frame, ([], []), config=config, load_info=result.run.load_info, goodput=plan.goodput)
     summary.update(engine_figures(result, time.monotonic() - wall))
     return RunOutcome(frame, summary, result.run)

@@ -212,6 +212,7 @@ def variant_events(
                 on_record=reporter.record,
                 api_key=server.api_key,
                 on_start=reporter.request_started,
+                goodput=plan.goodput,
                 time_scale=plan.scale_for(cell) if la.engine == "emulator" else None,
                 journal=journal,
             )
