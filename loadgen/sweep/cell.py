@@ -76,12 +76,16 @@ def cell_job(
 ) -> RunJob:
     """The cell as a measured run's job: the same measured requests in every cell (the plan's
     seed), so variants and levels see the same work."""
+    load = load_shape(plan, cell)
+    num = plan.requests_for(cell)
+    if num is None and cell.mode == "trace":
+        num = load.requests()  # the trace's window, every request of it
     spec = RunSpec(
         api_base="",
         model=model,
-        load=load_shape(plan, cell),
+        load=load,
         endpoint=plan.endpoint,
-        num_requests=plan.requests_for(cell),
+        num_requests=num,
         duration_s=plan.duration_s,
         warmup=plan.warmup,
         seed=plan.seed,

@@ -170,6 +170,12 @@ def _choose_time_scales(job: SweepJob, plan: Plan, dep, workloads: dict, out: Pa
             "cluster's; give --time-scale S to dilate them)"
         )
         return None
+    if plan.mode == "trace":
+        job.note(
+            "time scale: 1x (--time-scale auto probes steady loads, and a trace's bursts are not one; give "
+            "--time-scale S to dilate a trace sweep; each cell's server_behind says whether the emulator kept up)"
+        )
+        return None
     from loadgen.planning.probe import ProbeError, decided, describe, run_probe
 
     job.note("time scale: probing what this machine holds in real time ...")
