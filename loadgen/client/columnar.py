@@ -157,10 +157,10 @@ def records_of(batch: pa.RecordBatch) -> list[RequestRecord]:
     out = []
     data = batch.to_pydict()
     for i in range(batch.num_rows):
-        kw = {name: data[name][i] for name in _FIELDS}
+        kw = {name: data[name][i] for name in _FIELDS if name in data}  # a journal from before a field: its default
         for name in _INT_LISTS:
             kw[name] = array("q", kw[name] or ())
-        if kw["chunk_phase"] is not None:
+        if kw.get("chunk_phase") is not None:
             kw["chunk_phase"] = array("b", kw["chunk_phase"])
             kw["chunk_reasoning"] = array("q", kw["chunk_reasoning"] or ())
         out.append(RequestRecord(**kw))

@@ -1,0 +1,81 @@
+"""Deciding on one's own traffic (docs/sweep.md): a production trace swept at multiples of its
+own rate over a deployment's variants, each cell judged by per-request objectives, and the
+report's decision by goodput; the same sweep in virtual time; bad options in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from tests.conftest import cli, run_cli
+
+AZURE = (
+    Path(__file__).resolve().parents[2] / "shared" / "datasets" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+)
+TRACE = ("--trace", f"azure:{AZURE}", "--trace-start", "600")
+GOODPUT = ("--goodput", "ttft<=200ms,tpot<=10ms")
+
+
+def _sweep(out: Path, *args: str) -> pd.DataFrame:
+    res = run_cli(
+        "sweep", *TRACE, "--workloads", "chat", "--variants", "baseline,eagle", *GOODPUT, *args, "--output", str(out)
+    )
+    assert res.returncode == 0, res.stderr
+    assert "trace speed (x)" in res.stdout
+    return pd.read_parquet(out / "cells.parquet")
+
+
+def test_a_trace_swept_at_its_speeds_decides_by_goodput(tmp_path):
+    virtual = _sweep(tmp_path / "virtual", "--virtual", "--trace-window", "60", "--trace-speeds", "0.5,1,2,4")
+    assert sorted(virtual["path"]) == sorted(
+        f"{v}/chat/x{s}" for v in ("baseline", "eagle") for s in ("0.5", "1", "2", "4")
+    )
+    assert (virtual["status"] == "ok").all() and virtual["goodput_fraction"].notna().all()
+    for _, c in virtual.iterrows():  # every speed replays the same requests, in the trace's timing divided by it
+        s = json.loads((tmp_path / "virtual" / "cells" / c["path"] / "summary.json").read_text())
+        load = s["config"]["load"]
+        assert load["mode"] == "trace" and load["speed"] == c["level"] and s["goodput"]["cancelled"] == 0
+        assert s["completed"] + s["failed"] == load["requests"] - s["config"]["warmup"]
+    spans = virtual.groupby("level").apply(lambda g: g["path"].size).to_dict()
+    assert set(spans) == {0.5, 1.0, 2.0, 4.0}
+    # faster replays load the server more: the baseline's goodput share falls with speed
+    base = virtual[virtual["variant"] == "baseline"].sort_values("level")["goodput_fraction"].to_numpy()
+    assert base[0] >= base[-1] and base[-1] < 0.9
+    res = cli("report", str(tmp_path / "virtual"))
+    assert res.returncode == 0, res.stderr
+    best = pd.read_csv(tmp_path / "virtual" / "report" / "best_by_goodput.csv")
+    assert sorted(best["level"]) == [0.5, 1.0, 2.0, 4.0]
+    for _, b in best.iterrows():
+        cells = virtual[virtual["level"] == b["level"]].set_index("variant")["goodput_req_s"]
+        assert b["goodput_req_s"] == cells.max()
+        assert set(b["best_variant"].split(", ")) == set(cells[cells >= cells.max() * 0.995].index)
+    lead = (tmp_path / "virtual" / "report" / "report.md").read_text()
+    assert "On chat, by goodput (ttft<=200ms, tpot<=10ms): at 0.5x the trace's rate" in lead
+    assert "at 4x the trace's rate, eagle" in lead
+
+    # on real servers (the embedded emulator): the same requests at each speed, every cell ok
+    real = _sweep(tmp_path / "real", "--trace-window", "4", "--trace-speeds", "1,2")
+    assert (real["status"] == "ok").all() and len(real) == 4 and real["goodput_req_s"].notna().all()
+    prompts = {
+        c["path"]: pd.read_parquet(tmp_path / "real" / "cells" / c["path"] / "requests.parquet")
+        .sort_values("index")["prompt_tokens"]
+        .tolist()
+        for _, c in real.iterrows()
+    }
+    assert len({tuple(p) for p in prompts.values()}) == 1  # the trace's requests, fitted once
+
+
+def test_bad_trace_sweep_options_are_one_line(tmp_path):
+    for args, says in (
+        (("--trace-speeds", "1,2"), "--trace-speeds replays a trace at each speed: give --trace"),
+        ((*TRACE, "--trace-speed", "2", "--trace-speeds", "1,2"), "give one of --trace-speed and --trace-speeds"),
+        ((*TRACE, "--trace-speeds", "1,2", "--workers", "2"), "--trace replays from one process"),
+        ((*TRACE, "--trace-speeds", "0,1"), "--trace-speeds"),
+        ((*TRACE, "--trace-speeds", "1", "--concurrency", "4"), "drop --concurrency"),
+        ((*TRACE, "--trace-speeds", "1", "--goodput", "ttft<500"), "--goodput"),
+    ):
+        res = cli("sweep", "--virtual", *args, "--output", str(tmp_path / "x"))
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
