@@ -18,20 +18,16 @@ TRACE = ("--trace", f"azure:{AZURE}", "--trace-start", "600")
 GOODPUT = ("--goodput", "ttft<=200ms,tpot<=10ms")
 
 
-def _sweep(out: Path, *args: str) -> pd.DataFrame:
-    res = run_cli(
-        "sweep", *TRACE, "--workloads", "chat", "--variants", "baseline,eagle", *GOODPUT, *args, "--output", str(out)
-    )
+def _sweep(out: Path, *args: str, variants: str = "baseline,eagle") -> pd.DataFrame:
+    res = run_cli("sweep", *TRACE, "--workloads", "chat", "--variants", variants, *GOODPUT, *args, "--output", str(out))
     assert res.returncode == 0, res.stderr
     assert "trace speed (x)" in res.stdout
     return pd.read_parquet(out / "cells.parquet")
 
 
 def test_a_trace_swept_at_its_speeds_decides_by_goodput(tmp_path):
-    virtual = _sweep(tmp_path / "virtual", "--virtual", "--trace-window", "60", "--trace-speeds", "0.5,1,2,4")
-    assert sorted(virtual["path"]) == sorted(
-        f"{v}/chat/x{s}" for v in ("baseline", "eagle") for s in ("0.5", "1", "2", "4")
-    )
+    virtual = _sweep(tmp_path / "virtual", "--virtual", "--trace-window", "30", "--trace-speeds", "0.5,1,2")
+    assert sorted(virtual["path"]) == sorted(f"{v}/chat/x{s}" for v in ("baseline", "eagle") for s in ("0.5", "1", "2"))
     assert (virtual["status"] == "ok").all() and virtual["goodput_fraction"].notna().all()
     for _, c in virtual.iterrows():  # every speed replays the same requests, in the trace's timing divided by it
         s = json.loads((tmp_path / "virtual" / "cells" / c["path"] / "summary.json").read_text())
@@ -39,25 +35,25 @@ def test_a_trace_swept_at_its_speeds_decides_by_goodput(tmp_path):
         assert load["mode"] == "trace" and load["speed"] == c["level"] and s["goodput"]["cancelled"] == 0
         assert s["completed"] + s["failed"] == load["requests"] - s["config"]["warmup"]
     spans = virtual.groupby("level").apply(lambda g: g["path"].size).to_dict()
-    assert set(spans) == {0.5, 1.0, 2.0, 4.0}
+    assert set(spans) == {0.5, 1.0, 2.0}
     # faster replays load the server more: the baseline's goodput share falls with speed
     base = virtual[virtual["variant"] == "baseline"].sort_values("level")["goodput_fraction"].to_numpy()
     assert base[0] >= base[-1] and base[-1] < 0.9
     res = cli("report", str(tmp_path / "virtual"))
     assert res.returncode == 0, res.stderr
     best = pd.read_csv(tmp_path / "virtual" / "report" / "best_by_goodput.csv")
-    assert sorted(best["level"]) == [0.5, 1.0, 2.0, 4.0]
+    assert sorted(best["level"]) == [0.5, 1.0, 2.0]
     for _, b in best.iterrows():
         cells = virtual[virtual["level"] == b["level"]].set_index("variant")["goodput_req_s"]
         assert b["goodput_req_s"] == cells.max()
         assert set(b["best_variant"].split(", ")) == set(cells[cells >= cells.max() * 0.995].index)
     lead = (tmp_path / "virtual" / "report" / "report.md").read_text()
     assert "On chat, by goodput (ttft<=200ms, tpot<=10ms): at 0.5x the trace's rate" in lead
-    assert "at 4x the trace's rate, eagle" in lead
+    assert "at 2x the trace's rate, eagle" in lead
 
-    # on real servers (the embedded emulator): the same requests at each speed, every cell ok
-    real = _sweep(tmp_path / "real", "--trace-window", "4", "--trace-speeds", "1,2")
-    assert (real["status"] == "ok").all() and len(real) == 4 and real["goodput_req_s"].notna().all()
+    # on a real server (the embedded emulator): the same requests at each speed, every cell ok
+    real = _sweep(tmp_path / "real", "--trace-window", "4", "--trace-speeds", "2,4", variants="eagle")
+    assert (real["status"] == "ok").all() and len(real) == 2 and real["goodput_req_s"].notna().all()
     prompts = {
         c["path"]: pd.read_parquet(tmp_path / "real" / "cells" / c["path"] / "requests.parquet")
         .sort_values("index")["prompt_tokens"]
