@@ -356,3 +356,20 @@ def test_whatif_gives_each_phase_as_simulate_does(tmp_path):
     k1 = results["eagle3 k=1"]
     assert k1["thinking_speedup"] == pytest.approx(results["none"]["tpot_thinking_ms"] / k1["tpot_thinking_ms"])
     assert k1["thinking_speedup"] > 1 and k1["answering_speedup"] > 1
+
+
+def test_tool_calls_without_a_reasoning_parser(tmp_path):
+    """A model that calls tools but does not think: the calls still timed and counted, no
+    reasoning anywhere (in virtual time, as the server streams them)."""
+    out = tmp_path / "tools"
+    res = run_cli(
+        *("simulate", "--profile", "h100-qwen3-8b", "--tool-call-parser", "hermes", "--endpoint", "chat"),
+        *("--workload", "synthetic:tool_use,turns=3,output_len=120", "--num-requests", "2", "--concurrency", "2"),
+        *("--output", str(out)),
+    )
+    assert res.returncode == 0, res.stderr
+    frame = pd.read_parquet(out / "requests.parquet").sort_values(["session", "turn"])
+    calls = frame[frame["turn"] < 3]
+    assert (calls["finish_reason"] == "tool_calls").all() and calls["ttftc_ms"].notna().all()
+    assert (calls["tool_call_tokens"] >= 5).all() and (frame["reasoning_tokens"].fillna(0) == 0).all()
+    assert frame["ttfr_ms"].isna().all()

@@ -243,8 +243,9 @@ def simulate(
             rec.chunk_t_ns.append(_ns(t_end))
             rec.chunk_usage.append(em.seq.emitted)
             rec.chunk_chars.append(-1)
-            if seq.reasoning_end or rec.chunk_phase is not None:
-                phases.note(rec, phase, seq.reasoning_tokens)
+            if seq.reasoning_end or seq.tool_call is not None or rec.chunk_phase is not None:
+                # the reasoning count a server gives only with a reasoning parser
+                phases.note(rec, phase, seq.reasoning_tokens if engine.cfg.reasoning else None)
             rec.usage_completion_tokens = em.seq.emitted
             if rec.prompt_tokens is None:
                 rec.prompt_tokens = len(em.seq.prompt)
