@@ -120,17 +120,22 @@ def test_thinking_and_answering_timed_apart_against_the_emulators_record(served,
     )
     assert ph["ttfo_ms"]["max"] > ph["ttfr_ms"]["max"]
 
-    # loadgen check gates on it: exit code and JUnit
+
+def test_check_gates_on_ttfo(tmp_path):
+    """`loadgen check --slo 'ttfo_p99<=...'` on a reasoning model: exit code and JUnit (its own
+    server, in real time: the gate, not the timing, is checked here)."""
     junit = tmp_path / "junit.xml"
     slos = ("--slo", "ttfo_p99<=30s", "--slo", "ttfo_p99<=1ms")
-    res = run_cli(
-        *("check", "--base-url", url, "--endpoint", "chat", "--workload", AIME, "--num-requests", "2"),
-        *("--concurrency", "2", "--extra-body", BUDGET, *slos, "--junit", str(junit)),
-        *("--output", str(tmp_path / "check")),
-    )
+    with emulator_server(QWEN, *PARSERS) as srv:
+        res = run_cli(
+            *("check", "--base-url", srv.url, "--endpoint", "chat", "--workload", "synthetic:reasoning,output_len=80"),
+            *("--num-requests", "2", "--concurrency", "2", "--extra-body", '{"thinking_token_budget": 30}', *slos),
+            *("--junit", str(junit), "--output", str(tmp_path / "check")),
+        )
     assert res.returncode == 1, res.stderr
     checked = json.loads((tmp_path / "check" / "summary.json").read_text())
     p99 = checked["phases"]["ttfo_ms"]["p99"]
+    assert p99 > checked["ttft_ms"]["p99"]  # the answer comes after the thinking
     assert "ttfo_p99<=1ms" in res.stdout and "FAIL" in res.stdout and "pass" in res.stdout
     xml = junit.read_text()
     assert 'failures="1"' in xml and "ttfo_p99&lt;=1ms" in xml and f"{p99:.4g}"[:3] in xml

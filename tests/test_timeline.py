@@ -14,9 +14,9 @@ from tests.conftest import cli, run_cli
 
 
 def _burst_trace(path) -> None:
-    """Two requests a second for 6 s, short answers, and 32 long ones at once at 2 s."""
-    rows = [{"t": i * 0.5, "in": 100, "out": 40} for i in range(12)]
-    rows += [{"t": 2.0 + i * 0.002, "in": 100, "out": 600} for i in range(32)]
+    """Two requests a second for 4 s, short answers, and 32 long ones at once at 1.5 s."""
+    rows = [{"t": i * 0.5, "in": 100, "out": 40} for i in range(8)]
+    rows += [{"t": 1.5 + i * 0.002, "in": 100, "out": 450} for i in range(32)]
     rows.sort(key=lambda r: r["t"])
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
@@ -48,7 +48,8 @@ def test_a_runs_timeline_adds_up_and_shows_a_burst(tmp_path):
     running = np.asarray(tl["running"], float)
     peak = int(np.argmax(running))
     assert running[0] <= 3 and running[peak] >= 25, running
-    assert tl["client"]["in_flight"][peak] >= 20 and max(tl["client"]["in_flight"][:1]) <= 3
+    in_flight = np.asarray(tl["client"]["in_flight"], float)
+    assert in_flight.max() >= 20 and abs(int(np.argmax(in_flight)) - peak) <= 1 and in_flight[0] <= 3
     assert all(1.0 <= a <= 4.0 for a in tl["acceptance_length"] if a is not None)  # EAGLE k=3
 
     res = cli("report", str(out))
