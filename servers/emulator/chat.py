@@ -157,8 +157,9 @@ def tool_choice(body: dict, auto_tools: bool) -> tuple[str, str, str] | None:
     """The tool the emulated model calls for this request (name, argument, call id), or None
     when it answers in text. With tools and tool_choice auto (the default when tools are
     given), it calls one after the user speaks and after each tool result, up to two results
-    since the user's last message, then answers; "required" or a named tool: always; "none":
-    never. Which tool: drawn from the conversation so far."""
+    since the user's last message, then answers (in text too when the server was started
+    without --enable-auto-tool-choice, as vLLM 0.32 answers); "required" or a named tool:
+    always; "none": never. Which tool: drawn from the conversation so far."""
     tools = body.get("tools")
     if tools is None:
         return None
@@ -166,11 +167,13 @@ def tool_choice(body: dict, auto_tools: bool) -> tuple[str, str, str] | None:
         isinstance(t, dict) and isinstance(t.get("function"), dict) for t in tools
     ):
         raise ChatError("tools must be a list of {type: function, function: {name, parameters}} objects")
-    choice = body.get("tool_choice", "auto" if tools else "none")
-    if choice == "none" or not tools:
-        return None
-    if choice == "auto" and not auto_tools:
-        raise ChatError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+    if not tools:  # vLLM 0.32's check, in its words
+        raise ChatError(
+            "`tools` must not be an empty array. Either provide at least one tool or omit the field entirely."
+        )
+    choice = body.get("tool_choice", "auto")
+    if choice == "none" or (choice == "auto" and not auto_tools):
+        return None  # vLLM 0.32 without --enable-auto-tool-choice: the model answers in text
     messages = body.get("messages") or []
     if isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name")
