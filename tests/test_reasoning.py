@@ -175,7 +175,7 @@ def test_a_tool_call_conversation_of_three_turns(tmp_path):
     assert summary["phases"]["tool_call_requests"] == 6
 
     sim = tmp_path / "sim"
-    res = run_cli(
+    res = cli(
         *("simulate", "--profile", "h100-qwen3-8b", "--speculative-config", NGRAM, "--reasoning-parser", "qwen3"),
         *("--tool-call-parser", "hermes", *args, "--extra-body", '{"thinking_token_budget": 30}', "--output", str(sim)),
     )
@@ -195,7 +195,7 @@ def test_a_tool_call_conversation_of_three_turns(tmp_path):
 
 def _simulate(tmp_path: Path, name: str, *args: str, parser: tuple[str, ...] = ("--reasoning-parser", "qwen3")) -> dict:
     out = tmp_path / name
-    res = run_cli(
+    res = cli(
         *("simulate", "--profile", "h100-qwen3-8b", "--endpoint", "chat", *parser),
         *("--workload", "reasoning-aime", "--num-requests", "12", "--concurrency", "4", *args, "--output", str(out)),
     )
@@ -234,7 +234,7 @@ def test_max_tokens_cuts_the_thinking_as_vllm_does(tmp_path):
     """A thought longer than max_tokens: no answer at all (finish length, no TTFO), the
     reasoning count the generated tokens less the <think> marker; ttfo goodput judges it bad."""
     out = tmp_path / "cut"
-    res = run_cli(
+    res = cli(
         *("simulate", "--profile", "h100-qwen3-8b", "--endpoint", "chat", "--reasoning-parser", "qwen3"),
         *("--workload", "synthetic:reasoning,output_len=100", "--num-requests", "4", "--concurrency", "2"),
         *("--goodput", "ttfo<=100s", "--output", str(out)),
@@ -367,7 +367,7 @@ def test_tool_calls_without_a_reasoning_parser(tmp_path):
     """A model that calls tools but does not think: the calls still timed and counted, no
     reasoning anywhere (in virtual time, as the server streams them)."""
     out = tmp_path / "tools"
-    res = run_cli(
+    res = cli(
         *("simulate", "--profile", "h100-qwen3-8b", "--tool-call-parser", "hermes", "--endpoint", "chat"),
         *("--workload", "synthetic:tool_use,turns=3,output_len=120", "--num-requests", "2", "--concurrency", "2"),
         *("--output", str(out)),
