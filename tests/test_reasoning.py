@@ -308,7 +308,7 @@ def test_a_reasoning_sweeps_report_gives_each_phases_speedup(tmp_path):
     res = run_cli(
         *("sweep", "--servers", "qwen3-8b", "--engine", "emulator", "--virtual", "--endpoint", "chat"),
         *("--workloads", "reasoning-aime", "--variants", "baseline,ngram,eagle3", "--concurrency", "1,16"),
-        *("--num-requests", "16", "--extra-body", '{"thinking_token_budget": 1000}', "--output", str(out)),
+        *("--num-requests", "8", "--extra-body", '{"thinking_token_budget": 600}', "--output", str(out)),
     )
     assert res.returncode == 0, res.stderr
     res = cli("report", str(out))

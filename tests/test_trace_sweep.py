@@ -26,7 +26,7 @@ def _sweep(out: Path, *args: str, variants: str = "baseline,eagle") -> pd.DataFr
 
 
 def test_a_trace_swept_at_its_speeds_decides_by_goodput(tmp_path):
-    virtual = _sweep(tmp_path / "virtual", "--virtual", "--trace-window", "30", "--trace-speeds", "0.5,1,2")
+    virtual = _sweep(tmp_path / "virtual", "--virtual", "--trace-window", "20", "--trace-speeds", "0.5,1,2")
     assert sorted(virtual["path"]) == sorted(f"{v}/chat/x{s}" for v in ("baseline", "eagle") for s in ("0.5", "1", "2"))
     assert (virtual["status"] == "ok").all() and virtual["goodput_fraction"].notna().all()
     for _, c in virtual.iterrows():  # every speed replays the same requests, in the trace's timing divided by it
