@@ -71,8 +71,11 @@ def _engine(sw: Sweep, variant: str, summary: dict) -> dict:
     cfg = summary.get("config") or {}
     dep = sw.manifest.get("deployment") or {}
     server = (sw.manifest.get("servers") or {}).get(variant) or {}
-    engine = dep.get("engine") or ("emulator" if cfg.get("simulated") or cfg.get("embedded_server") else "vllm")
-    tool = {"emulator": "loadgen-emulator", "llama.cpp": "llama.cpp"}.get(engine, engine)
+    # a run against --base-url does not know its engine: said so, not guessed
+    engine = dep.get("engine") or ("emulator" if cfg.get("simulated") or cfg.get("embedded_server") else "")
+    tool = {"emulator": "loadgen-emulator", "llama.cpp": "llama.cpp", "": "OpenAI-compatible server"}.get(
+        engine, engine
+    )
     model = cfg.get("model") or dep.get("model") or "unknown"
     tp = int(dep.get("tensor_parallel_size") or 1)
     accelerator = cfg.get("profile") or ("emulated" if engine == "emulator" else "unknown")
