@@ -66,6 +66,10 @@ class StreamRenderer:
             "model": self.model,
         }
 
+    def _usage(self, completion_tokens: int, reasoning_tokens: int) -> dict:
+        """The usage object; with a reasoning parser, its reasoning count too."""
+        return usage(self.prompt_tokens, completion_tokens, reasoning_tokens if self.reasoning_details else None)
+
     def role(self) -> bytes:
         """The chat stream's first event: the assistant role, no tokens."""
         payload = self._base()
@@ -73,7 +77,7 @@ class StreamRenderer:
             {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
         ]
         if self.continuous_usage:
-            payload["usage"] = usage(self.prompt_tokens, 0, 0 if self.reasoning_details else None)
+            payload["usage"] = self._usage(0, 0)
         if self.return_token_ids:
             payload["prompt_token_ids"] = self.prompt_token_ids
             self.prompt_token_ids = None
@@ -143,9 +147,7 @@ class StreamRenderer:
             choice["token_ids"] = token_ids or []
         payload["choices"] = [choice]
         if self.continuous_usage:
-            payload["usage"] = usage(
-                self.prompt_tokens, completion_tokens, reasoning_tokens if self.reasoning_details else None
-            )
+            payload["usage"] = self._usage(completion_tokens, reasoning_tokens)
         return sse(payload)
 
     def delta_chunk(
@@ -164,18 +166,14 @@ class StreamRenderer:
             choice["token_ids"] = token_ids or []
         payload["choices"] = [choice]
         if self.continuous_usage:
-            payload["usage"] = usage(
-                self.prompt_tokens, completion_tokens, reasoning_tokens if self.reasoning_details else None
-            )
+            payload["usage"] = self._usage(completion_tokens, reasoning_tokens)
         return sse(payload)
 
     def final_usage(self, completion_tokens: int, metrics: dict | None = None, reasoning_tokens: int = 0) -> bytes:
         """The usage-only chunk; vLLM's per-request `metrics` ride on it (when it has any)."""
         payload = self._base()
         payload["choices"] = []
-        payload["usage"] = usage(
-            self.prompt_tokens, completion_tokens, reasoning_tokens if self.reasoning_details else None
-        )
+        payload["usage"] = self._usage(completion_tokens, reasoning_tokens)
         if metrics:
             payload["metrics"] = metrics
         return sse(payload)

@@ -62,7 +62,7 @@ def _all_counted(rec: RequestRecord, body: list[bytes], t: int) -> bool:
     joined = b"\n".join(body)
     if b"[]" in joined or b'"error"' in joined or b"draft" in joined:
         return False
-    marked = phases.MARKED(joined)
+    marked = phases.has_marks(joined)
     reasoning: list[int] | None = None
     if marked:  # a reasoning model's or a tool call's chunks: one reasoning count each, or none
         reasoning = phases.counts_of(joined)
@@ -164,7 +164,7 @@ def _on_usage_chunk(rec: RequestRecord, payload: bytes, cum: int, t: int) -> Non
         rec.prompt_tokens = int(m.group(1))
     if m := _FINISH.search(payload):
         rec.finish_reason = m.group(1).decode()
-    marked = phases.MARKED(payload)
+    marked = phases.has_marks(payload)
     if _NO_CHOICES.search(payload):
         if marked:
             phases.final_count(rec, payload)

@@ -33,7 +33,7 @@ _TOOL_CALL = re.compile(rb'[{,]\s*"tool_calls"\s*:\s*\[\s*\{')
 _REASONING_TOKENS = re.compile(rb'"reasoning_tokens"\s*:\s*(\d+)')
 
 
-def MARKED(data: bytes) -> bool:  # noqa: N802  # a predicate named like the constant it stands for
+def has_marks(data: bytes) -> bool:
     """Whether these bytes may hold a phase: a reasoning or tool-call key, or a reasoning count."""
     return (b'"reasoning' in data or b'"tool_calls"' in data) and _MARK.search(data) is not None
 

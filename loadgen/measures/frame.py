@@ -68,7 +68,6 @@ def _row(rec: RequestRecord, tokenizer) -> dict:
         "output_token_ids": rec.token_ids if rec.token_ids else None,
     }
     nan = float("nan")
-    row.update(phases.none(nan, nan))
     if len(t):
         ttft = (t[0] - rec.t_send_ns) / _NS_PER_MS
         e2e = (t[-1] - rec.t_send_ns) / _NS_PER_MS
@@ -90,6 +89,7 @@ def _row(rec: RequestRecord, tokenizer) -> dict:
             e2e_from_scheduled_ms=nan,
             decode_tokens_per_chunk=nan,
         )
+        row.update(phases.none(nan, nan))
     if rec.chunk_phase is not None:
         row.update(phases.figures(rec, t_all, n_all, row["completion_tokens"]))
     return row
