@@ -1,6 +1,7 @@
 """Deciding on one's own traffic (docs/sweep.md): a production trace swept at multiples of its
 own rate over a deployment's variants, each cell judged by per-request objectives, and the
-report's decision by goodput; the same sweep in virtual time; bad options in one line."""
+report's decision by goodput; the same sweep in virtual time; the highest trace speed each
+variant holds (`loadgen capacity --trace`, docs/check.md); bad options in one line."""
 
 from __future__ import annotations
 
@@ -75,3 +76,37 @@ def test_bad_trace_sweep_options_are_one_line(tmp_path):
         res = cli("sweep", "--virtual", *args, "--output", str(tmp_path / "x"))
         assert res.returncode == 2, (args, res.stdout, res.stderr)
         assert says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    capacity = ("capacity", "--servers", "llama-3.1-8b", "--engine", "emulator", "--slo", "ttft_p99<=1s")
+    for args, says in (
+        ((*TRACE, "--by", "rate"), "--trace searches the trace's speed: drop --by rate"),
+        (("--trace-window", "5"), "--trace-window picks a window of --trace: add --trace"),
+        ((*TRACE, "--duration", "5"), "drop --duration"),
+        ((*TRACE, "--trace-speed", "2"), "No such option '--trace-speed'"),
+    ):
+        res = cli(*capacity, *args, "--output", str(tmp_path / "x"))
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert says in res.stderr, res.stderr
+
+
+def test_capacity_searches_the_trace_speed_a_variant_holds(tmp_path):
+    """`loadgen capacity --trace`: each probe replays the same window of the trace, its gaps
+    divided by the probe's speed; the search doubles the speed up to --limit."""
+    out = tmp_path / "cap"
+    res = run_cli(
+        "capacity",
+        *("--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "eagle", "--workload", "chat"),
+        *TRACE,
+        *("--trace-window", "6", "--slo", "error_rate<=10%", "--start", "2", "--limit", "4", "--repeats", "1"),
+        *("--output", str(out)),
+    )
+    assert res.returncode == 0, res.stderr
+    assert "Highest trace speed within the SLOs:" in res.stdout
+    assert "holds at every level up to the limit 4" in res.stdout
+    found = json.loads((out / "capacity.json").read_text())
+    assert found["by"] == "trace speed" and found["trace"]["trace_start"] == 600
+    assert [p["level"] for p in found["results"][0]["probes"]] == [2.0, 4.0]
+    frames = {s: pd.read_parquet(out / "eagle" / f"x{s}-1" / "requests.parquet").sort_values("index") for s in (2, 4)}
+    assert len(frames[2]) > 10 and frames[2]["ok"].all() and frames[4]["ok"].all()
+    assert frames[2]["prompt_tokens"].tolist() == frames[4]["prompt_tokens"].tolist()  # the same requests
+    offsets = {s: (f["t_scheduled_ns"] - f["t_scheduled_ns"].min()).to_numpy() / 1e9 for s, f in frames.items()}
+    assert abs(offsets[2] - 2 * offsets[4]).max() < 1e-3 and offsets[2].max() > 1

@@ -17,6 +17,7 @@ class Probe:
     passed: bool
     output_tok_s: float | None = None
     failing: list[str] = field(default_factory=list)
+    detail: dict | None = None  # how it was judged, where a preset says more (loadgen.capacity.mlperf)
 
 
 @dataclass

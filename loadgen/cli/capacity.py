@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from loadgen import api
+from loadgen.capacity.mlperf import DEFAULT_BENCHMARK, LIMITS_MS
 from loadgen.cli import options
 from loadgen.cli.app import Failure, main
 
@@ -27,11 +28,33 @@ from loadgen.cli.app import Failure, main
 @click.option(
     "--by",
     type=click.Choice(["concurrency", "rate"]),
-    default="concurrency",
-    show_default=True,
-    help="Search concurrency (closed loop) or arrival rate in requests/s (open loop, Poisson).",
+    help="Search concurrency (closed loop) or arrival rate in requests/s (open loop, Poisson) "
+    "[default: concurrency; with --trace the trace's speed; with --preset mlperf-server the rate].",
 )
-@click.option("--start", type=float, default=1.0, show_default=True, help="The first level tried.")
+@click.option(
+    "--trace",
+    metavar="FORMAT:PATH",
+    help="Search the highest speed (multiple of its own rate, its timing kept) at which each variant "
+    "holds the SLOs replaying this production trace, its text from --workload (docs/check.md).",
+)
+@click.option("--trace-start", type=float, help="With --trace: start S seconds into the trace [0].")
+@click.option("--trace-window", type=float, help="With --trace: replay S seconds of it [to its end].")
+@click.option(
+    "--preset",
+    type=click.Choice(["mlperf-server"]),
+    help="mlperf-server: MLPerf Inference's server scenario for an LLM: Poisson arrivals, 600 s a "
+    "probe, p99 TTFT/TPOT limits of --mlperf-benchmark judged with its early stopping (docs/check.md).",
+)
+@click.option(
+    "--mlperf-benchmark",
+    type=click.Choice(sorted(LIMITS_MS)),
+    help=f"With --preset mlperf-server: whose TTFT/TPOT limits apply [{DEFAULT_BENCHMARK}].",
+)
+@click.option(
+    "--start",
+    type=float,
+    help="The first level tried [1; the preset: the lowest rate at which early stopping can pass].",
+)
 @click.option("--limit", type=float, default=256.0, show_default=True, help="The highest level tried.")
 @click.option(
     "--resolution",
@@ -43,9 +66,7 @@ from loadgen.cli.app import Failure, main
 @click.option(
     "--repeats",
     type=click.IntRange(1, 9),
-    default=3,
-    show_default=True,
-    help="Runs at each boundary level (the capacity, and the first level that failed).",
+    help="Runs at each boundary level (the capacity, and the first level that failed) [3; the preset: 1].",
 )
 @click.option(
     "--num-requests",
@@ -71,7 +92,10 @@ def capacity(**o) -> None:
     bisection, repeats at the boundary; then recommend a variant and where SD should be off."""
     job = api.capacity_job(options.build(api.CapacityOptions, o), note=options.note)
     found, out = api.capacity(job), job.output
-    lines = [f"{r.variant:<16} {r.statement}" for r in found.results]
+    lines = [f"Highest {found.by} within the SLOs:"]
+    for r in found.results:
+        lines.append(f"{r.variant:<16} {r.statement}")
+        lines += [f"{'':<16} {line}" for line in found.details.get(r.variant, [])]
     lines += [""] + found.recommendation
     click.echo("\n".join(lines))
     click.echo(f"\nResults: {out / 'capacity.json'}, every probe in {out}/VARIANT/LEVEL-N/", err=True)
