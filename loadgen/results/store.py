@@ -13,6 +13,7 @@ import pandas as pd
 
 SUMMARY = "summary.json"
 REQUESTS = "requests.parquet"
+TIMELINE = "timeline.parquet"  # a run's whole timeline, where summary.json keeps it coarsened
 
 
 class OutputError(OSError):
@@ -74,6 +75,15 @@ def write_json(path: Path, obj) -> Path:
 
 
 def write_summary(directory: Path, summary: dict) -> Path:
+    """summary.json; a timeline longer than an hour of samples goes whole to timeline.parquet
+    and, coarsened (its sums unchanged), into the summary (loadgen.measures.timeline)."""
+    from loadgen.measures import timeline
+
+    tl = summary.get("timeline")
+    if tl and len(tl["t_s"]) > timeline.MOST:
+        table = timeline.table(tl)
+        atomic(directory / TIMELINE, lambda tmp: table.to_parquet(tmp, index=False, engine="pyarrow"))
+        summary = {**summary, "timeline": timeline.coarsen(tl)}
     return write_json(directory / SUMMARY, summary)
 
 
