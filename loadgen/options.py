@@ -59,6 +59,7 @@ class RunOptions(ResultOptions, WorkloadOptions, LoadOptions):
     token_ids: bool = False
     keep_alive: bool | None = None
     metrics_url: str | None = None
+    metrics_interval: float | None = None  # seconds between /metrics samples (None: 1)
     metrics_port: int | None = None
     time_scale: str | None = None
     workers: int = 1
@@ -122,6 +123,7 @@ class SweepOptions:
     llama_server: str | None = None
     workers: int = 1
     time_scale: str | None = None
+    metrics_interval: float | None = None  # seconds between /metrics samples in every cell (None: 1)
     baseline: str = "baseline"
 
 

@@ -26,14 +26,14 @@ def test_a_runs_timeline_adds_up_and_shows_a_burst(tmp_path):
     _burst_trace(trace)
     res = run_cli(
         *("run", "--trace", f"jsonl:{trace},time=t,input=in,output=out,unit=s", "--workload", "chat"),
-        *("--quiet", "--output", str(out)),
+        *("--metrics-interval", "0.5", "--quiet", "--output", str(out)),
     )
     assert res.returncode == 0, res.stderr
     s = json.loads((out / "summary.json").read_text())
     tl, sd, server = s["timeline"], s["spec_decode"], s["server"]
     n = len(tl["t_s"])
-    assert n >= 4 and np.allclose(np.cumsum(tl["dt_s"]), tl["t_s"])
-    assert np.allclose(tl["dt_s"][:-1], 1.0, atol=0.15)  # a sample a second (the last: to the window's end)
+    assert n >= 8 and np.allclose(np.cumsum(tl["dt_s"]), tl["t_s"])
+    assert np.allclose(tl["dt_s"][:-1], 0.5, atol=0.15)  # a sample each --metrics-interval (the last: to the end)
     # each interval's increases add up to the window's counter deltas, exactly
     assert sum(tl["generation_tokens"]) == server["generation_tokens"]
     assert sum(tl["prompt_tokens"]) == server["prompt_tokens"]
@@ -49,7 +49,8 @@ def test_a_runs_timeline_adds_up_and_shows_a_burst(tmp_path):
     peak = int(np.argmax(running))
     assert running[0] <= 3 and running[peak] >= 25, running
     in_flight = np.asarray(tl["client"]["in_flight"], float)
-    assert in_flight.max() >= 20 and abs(int(np.argmax(in_flight)) - peak) <= 1 and in_flight[0] <= 3
+    rise = (int(np.argmax(running >= 25)), int(np.argmax(in_flight >= 20)))  # the first interval past each
+    assert in_flight.max() >= 20 and abs(rise[0] - rise[1]) <= 1 and in_flight[0] <= 3, (running, in_flight)
     assert all(1.0 <= a <= 4.0 for a in tl["acceptance_length"] if a is not None)  # EAGLE k=3
 
     res = cli("report", str(out))
@@ -58,6 +59,13 @@ def test_a_runs_timeline_adds_up_and_shows_a_burst(tmp_path):
     assert 'id="timeline-chart"' in html and 'id="batch-scatter"' in html
     table = pd.read_csv(out / "report" / "timeline.csv")
     assert len(table) == n and table["running"].max() == running.max()
+    for args, says in (
+        (("run", "--concurrency", "1", "--metrics-url", "none", "--metrics-interval", "2"), "spaces the samples"),
+        (("run", "--concurrency", "1", "--metrics-interval", "0"), "--metrics-interval"),
+        (("sweep", "--virtual", "--metrics-interval", "2"), "--metrics-interval does not apply to --virtual"),
+    ):
+        res = cli(*args, "--output", str(tmp_path / "bad"))
+        assert res.returncode == 2 and says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
 def test_a_long_runs_timeline_is_coarsened_in_the_summary_and_kept_whole_beside_it(tmp_path):

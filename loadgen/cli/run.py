@@ -74,6 +74,13 @@ def run_options(f):
                 "(every second) and after the measurement [default: the server's /metrics; 'none': off].",
             ),
             click.option(
+                "--metrics-interval",
+                type=click.FloatRange(min=0.05),
+                metavar="S",
+                help="Seconds between the samples of the server's /metrics through the measurement: "
+                'the run\'s timeline (docs/metrics.md, "Over time") [default: 1].',
+            ),
+            click.option(
                 "--metrics-port",
                 type=click.IntRange(0, 65535),
                 help="Serve the client's live metrics "

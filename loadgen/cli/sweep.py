@@ -131,6 +131,13 @@ from servers.deployments import ENGINES, DeploymentError
     help="Processes generating each cell's load (loadgen run --workers; closed loop: at most one per user).",
 )
 @click.option(
+    "--metrics-interval",
+    type=click.FloatRange(min=0.05),
+    metavar="S",
+    help="Seconds between the samples of each server's /metrics through a cell: the cells' timelines "
+    '(docs/metrics.md, "Over time") [default: 1].',
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     help="Serve the client's live metrics "

@@ -163,6 +163,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         min_requests=preset.min_requests,
         per_user=preset.per_user,
         workers=o.workers,
+        metrics_interval_s=1.0 if o.metrics_interval is None else o.metrics_interval,
         time_scale=time_scale,
         acceptance_templates=templates,
         acceptance_lengths=lengths,
@@ -226,6 +227,7 @@ def _check_virtual(o: SweepOptions, dep) -> None:
         ("repeats", (o.repeats or 1) > 1, "a simulation has no run-to-run variation"),
         ("parallel", o.parallel, "no servers to run side by side"),
         ("workers", o.workers > 1, "no real-time load to split"),
+        ("metrics-interval", o.metrics_interval is not None, "no server's /metrics to sample"),
     ):
         if given:
             raise LoadgenError(f"--{key} does not apply to --virtual ({why}): drop one of them")

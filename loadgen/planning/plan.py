@@ -127,6 +127,7 @@ class Plan:
     min_requests: int = 50  # with num_requests None: max(min_requests, per_user * C)
     per_user: int = 4
     workers: int = 1  # load-generating processes per cell (loadgen.backends.worker_processes)
+    metrics_interval_s: float = 1.0  # seconds between /metrics samples in a cell (its timeline)
     # the emulated GPU's time scale (loadgen.load.timescale): None on a real server; "auto" or a number
     # on the emulator; with "auto", the scale the probe chose per level (level label -> scale)
     time_scale: str | float | None = None

@@ -184,6 +184,7 @@ def run_job(o: RunOptions, note: Note = lambda _: None, config: dict | None = No
             headers=headers,
             think=think(o, wl),
             max_error_rate=o.max_error_rate,
+            scrape_interval_s=_metrics_interval(o),
         )
         given_scale = parse_scale(o.time_scale)  # a number or None ("auto" is a sweep's)
         assert given_scale is None or isinstance(given_scale, float)
@@ -211,3 +212,12 @@ def run_job(o: RunOptions, note: Note = lambda _: None, config: dict | None = No
         config=dict(config or {}),
         steady_state=o.steady_state,
     )
+
+
+def _metrics_interval(o: RunOptions) -> float:
+    """--metrics-interval, refused where nothing is sampled (--metrics-url none)."""
+    if o.metrics_interval is None:
+        return 1.0
+    if (o.metrics_url or "").lower() == "none":
+        raise LoadgenError("--metrics-interval spaces the samples of --metrics-url, which is none: drop one of them")
+    return o.metrics_interval

@@ -92,6 +92,7 @@ def cell_job(
         request_timeout_s=plan.request_timeout_s,
         extra_body=plan.extra_body,
         headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+        scrape_interval_s=plan.metrics_interval_s,
     )
     return RunJob(
         spec,
