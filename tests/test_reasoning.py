@@ -54,6 +54,8 @@ def _truth(rec: dict) -> dict:
         "tokens": n,
         "t_first_reasoning": t[first],
         "t_first_answer": t[s] if s < len(t) else None,
+        "i_first_reasoning": first,
+        "i_first_answer": s,
         "reasoning_tokens": rec["reasoning_tokens"],
         "completion_tokens": rec["completion_tokens"],
         "reasoning_decode_chunks": max(s - 1, 0),
@@ -103,9 +105,13 @@ def test_thinking_and_answering_timed_apart_against_the_emulators_record(served,
         assert row["reasoning_tokens"] == 100  # the budget cut every thought
         assert list(row["chunk_tokens"]) == truth["tokens"].tolist()
         errors += list((np.asarray(row["chunk_t_ns"]) - emulated(truth["t"])) / 1e6)
-        send = row["t_send_ns"]
-        assert row["ttfr_ms"] * 1e6 + send - emulated(truth["t_first_reasoning"]) <= BOUND_MS * 1e6
-        assert row["ttfo_ms"] * 1e6 + send - emulated(truth["t_first_answer"]) <= BOUND_MS * 1e6
+        # TTFR and TTFO: the client's own times of the chunks where the server's thinking began and
+        # its answer began (exactly), so as close to the server's as every chunk (the p99 below);
+        # and none off by more than a scheduling hiccup
+        send, times = row["t_send_ns"], np.asarray(row["chunk_t_ns"])
+        assert row["ttfr_ms"] == pytest.approx((times[truth["i_first_reasoning"]] - send) / 1e6, abs=1e-3)
+        assert row["ttfo_ms"] == pytest.approx((times[truth["i_first_answer"]] - send) / 1e6, abs=1e-3)
+        assert row["ttfo_ms"] * 1e6 + send - emulated(truth["t_first_answer"]) <= 5 * BOUND_MS * 1e6
         assert row["tpot_reasoning_ms"] == pytest.approx(truth["tpot_reasoning_ns"] / SCALE / 1e6, abs=0.05)
         assert row["tpot_answer_ms"] == pytest.approx(truth["tpot_answer_ns"] / SCALE / 1e6, abs=0.05)
     errors_ms = np.asarray(errors)
