@@ -1,6 +1,8 @@
 """`loadgen capacity` as a job: per variant of a deployment, its server started, and the highest
-load that meets the SLOs found by loadgen.capacity.search's search, each probe a sweep cell whose
-results are kept (OUTPUT/VARIANT/LEVEL-N/); then the recommendation (docs/check.md)."""
+load (users, requests/s, or a trace's speed) that meets the SLOs found by
+loadgen.capacity.search's search, each probe a sweep cell whose results are kept
+(OUTPUT/VARIANT/LEVEL-N/), judged by the SLOs or as MLPerf's server scenario
+(loadgen.capacity.mlperf); then the recommendation (docs/check.md)."""
 
 from __future__ import annotations
 

@@ -88,8 +88,9 @@ from loadgen.cli.app import Failure, main
     help="Results directory [default: results/capacity-YYYYmmdd-HHMMSS].",
 )
 def capacity(**o) -> None:
-    """Find, per variant, the highest concurrency (or rate) that meets the SLOs: doubling,
-    bisection, repeats at the boundary; then recommend a variant and where SD should be off."""
+    """Find, per variant, the highest concurrency (or rate, or speed of a production trace) that
+    meets the SLOs: doubling, bisection, repeats at the boundary; then recommend a variant and
+    where SD should be off. --preset mlperf-server judges each rate as MLPerf's server scenario."""
     job = api.capacity_job(options.build(api.CapacityOptions, o), note=options.note)
     found, out = api.capacity(job), job.output
     lines = [f"Highest {found.by} within the SLOs:"]
