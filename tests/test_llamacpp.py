@@ -117,7 +117,7 @@ def test_what_the_client_measured_agrees_with_the_servers_counters(deployment, v
         # n-gram's long answers decode slowest (~40 s a level here): it runs at 2 users only, where
         # its requests' counts interleave in the window; the others at 1 and 2
         for c in (2,) if variant == "ngram-simple" else (1, 2):
-            num = 12 if variant == "synthetic" else 4
+            num = 7 if variant == "synthetic" else 4
             tokens = 32 if variant == "baseline" else 128  # n-gram drafts need text that repeats: long answers
             s, frame = run(srv.launch.url, tmp_path / f"c{c}", c, num, f"code-edit,output=fixed:{tokens}")
             assert s["completed"] == num and s["failed"] == 0 and frame["ok"].all()
@@ -155,9 +155,9 @@ def test_what_the_client_measured_agrees_with_the_servers_counters(deployment, v
             pooled_drafts += sd["drafts"]
             pooled_per_pos = [a + p * sd["drafts"] for a, p in zip(pooled_per_pos, sd["per_position"])]
     if variant == "synthetic":
-        assert pooled_drafts > 900  # enough for the 0.05 below to be > 3 standard errors
+        assert pooled_drafts > 500  # enough for the 0.07 below to be > 3 standard errors (0.022 at p = 0.6)
         measured = [a / pooled_drafts for a in pooled_per_pos]
-        assert measured == pytest.approx(RATES, abs=0.05)
+        assert measured == pytest.approx(RATES, abs=0.07)
 
 
 def test_a_sweep_over_a_llamacpp_deployment(deployment, tmp_path):
