@@ -53,6 +53,11 @@ def test_a_verdict_counts_requests_over_each_limit_as_loadgen_does():
     ok[10] = False
     w = mlperf.judge(_frame(ttft, tpot, ok))
     assert (w.ttft_over, w.tpot_over) == (4, 1)
+    # past 600 s: LoadGen's queries are those scheduled before it and the first at or after it
+    long = _frame(np.full(1300, 100.0), np.full(1300, 10.0)).iloc[::-1]  # 0.5 s apart: 650 s, any order
+    x = mlperf.judge(long)
+    assert (x.n, x.not_judged, x.scheduled_s) == (1201, 99, 600.0) and x.min_duration_met and x.valid
+    assert x.scheduled_per_s == pytest.approx(1200 / 600)
 
 
 def test_the_preset_reports_the_rate_it_held_with_its_early_stopping_verdict(tmp_path):

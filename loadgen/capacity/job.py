@@ -91,6 +91,9 @@ def capacity_job(o: CapacityOptions, note: Callable[[str], None] = lambda _: Non
             )
     if not 0 < start <= o.limit:
         raise LoadgenError(f"--start {start:g} must be > 0 and at most --limit {o.limit:g}")
+    sending = duration
+    if preset is not None and duration is not None:  # past min_duration: LoadGen's last query lands there
+        sending = duration + 10 / start  # no arrival in 10 mean gaps: e^-10 at the lowest rate probed
     plan = Plan(
         deployment=o.servers,
         engine=o.engine,
@@ -100,7 +103,7 @@ def capacity_job(o: CapacityOptions, note: Callable[[str], None] = lambda _: Non
         mode=mode,
         levels=[start],
         num_requests=o.num_requests,
-        duration_s=duration,
+        duration_s=sending,
         warmup=o.warmup,
         seed=o.seed,
         data_dir=o.data_dir,
@@ -289,7 +292,7 @@ def _preset_record(job: CapacityJob) -> dict | None:
         "percentile": mlperf.PERCENTILE,
         "early_stopping": {"confidence": mlperf.CONFIDENCE, "tolerance": mlperf.TOLERANCE},
         "arrivals": "poisson",
-        "probe_duration_s": job.plan.duration_s,
+        "probe_sending_s": job.plan.duration_s,  # a little past it: LoadGen's last query lands there
         "min_duration_s": mlperf.MIN_DURATION_S,
     }
 

@@ -5,7 +5,8 @@ What MLPerf's LoadGen checks, read in mlcommons/inference (loadgen/results.cc, e
 loadgen.cc) and its limits file (loadgen/mlperf.conf); the early-stopping rule is the appendix of
 mlcommons/inference_policies' inference_rules.adoc:
 - Poisson arrivals at the target rate for at least 600 s (`min_duration`: the last request's
-  scheduled time);
+  scheduled time; LoadGen draws its schedule until a query lands at or after 600 s, so a probe
+  sends a little past it, 10 gaps at its lowest rate, and is judged on LoadGen's queries only);
 - latencies from each request's *scheduled* time (a late client counts against the server):
   TTFT, and TPOT = (latency - TTFT) / (tokens - 1) per request;
 - the 99th percentile of each, LoadGen's way (the sorted values' element at floor(n * 0.99)),
@@ -96,6 +97,7 @@ class Verdict:
     tpot_needed: int
     scheduled_s: float  # the last request's scheduled time from the first's
     min_duration_s: float
+    not_judged: int = 0  # sent after LoadGen's last query (the probe sends a little past it)
 
     @property
     def constraints_met(self) -> bool:
@@ -180,11 +182,18 @@ def judge(frame, benchmark: str = DEFAULT_BENCHMARK, min_duration_s: float = MIN
     import numpy as np
 
     ttft_limit, tpot_limit = LIMITS_MS[benchmark]
+    frame = frame.sort_values("t_scheduled_ns")
+    sched = frame["t_scheduled_ns"].to_numpy(dtype=float)
+    # LoadGen's queries: those scheduled before min_duration and the first at or after it (its
+    # schedule is drawn until a query lands there; the probe sends a little past it)
+    past = np.flatnonzero(sched - sched[0] >= min_duration_s * 1e9) if len(sched) else np.empty(0, int)
+    sent = len(frame)
+    if len(past):
+        frame, sched = frame.iloc[: past[0] + 1], sched[: past[0] + 1]
     ok = frame["ok"].to_numpy(dtype=bool)
     ttft = np.where(ok, frame["ttft_from_scheduled_ms"].to_numpy(dtype=float), np.inf)
     tpot = frame["tpot_ms"].to_numpy(dtype=float)
     tpot = np.where(ok, np.nan_to_num(tpot, nan=0.0), np.inf)  # one token: no TPOT, under the limit
-    sched = frame["t_scheduled_ns"].to_numpy(dtype=float)
     n = len(frame)
     ttft_over, tpot_over = int((ttft > ttft_limit).sum()), int((tpot > tpot_limit).sum())
     return Verdict(
@@ -200,6 +209,7 @@ def judge(frame, benchmark: str = DEFAULT_BENCHMARK, min_duration_s: float = MIN
         tpot_needed=min_passing(tpot_over) + tpot_over,
         scheduled_s=float(sched.max() - sched.min()) / 1e9 if n else 0.0,
         min_duration_s=min_duration_s,
+        not_judged=sent - n,
     )
 
 
