@@ -162,10 +162,6 @@ class Verdict:
             f"early stopping {self.early_stopping()}; {duration}"
         )
 
-    @classmethod
-    def from_dict(cls, d: dict) -> Verdict:
-        return cls(**{f: d[f] for f in cls.__dataclass_fields__})
-
     def to_dict(self) -> dict:
         return asdict(self) | {
             "constraints_met": self.constraints_met,
@@ -174,6 +170,7 @@ class Verdict:
             "valid": self.valid,
             "scheduled_samples_per_s": self.scheduled_per_s,
             "early_stopping": self.early_stopping(),
+            "statement": self.statement(),
         }
 
 

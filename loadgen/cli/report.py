@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from loadgen.cli.app import Failure, main
+
+
+@contextmanager
+def _written(where: str) -> Iterator[None]:
+    """Stored results read and something written from them (`report`, `export`): unreadable
+    results, or a place that cannot be written, as one line each."""
+    from loadgen.results.reading import ReportError
+
+    try:
+        yield
+    except ReportError as e:
+        raise Failure(str(e)) from None
+    except OSError as e:
+        raise Failure(f"cannot write {where}: {e.strerror or e}; choose another --output") from None
 
 
 @main.command()
@@ -19,16 +35,10 @@ from loadgen.cli.app import Failure, main
 def report(directory: Path, output: Path | None) -> None:
     """Turn a sweep's results (its --output DIRECTORY) into report.html, report.md, PNG plots
     and CSV/parquet tables: speedup and break-even load, latency, acceptance, waste."""
-    from loadgen.report.builder import ReportError, build
+    from loadgen.report.builder import build
 
-    try:
+    with _written(f"the report to {output or directory / 'report'}"):
         built = build(directory, output)
-    except ReportError as e:
-        raise Failure(str(e)) from None
-    except OSError as e:
-        raise Failure(
-            f"cannot write the report to {output or directory / 'report'}: {e.strerror or e}; choose another --output"
-        ) from None
     for note in built.notes:
         click.echo(f"note: {note}", err=True)
     click.echo(
@@ -56,16 +66,9 @@ def export(directory: Path, fmt: str, output: Path | None) -> None:
     """Write a run's or a sweep's results (its --output DIRECTORY) in another tool's schema:
     llm-d-benchmark's Benchmark Report (docs/report.md, "Export")."""
     from loadgen import api
-    from loadgen.results.reading import ReportError
 
-    try:
+    with _written(f"to {output or directory / 'llmd'}"):
         written = api.export_llmd(directory, output)
-    except ReportError as e:
-        raise Failure(str(e)) from None
-    except OSError as e:
-        raise Failure(
-            f"cannot write to {output or directory / 'llmd'}: {e.strerror or e}; choose another --output"
-        ) from None
     where = written[0].parent if written else (output or directory / "llmd")
     click.echo(f"{len(written)} Benchmark Report{'s' if len(written) != 1 else ''} (v0.2.1, JSON) in {where}")
 
