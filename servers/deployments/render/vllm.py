@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from servers import localmodels
 from servers.deployments.model import Deployment, Launch, Variant
 from servers.deployments.schema import DeploymentError
 
@@ -24,9 +25,10 @@ def gpus_for(dep: Deployment, gpus: tuple[int, ...] | None) -> tuple[int, ...]:
 
 
 def flags(dep: Deployment, v: Variant, port: int, host: str) -> list[str]:
-    """vLLM's flags for the variant (the emulator takes the same)."""
+    """vLLM's flags for the variant (the emulator takes the same); a `local:NAME` model as the
+    directory loadgen makes it in (servers/localmodels)."""
     out = [
-        dep.model,
+        localmodels.resolve(dep.model),
         "--host",
         host,
         "--port",
@@ -40,8 +42,20 @@ def flags(dep: Deployment, v: Variant, port: int, host: str) -> list[str]:
         out += ["--max-num-seqs", str(dep.max_num_seqs)]
     out += [*dep.args, *v.args]
     if v.speculative_config is not None:
-        out += ["--speculative-config", json.dumps(v.speculative_config, separators=(",", ":"))]
+        cfg = dict(v.speculative_config)
+        if localmodels.is_local(cfg.get("model")):
+            cfg["model"] = localmodels.resolve(cfg["model"])
+        out += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
     return out
+
+
+def local_models(dep: Deployment, v: Variant) -> tuple[tuple[str, str], ...]:
+    """The `local:NAME` models the variant's server reads, (name, directory) each, for the
+    launcher to make before it starts."""
+    names = [dep.model, (v.speculative_config or {}).get("model")]
+    return tuple(
+        (n, localmodels.resolve(n)) for n in dict.fromkeys(names) if isinstance(n, str) and localmodels.is_local(n)
+    )
 
 
 def render(
@@ -62,4 +76,5 @@ def render(
         f"http://{host}:{port}",
         dep.served_model_name,
         dep.startup_timeout_s,
+        local_models(dep, v),
     )

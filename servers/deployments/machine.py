@@ -1,0 +1,48 @@
+"""What a deployment's environment may say of the machine it starts on, filled in when a server
+is rendered: `{cpus}` (the cores this process may run on, as vLLM's VLLM_CPU_OMP_THREADS_BIND
+takes them: `0-1`, `0-3,8-11`) and `{cpu}` (a short name of this CPU: its model and instruction
+set flags, hashed), so a compile cache keyed by it is never shared between CPUs (vLLM's key has no
+CPU in it: a cache made on an AVX-512 CPU dies with SIGILL on an AVX2 one). `~` is the home."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from servers.deployments.schema import DeploymentError
+
+PLACEHOLDERS = ("{cpus}", "{cpu}")
+
+
+def cpus() -> str:
+    """The cores this process may use, as ranges: [0, 1, 2, 5] -> "0-2,5"."""
+    runs: list[list[int]] = []
+    for i in sorted(os.sched_getaffinity(0)):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def cpu() -> str:
+    """This CPU's model name and flags, hashed to 12 characters, prefixed by its widest vector
+    instructions (avx512, avx2 or other), so a person reading a cache path can tell them apart."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "")
+    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
+    isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
+    digest = hashlib.sha256(f"{model}|{' '.join(sorted(flags))}".encode()).hexdigest()[:12]
+    return f"{isa}-{digest}"
+
+
+def expand(name: str, value: str) -> str:
+    """An environment value with the placeholders filled in and `~` expanded."""
+    if "{" in value.replace("{cpus}", "").replace("{cpu}", ""):
+        raise DeploymentError(f"env {name} = {value!r}: the placeholders are {', '.join(PLACEHOLDERS)}")
+    out = value.replace("{cpus}", cpus()).replace("{cpu}", cpu())
+    return os.path.expanduser(out) if out.startswith("~") else out

