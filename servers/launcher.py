@@ -4,7 +4,9 @@ always tear its whole process group down.
 The server runs in its own process group, so stopping it reaches every process it started
 (vLLM's tensor-parallel workers). It is also asked (PR_SET_PDEATHSIG) to get SIGTERM if the
 process that started it dies, even by SIGKILL, so no server outlives its sweep. Its output goes
-to a log file whose last lines explain any failure to start.
+to a log file whose last lines explain any failure to start. While it starts (vLLM's CPU build
+takes 1-7 minutes on 2 cores), `start(progress=...)` is told every few seconds how long it has
+taken and which stage its log last reached (STAGES).
 """
 
 from __future__ import annotations
@@ -13,18 +15,35 @@ import ctypes
 import errno
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from servers import localmodels
 from servers.deployments import Launch, llamacpp
 
 _PR_SET_PDEATHSIG = 1
+PROGRESS_EVERY_S = 15.0
+# what a server's log says as it starts, the stage a person is told (vLLM's lines, then llama.cpp's)
+STAGES = tuple(
+    (re.compile(pattern), stage)
+    for pattern, stage in (
+        (r"non-default args", "reading its configuration"),
+        (r"Starting to load model|Loading model|loading model", "loading the model"),
+        (r"Loading weights took|Model loading took|model loaded", "model loaded"),
+        (r"KV cache size", "allocating the KV cache"),
+        (r"Compiling a graph|torch\.compile|Warming up", "compiling and warming up"),
+        (r"init engine .* took", "engine ready, starting the API server"),
+        (r"Starting vLLM server|Application startup complete|server is listening", "serving"),
+    )
+)
 
 
 class LaunchError(RuntimeError):
@@ -144,7 +163,9 @@ class Server:
             return ""
         return " | ".join(line.strip() for line in lines[-n:])
 
-    def start(self) -> Server:
+    def start(self, progress: Callable[[str], None] | None = None) -> Server:
+        """Start the server and wait until it serves; `progress` is told what it is doing while
+        it starts (every PROGRESS_EVERY_S seconds)."""
         la = self.launch
         self.starts += 1
         if la.engine == "external":
@@ -157,10 +178,15 @@ class Server:
                     )
                 time.sleep(0.5)
             return self
-        for name, path in la.prepare:  # packaged model files, written once
+        for name, path in la.prepare:  # model files loadgen writes, once
             try:
-                llamacpp.materialize(name, path)
-            except (llamacpp.LlamaCppError, OSError) as e:
+                if localmodels.is_local(name):
+                    if progress is not None and not localmodels.made(name):
+                        progress(f"{la.variant}: making {name} in {path} (once; a few minutes for real weights)")
+                    localmodels.ensure(name)
+                else:
+                    llamacpp.materialize(name, path)
+            except (llamacpp.LlamaCppError, localmodels.ModelError, OSError) as e:
                 raise LaunchError(f"cannot prepare {name} at {path}: {e}") from None
         parts = urlsplit(la.url)
         if port_in_use(parts.hostname or "127.0.0.1", parts.port or 80):
@@ -169,6 +195,7 @@ class Server:
                 "listens there or choose another --port"
             )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start {self.starts}: {la.shell()}\n".encode())
             log.flush()
@@ -176,12 +203,29 @@ class Server:
                 self.proc = spawn(la.argv, stdout=log, stderr=log, env=la.env)
             except OSError as e:
                 raise LaunchError(f"cannot start {la.variant} server ({la.argv[0]}): {e.strerror or e}") from None
-        self._wait_ready()
+        self._wait_ready(progress)
         return self
 
-    def _wait_ready(self) -> None:
+    def stage(self) -> str | None:
+        """The stage of its start that the server's log last reached (STAGES), None before any."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_from)
+                text = f.read().decode(errors="replace")
+        except (OSError, AttributeError):
+            return None
+        found = None
+        for line in text.splitlines():
+            for pattern, stage in STAGES:
+                if pattern.search(line):
+                    found = stage
+        return found
+
+    def _wait_ready(self, progress: Callable[[str], None] | None = None) -> None:
         la = self.launch
-        deadline = time.monotonic() + la.startup_timeout_s
+        began = time.monotonic()
+        deadline = began + la.startup_timeout_s
+        told = began
         assert self.proc is not None  # start() spawned it
         while True:
             code = self.proc.poll()
@@ -191,7 +235,13 @@ class Server:
                     f"log {self.log_path}: {self.log_tail()}"
                 )
             if serves(la.url, la.served_model_name, self.api_key):
+                if progress is not None and time.monotonic() - began > PROGRESS_EVERY_S:
+                    progress(f"{la.variant}: serving after {time.monotonic() - began:.0f} s")
                 return
+            now = time.monotonic()
+            if progress is not None and now - told >= PROGRESS_EVERY_S:
+                told = now
+                progress(f"{la.variant}: starting, {now - began:.0f} s: {self.stage() or 'starting its process'}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise LaunchError(
@@ -206,9 +256,9 @@ class Server:
         if self.proc is not None:
             stop_group(self.proc, grace_s)
 
-    def restart(self) -> Server:
+    def restart(self, progress: Callable[[str], None] | None = None) -> Server:
         self.stop()
-        return self.start()
+        return self.start(progress)
 
     def __enter__(self) -> Server:
         try:
