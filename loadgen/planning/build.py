@@ -128,6 +128,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
     gpus = _ints(o.gpus, "--gpus") if o.gpus else list(range(dep.tensor_parallel_size))
     if len(gpus) < dep.tensor_parallel_size:
         raise LoadgenError(f"--gpus {o.gpus}: deployment {dep.name!r} needs {dep.tensor_parallel_size} GPUs per server")
+    specs = _fit_answers(specs, dep, o.data_dir)
     names = [_open(spec, o.data_dir).name for spec in specs]
     if o.virtual:
         _check_virtual(o, dep)
@@ -267,6 +268,41 @@ def _command(given: str | None) -> str | None:
     if given is None or "/" not in given:
         return given
     return str(Path(given).expanduser().resolve())
+
+
+def max_model_len(dep) -> int | None:
+    """The context the deployment's servers are started with (vLLM's --max-model-len, the
+    smallest over its variants), None where its flags do not say."""
+    found = []
+    for v in dep.variants.values():
+        args = list(dep.args) + list(v.args)
+        for i, a in enumerate(args):
+            value = args[i + 1] if a == "--max-model-len" and i + 1 < len(args) else a.partition("=")[2]
+            if a == "--max-model-len" or a.startswith("--max-model-len="):
+                if value.isdigit():
+                    found.append(int(value))
+    return min(found) if found else None
+
+
+def _fit_answers(specs: list[str], dep, data_dir: str | None) -> list[str]:
+    """Each workload's answers as the deployment serves them: one that sets no output= takes the
+    deployment's own `output` where it has one (a CPU deployment's short answers); one whose
+    max_tokens cannot fit the served --max-model-len is refused now, in one line, rather than
+    every request of the sweep answered 400."""
+    limit, out = max_model_len(dep), []
+    for spec in specs:
+        if dep.output and not any(p.strip().startswith("output=") for p in spec.split(",")[1:]):
+            spec = f"{spec},output={dep.output}"
+        tokens = _open(spec, data_dir).policy.tokens
+        if limit is not None and tokens is not None and tokens >= limit:
+            name = spec.split(",")[0]
+            raise LoadgenError(
+                f"--workloads {spec}: max_tokens {tokens} does not fit deployment {dep.name!r}'s "
+                f"--max-model-len {limit} (vLLM would refuse every request): give {name},output=cap:N "
+                f"(or fixed:N) with N well under {limit}, to leave room for the prompt"
+            )
+        out.append(spec)
+    return out
 
 
 def _open(spec: str, data_dir: str | None):

@@ -121,6 +121,11 @@ def sweep(job: SweepJob) -> SweepOutcome:
     for w in workloads.values():
         if w.notice:
             job.note(f"note: {w.notice}")
+    if dep.output and not plan.virtual:
+        job.note(
+            f"note: deployment {dep.name} answers output={dep.output} to a workload that sets no output= "
+            "(its `output`; give WORKLOAD,output=... to choose)"
+        )
     order = [c.key for c in plan.cells()]
     todo = pending(out, plan, job.retry_failed)
     done_before = len(order) - len(todo)
