@@ -122,6 +122,17 @@ def _build(name: str, source: str, raw: dict) -> Deployment:
     bad = [k for k, v in dep.env.items() if not isinstance(v, str)]
     if bad:
         fail(where, f'env values are strings, like VLLM_CPU_KVCACHE_SPACE = "2"; not {", ".join(bad)}')
+    for key, value in dep.env.items():
+        try:
+            machine.check(key, value)
+        except DeploymentError as e:
+            fail(where, str(e))
+    for v in variants.values():
+        for m in (dep.model, (v.speculative_config or {}).get("model")):
+            if isinstance(m, str) and localmodels.is_local(m) and m.removeprefix(localmodels.PREFIX) not in localmodels.MODELS:
+                fail(
+                    where, f"no local model {m!r}: loadgen writes {', '.join(localmodels.MODELS)} (servers/localmodels)"
+                )
     served = dep.served_model_name or (dep.model.removeprefix(localmodels.PREFIX))
     dep = replace(dep, served_model_name=served, startup_timeout_s=float(dep.startup_timeout_s))
     for v in variants.values():  # vLLM refuses per-request SD metrics without speculative decoding

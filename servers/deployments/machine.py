@@ -40,9 +40,17 @@ def cpu() -> str:
     return f"{isa}-{digest}"
 
 
+def check(name: str, value: str) -> None:
+    """Refuse a value with a brace that is none of the placeholders (a typo would reach vLLM)."""
+    rest = value
+    for p in PLACEHOLDERS:
+        rest = rest.replace(p, "")
+    if "{" in rest or "}" in rest:
+        raise DeploymentError(f"env {name} = {value!r}: the placeholders are {', '.join(PLACEHOLDERS)}")
+
+
 def expand(name: str, value: str) -> str:
     """An environment value with the placeholders filled in and `~` expanded."""
-    if "{" in value.replace("{cpus}", "").replace("{cpu}", ""):
-        raise DeploymentError(f"env {name} = {value!r}: the placeholders are {', '.join(PLACEHOLDERS)}")
+    check(name, value)
     out = value.replace("{cpus}", cpus()).replace("{cpu}", cpu())
     return os.path.expanduser(out) if out.startswith("~") else out
