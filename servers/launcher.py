@@ -36,10 +36,12 @@ STAGES = tuple(
     (re.compile(pattern), stage)
     for pattern, stage in (
         (r"non-default args", "reading its configuration"),
+        (r"Initializing a V1 LLM engine", "starting its engine process"),
+        (r"distributed_init_method|init_distributed", "starting its worker process"),
         (r"Starting to load model|Loading model|loading model", "loading the model"),
         (r"Loading weights took|Model loading took|model loaded", "model loaded"),
         (r"KV cache size", "allocating the KV cache"),
-        (r"Compiling a graph|torch\.compile|Warming up", "compiling and warming up"),
+        (r"Compiling a graph|torch\.compile takes|Warming up|warmup model", "compiling and warming up"),
         (r"init engine .* took", "engine ready, starting the API server"),
         (r"Starting vLLM server|Application startup complete|server is listening", "serving"),
     )
@@ -137,10 +139,18 @@ class Server:
     ready; `stop()` ends its process group. Use as a context manager for teardown on every
     exit path."""
 
-    def __init__(self, launch: Launch, log_path: Path, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        launch: Launch,
+        log_path: Path,
+        api_key: str | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
         self.launch = launch
+        self.progress = progress  # told how a slow start goes, unless start() is told otherwise
         self.api_key = api_key  # for /v1/models of a server that wants one
         self.log_path = Path(log_path)
+        self._log_from = 0  # where this start's lines begin in the log (set by start)
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 
@@ -165,7 +175,8 @@ class Server:
 
     def start(self, progress: Callable[[str], None] | None = None) -> Server:
         """Start the server and wait until it serves; `progress` is told what it is doing while
-        it starts (every PROGRESS_EVERY_S seconds)."""
+        it starts (every PROGRESS_EVERY_S seconds); default: the one it was made with."""
+        progress = progress or self.progress
         la = self.launch
         self.starts += 1
         if la.engine == "external":
@@ -212,14 +223,14 @@ class Server:
             with open(self.log_path, "rb") as f:
                 f.seek(self._log_from)
                 text = f.read().decode(errors="replace")
-        except (OSError, AttributeError):
+        except OSError:
             return None
-        found = None
+        found = -1  # the furthest stage reached: a later line can name an earlier one (a child's config)
         for line in text.splitlines():
-            for pattern, stage in STAGES:
-                if pattern.search(line):
-                    found = stage
-        return found
+            for i, (pattern, _) in enumerate(STAGES):
+                if i > found and pattern.search(line):
+                    found = i
+        return STAGES[found][1] if found >= 0 else None
 
     def _wait_ready(self, progress: Callable[[str], None] | None = None) -> None:
         la = self.launch

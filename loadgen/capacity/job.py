@@ -202,7 +202,7 @@ def find_capacity(job: CapacityJob) -> CapacityOutcome:
             launch = with_time_scale(launch, float(plan.time_scale))
         job.note(f"{variant}: searching {job.by} {job.start:g}..{job.limit:g}")
         try:
-            with Server(launch, out / "servers" / f"{variant}.log") as srv:
+            with Server(launch, out / "servers" / f"{variant}.log", progress=job.note) as srv:
                 probe = _probe(job, variant, workload, srv.launch.url, launch.served_model_name, out)
                 found = cap.search(
                     variant,

@@ -97,7 +97,7 @@ def _variant_server(target: Target, note: Note):
         launch = with_time_scale(launch, target.time_scale)
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            with Server(launch, Path(tmp) / "server.log") as srv:
+            with Server(launch, Path(tmp) / "server.log", progress=note) as srv:
                 note(f"started {target.variant}: {launch.shell()}")
                 yield srv.launch.url
         except LaunchError as e:

@@ -183,7 +183,7 @@ def variant_events(
         return
     yield "note", f"starting {la.variant}: {la.shell()}"
     try:
-        server.start()
+        server.start(progress=reporter.note)
     except LaunchError as e:
         yield "note", f"{la.variant}: {e}; its {len(cells)} cell(s) are recorded as failed"
         for cell in cells:
@@ -193,7 +193,7 @@ def variant_events(
         if not server.alive():
             yield "note", f"{la.variant} server is gone (exit code {server.exit_code()}); restarting it"
             try:
-                server.restart()
+                server.restart(progress=reporter.note)
             except LaunchError as e:
                 for rest in cells[i:]:
                     yield failed_event(plan, rest, f"restart failed: {e}", server)
