@@ -69,7 +69,7 @@ def _environ(entry: Path) -> bytes:
 
 
 def server_pids() -> set[int]:
-    """PIDs of every running server from servers/ or llama-server that this test process (an
+    """PIDs of every running server from servers/, llama-server or vLLM that this test process (an
     xdist worker: its own servers, not the other worker's) or its children started, also one
     left behind by a parent that died (to prove none is left: compare with the set taken
     before). Processes are told apart by the environment they inherited from this one."""
@@ -81,7 +81,13 @@ def server_pids() -> set[int]:
                 cmd = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if not (b"servers.scripted" in cmd or b"servers.emulator" in cmd or cmd[0].endswith(b"llama-server")):
+            if not (
+                b"servers.scripted" in cmd
+                or b"servers.emulator" in cmd
+                or cmd[0].endswith(b"llama-server")
+                or cmd[0].startswith(b"VLLM::")  # vLLM's engine and worker processes name themselves
+                or any(c.endswith(b"/vllm") for c in cmd[:2])  # `vllm serve`, run by its Python
+            ):
                 continue
             if mine is None or f"PYTEST_XDIST_WORKER={mine}".encode() in _environ(entry).split(b"\0"):
                 pids.add(int(entry.name))
