@@ -129,7 +129,8 @@ def _build(name: str, source: str, raw: dict) -> Deployment:
             fail(where, str(e))
     for v in variants.values():
         for m in (dep.model, (v.speculative_config or {}).get("model")):
-            if isinstance(m, str) and localmodels.is_local(m) and m.removeprefix(localmodels.PREFIX) not in localmodels.MODELS:
+            known = not localmodels.is_local(m) or str(m).removeprefix(localmodels.PREFIX) in localmodels.MODELS
+            if not known:
                 fail(
                     where, f"no local model {m!r}: loadgen writes {', '.join(localmodels.MODELS)} (servers/localmodels)"
                 )

@@ -14,10 +14,10 @@ The traps between the GGUF and a directory vLLM serves right, each handled here:
 The result is checked by a greedy generation that makes sense (float32, on the written files)
 and by the weights' size and sha256 (SIZE, SHA256), which a different dequantization would change.
 
-`gemma-3-270m-draft` is a draft model for it that vLLM 0.32 accepts: the target's first 4 layers
-(real weights; all sliding-window attention, so one KV-cache group: a draft of the first 5 or 6
-layers, which include a global-attention layer, is refused with "All drafting layers should belong
-to the same kv cache group"), its embeddings and final norm.
+`gemma-3-270m-draft` is a draft model that is not the target: its first 4 layers (real weights,
+all sliding-window attention), its embeddings and final norm. vLLM 0.32 serves it beside the
+target with `--disable-hybrid-kv-cache-manager` only (otherwise "All drafting layers should
+belong to the same kv cache group": the target's layers are grouped by 3, and 4 span two).
 """
 
 from __future__ import annotations
