@@ -466,7 +466,10 @@ def test_levels_and_workload_lists():
         (["--workloads", "nope:x"], "--workloads: unknown workload format"),
         (["--gpus", "a"], "--gpus"),
         (["--retry-failed"], "--retry-failed goes with --resume"),
-        (["--servers", "qwen3-8b", "--engine", "vllm", "--concurrency", "1"], "not installed here"),
+        (
+            ["--servers", "qwen3-8b", "--engine", "vllm", "--concurrency", "1"],
+            "or try it on --engine emulator",
+        ),  # not installed, or the CPU build
         (["--servers", "qwen3-8b", "--engine", "vllm", "--virtual"], "--virtual simulates the emulator's engine"),
         (["--virtual", "--time-scale", "2"], "--time-scale does not apply to --virtual"),
         (["--virtual", "--repeats", "2"], "--repeats does not apply to --virtual"),

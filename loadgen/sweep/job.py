@@ -19,6 +19,7 @@ from loadgen.sweep.cell import workloads_for
 from loadgen.sweep.parallel import run_parallel, worker_slot
 from loadgen.sweep.progress import BarReporter, LiveReporter
 from loadgen.sweep.slots import Interrupted, Reporter, pending, run_slot, slots
+from servers import vllm_cpu
 from servers.deployments import DeploymentError, llamacpp
 
 Note = Callable[[str], None]
@@ -70,6 +71,12 @@ def check_engine(dep, plan: Plan) -> None:
             f"deployment {dep.name!r} runs {dep.executable or 'vllm'!r}, which is not installed "
             "here; install vLLM (or set executable in the deployment file), or try it on "
             "--engine emulator"
+        )
+    if dep.engine == "vllm" and not dep.executable and vllm_cpu.installed() and not vllm_cpu.gpu():
+        raise LoadgenError(
+            f"deployment {dep.name!r} is for vLLM on a GPU, and the vllm here is its CPU build on a "
+            "machine without one; sweep a vllm-cpu deployment (tiny-llama-vllm-cpu, "
+            'gemma-3-270m-vllm-cpu; or engine = "vllm-cpu" in the file), or try it on --engine emulator'
         )
 
 

