@@ -72,25 +72,41 @@ def server_pids() -> set[int]:
     """PIDs of every running server from servers/, llama-server or vLLM that this test process (an
     xdist worker: its own servers, not the other worker's) or its children started, also one
     left behind by a parent that died (to prove none is left: compare with the set taken
-    before). Processes are told apart by the environment they inherited from this one."""
+    before). Processes are told apart by the environment they inherited from this one; vLLM's
+    engine and worker processes rename themselves (setproctitle), which overwrites what
+    /proc shows of their environment, so they are told apart by their ancestors instead (an
+    orphan of them, whose parent died, counts as everyone's)."""
     mine = os.environ.get("PYTEST_XDIST_WORKER")
-    pids = set()
+    marker = f"PYTEST_XDIST_WORKER={mine}".encode()
+    found: dict[int, bool] = {}  # candidate pid -> renamed by vLLM
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cmd = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if not (
+            renamed = cmd[0].startswith(b"VLLM::")
+            if renamed or (
                 b"servers.scripted" in cmd
                 or b"servers.emulator" in cmd
                 or cmd[0].endswith(b"llama-server")
-                or cmd[0].startswith(b"VLLM::")  # vLLM's engine and worker processes name themselves
                 or any(c.endswith(b"/vllm") for c in cmd[:2])  # `vllm serve`, run by its Python
             ):
-                continue
-            if mine is None or f"PYTEST_XDIST_WORKER={mine}".encode() in _environ(entry).split(b"\0"):
-                pids.add(int(entry.name))
+                found[int(entry.name)] = renamed
+    if mine is None:
+        return set(found)
+    pids = {
+        pid for pid, renamed in found.items() if not renamed and marker in _environ(Path(f"/proc/{pid}")).split(b"\0")
+    }
+    for pid in (p for p, renamed in found.items() if renamed):
+        st = _stat(pid)
+        if st is not None and st[0] <= 1:  # an orphan: its parent died
+            pids.add(pid)
+        while st is not None and st[0] > 1:
+            if st[0] in pids or st[0] == os.getpid():
+                pids.add(pid)
+                break
+            st = _stat(st[0])
     return pids
 
 
@@ -244,7 +260,15 @@ def pytest_configure(config):
 
 # Files with the most work that is not timed, first among the files without timing tests, so
 # that the two workers end together (a long file taken last would run on one worker alone).
-LONG = ("test_llamacpp.py", "test_ray.py", "test_current_sd_sweep.py", "test_sweep.py", "test_network_faults.py")
+LONG = (
+    "test_vllm_cpu.py",  # real vLLM: 3-4 minutes of one worker
+    "test_vllm_side.py",
+    "test_llamacpp.py",
+    "test_ray.py",
+    "test_current_sd_sweep.py",
+    "test_sweep.py",
+    "test_network_faults.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):

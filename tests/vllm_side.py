@@ -115,7 +115,7 @@ def models(paths: list[str]) -> list[str | None]:
 def synthetic(items: list[dict]) -> list:
     from vllm.config.speculative import SpeculativeConfig
 
-    out: list[str | None] = []
+    out: list[object] = []
     for item in items:
         try:
             out.append(SpeculativeConfig._resolve_synthetic_acceptance_rates(item["k"], item["rates"], item["length"]))
