@@ -41,7 +41,7 @@ def vllm():
     assert not left, f"a vLLM process was left running: {describe_pids(left)}"
 
 
-def sweep_argv(servers: str, variants: str, out: Path, *more: str) -> list[str]:
+def sweep_argv(servers: str, variants: str, out: Path, levels: str = "1,4") -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -52,7 +52,7 @@ def sweep_argv(servers: str, variants: str, out: Path, *more: str) -> list[str]:
         "--variants",
         variants,
         "--concurrency",
-        "1,4",
+        levels,
         "--workloads",
         "code-edit",
         "--data-dir",
@@ -63,7 +63,6 @@ def sweep_argv(servers: str, variants: str, out: Path, *more: str) -> list[str]:
         "1",
         "--output",
         str(out),
-        *more,
     ]
 
 
@@ -123,11 +122,15 @@ def tiny(vllm, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gemma(vllm, tmp_path_factory):
-    """A sweep of gemma-3-270m-vllm-cpu's n-gram variant (real weights: Gemma's first start
-    makes its model directory, about a minute more)."""
+    """A sweep of gemma-3-270m-vllm-cpu's n-gram variant at 4 users (real weights: Gemma's first
+    start makes its model directory, about a minute more; one level, as its start is most of it)."""
     out = tmp_path_factory.mktemp("gemma") / "sweep"
     res = subprocess.run(
-        sweep_argv("gemma-3-270m-vllm-cpu", "ngram", out), capture_output=True, text=True, cwd=REPO, timeout=900
+        sweep_argv("gemma-3-270m-vllm-cpu", "ngram", out, levels="4"),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
     )
     return {"out": out, "res": res}
 
@@ -189,9 +192,9 @@ def test_a_sweep_of_gemma_with_real_weights(gemma):
     res = gemma["res"]
     assert res.returncode == 0, res.stderr[-3000:]
     table, summaries = cell_figures(gemma["out"])
-    assert sorted(table["path"]) == ["ngram/code-edit/c1", "ngram/code-edit/c4"] and (table["status"] == "ok").all()
+    assert list(table["path"]) == ["ngram/code-edit/c4"] and (table["status"] == "ok").all()
     for key, summary in summaries.items():
         sd = check_counters(gemma["out"], key, summary)
         # a real model's drafts: some may be accepted, how many depends on the batch's numerics
-        # (2 of 107 at concurrency 4 and none at 1 here), so only the bounds are asserted
+        # (2 of 107 drafted tokens here), so only the bounds are asserted
         assert 0 <= sd["accepted_tokens"] <= sd["draft_tokens"], key
