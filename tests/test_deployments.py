@@ -121,6 +121,16 @@ def test_the_emulator_takes_the_same_flags(name):
         assert (engine.spec is None) == (v == "baseline")
 
 
+def refused_in_one_line(tmp_path: Path, cases: dict[str, str]) -> None:
+    """Each deployment file text is refused with one line matching its expectation."""
+    for i, (text, expect) in enumerate(cases.items()):
+        path = tmp_path / f"d{i}.toml"
+        path.write_text(text)
+        with pytest.raises(DeploymentError, match=expect) as e:
+            load(str(path))
+        assert "\n" not in str(e.value)
+
+
 def test_bad_deployment_files_are_one_clear_line(tmp_path):
     cases = {
         'model = "m"\n': "at least one [variants",
@@ -264,12 +274,7 @@ def test_bad_llamacpp_deployments_are_one_clear_line(tmp_path):
         + '{ method = "ngram", num_speculative_tokens = 3 }\n': "not speculative_config",
         'model = "m"\n[variants.a]\nspec = { type = "ngram-simple" }\n': "spec is llama.cpp's",
     }
-    for i, (text, expect) in enumerate(cases.items()):
-        path = tmp_path / f"d{i}.toml"
-        path.write_text(text)
-        with pytest.raises(DeploymentError, match=expect) as e:
-            load(str(path))
-        assert "\n" not in str(e.value)
+    refused_in_one_line(tmp_path, cases)
 
 
 def test_llama_server_is_found_by_flag_then_path_then_package(tmp_path, monkeypatch):

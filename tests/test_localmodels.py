@@ -22,6 +22,7 @@ from servers.launcher import Server
 from servers.localmodels.store import STAMP, ModelError, make
 from servers.vllm_cpu.__main__ import shim_wheel
 from tests.conftest import REPO, cli
+from tests.test_deployments import refused_in_one_line
 
 
 @pytest.fixture
@@ -132,12 +133,7 @@ def test_bad_vllm_cpu_deployments_are_one_clear_line(tmp_path):
         "num_speculative_tokens = 3 }\n": "no local model 'local:nope'",
         head + "tensor_parallel_size = 2\n[variants.a]\n": "tensor_parallel_size must be 1",
     }
-    for i, (text, expect) in enumerate(cases.items()):
-        path = tmp_path / f"d{i}.toml"
-        path.write_text(text)
-        with pytest.raises(DeploymentError, match=expect) as e:
-            load(str(path))
-        assert "\n" not in str(e.value)
+    refused_in_one_line(tmp_path, cases)
 
 
 def test_an_output_that_cannot_fit_the_served_context_is_refused_before_the_sweep(tmp_path):
