@@ -28,11 +28,15 @@ from servers.emulator.spec import SpecError, parse
 PYTHON = os.environ.get("LOADGEN_VLLM_PYTHON") or (sys.executable if vllm_cpu.missing() is None else None)
 
 
-@pytest.fixture(autouse=True)
-def _vllm_python():
+def _need_vllm() -> None:
     if not PYTHON:
         why = f"needs a Python with vLLM: this one ({vllm_cpu.missing()}; {vllm_cpu.INSTALL}) or LOADGEN_VLLM_PYTHON"
         pytest.fail(why) if os.environ.get("LOADGEN_REQUIRE_VLLM") == "1" else pytest.skip(why)
+
+
+@pytest.fixture(autouse=True)
+def _vllm_python():
+    _need_vllm()
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +65,9 @@ def _events(raw: bytes) -> list[dict]:
     return [json.loads(line[6:]) for line in raw.decode().split("\n") if line.startswith("data: {")]
 
 
-def test_responses_validate_against_vllms_own_models(tmp_path):
+def emulator_responses() -> list[dict]:
+    """What the emulator answers (chat and completions, whole and streamed, per-request SD
+    metrics in both modes, two SD methods), each with the vLLM response model it must fit."""
     items = []
     for level in ("summary", "detailed"):
         for spec in (
@@ -104,41 +110,59 @@ def test_responses_validate_against_vllms_own_models(tmp_path):
                         {"model": f"{name}StreamResponse", "obj": final},
                     ]
                     items += [{"model": f"{name}StreamResponse", "obj": e} for e in events[:-1]]
-    got = vllm_check(tmp_path, {"responses": items})
-    bad = [(i["model"], err) for i, err in zip(items, got["responses"]) if err]
+    return items
+
+
+SYNTHETIC = [
+    (3, [0.9, 0.6, 0.3], None),
+    (3, None, 2.5),
+    (3, None, 1.0),
+    (3, None, 4.0),
+    (5, None, 3.7),
+    (3, [0.5, 0.6, 0.1], None),
+    (3, [0.5, 0.4], None),
+    (3, None, 4.5),
+    (3, [1.2, 0.5, 0.1], None),
+    (3, None, None),
+    (3, [0.9, 0.6, 0.3], 2.0),
+    (4, [1.0, 1.0, 0.0, 0.0], None),
+]
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory) -> dict:
+    """One job for vLLM's Python, asked once (importing vLLM takes 10-15 s on 2 cores): the
+    emulator's responses, every catalog vLLM serve line, the synthetic-acceptance cases. Returns
+    what was sent ("sent") and vLLM's answer to each."""
+    _need_vllm()
+    sent = {
+        "responses": emulator_responses(),
+        "serve_lines": [
+            list(render(load(name), v).argv)
+            for name in available()
+            if load(name).engine == "vllm"
+            for v in load(name).variants
+        ],
+        "synthetic": [{"k": k, "rates": r, "length": a} for k, r, a in SYNTHETIC],
+    }
+    return {"sent": sent, **vllm_check(tmp_path_factory.mktemp("vllm-side"), sent)}
+
+
+def test_responses_validate_against_vllms_own_models(checked):
+    items = checked["sent"]["responses"]
+    bad = [(i["model"], err) for i, err in zip(items, checked["responses"], strict=True) if err]
     assert not bad, bad[:5]
 
 
-def test_every_catalog_serve_line_parses_with_vllms_parser(tmp_path):
-    lines = [
-        list(render(load(name), v).argv)
-        for name in available()
-        if load(name).engine == "vllm"
-        for v in load(name).variants
-    ]
+def test_every_catalog_serve_line_parses_with_vllms_parser(checked):
+    lines = checked["sent"]["serve_lines"]
     assert any("suffix" in " ".join(a) for a in lines) and any("synthetic" in " ".join(a) for a in lines)
-    got = vllm_check(tmp_path, {"serve_lines": lines})
-    bad = [(" ".join(a[3:]), err) for a, err in zip(lines, got["serve_lines"]) if err]
+    bad = [(" ".join(a[3:]), err) for a, err in zip(lines, checked["serve_lines"], strict=True) if err]
     assert not bad, bad[:5]
 
 
-def test_synthetic_acceptance_resolves_as_vllm_resolves_it(tmp_path):
-    cases = [
-        (3, [0.9, 0.6, 0.3], None),
-        (3, None, 2.5),
-        (3, None, 1.0),
-        (3, None, 4.0),
-        (5, None, 3.7),
-        (3, [0.5, 0.6, 0.1], None),
-        (3, [0.5, 0.4], None),
-        (3, None, 4.5),
-        (3, [1.2, 0.5, 0.1], None),
-        (3, None, None),
-        (3, [0.9, 0.6, 0.3], 2.0),
-        (4, [1.0, 1.0, 0.0, 0.0], None),
-    ]
-    got = vllm_check(tmp_path, {"synthetic": [{"k": k, "rates": r, "length": a} for k, r, a in cases]})["synthetic"]
-    for (k, rates, length), theirs in zip(cases, got):
+def test_synthetic_acceptance_resolves_as_vllm_resolves_it(checked):
+    for (k, rates, length), theirs in zip(SYNTHETIC, checked["synthetic"], strict=True):
         cfg = {"method": "eagle", "model": "d", "num_speculative_tokens": k, "rejection_sample_method": "synthetic"}
         if rates is not None:
             cfg["synthetic_acceptance_rates"] = rates
