@@ -21,11 +21,15 @@ from loadgen.report import speedup
 from loadgen.results import cells
 from servers.deployments import llamacpp, load, render
 from servers.launcher import Server, free_port
-from tests.conftest import describe_pids, run_cli, server_pids
+from tests.conftest import REPO, describe_pids, run_cli, server_pids
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 REQUIRED = os.environ.get("LOADGEN_REQUIRE_LLAMACPP") == "1"
 RATES = [0.9, 0.6, 0.3]  # forced per-position acceptance of the synthetic variant
+# One thread a server: llama.cpp's threads wait for each other at every operation, and two of them
+# lose their turn whenever the other pytest worker's test takes a core (the three counter tests
+# beside one busy core: 146 s with 2 threads, 82 s with 1). These tests check counts, not speed.
+ONE_THREAD = "threads = 1"
 DEPLOYMENT = f"""
 description = "test: Gemma-3-270M on llama-server"
 engine = "llama.cpp"
@@ -33,7 +37,7 @@ model = "gemma3-270m"
 model_file = "gemma3-270m"
 slots = 2
 context = 4096
-threads = 2
+{ONE_THREAD}
 
 [variants.baseline]
 
@@ -163,10 +167,14 @@ def test_what_the_client_measured_agrees_with_the_servers_counters(deployment, v
 def test_a_sweep_over_a_llamacpp_deployment(deployment, tmp_path):
     before = server_pids()
     out = tmp_path / "out"
+    # the catalog's deployment, on one thread (ONE_THREAD)
+    shipped = (REPO / "servers" / "deployments" / "gemma3-270m-llamacpp.toml").read_text()
+    assert shipped.count("\nthreads = 2 ") == 1
+    (tmp_path / "gemma3-270m-llamacpp.toml").write_text(shipped.replace("\nthreads = 2 ", f"\n{ONE_THREAD} "))
     res = run_cli(
         "sweep",
         "--servers",
-        "gemma3-270m-llamacpp",
+        str(tmp_path / "gemma3-270m-llamacpp.toml"),
         "--concurrency",
         "1,2",
         "--workloads",

@@ -67,6 +67,15 @@ def sweep_argv(servers: str, variants: str, out: Path, levels: str = "1,4") -> l
     ]
 
 
+def one_core() -> None:
+    """Run the sweep, and so the vLLM it starts, on one core (the last this process may use): the
+    deployment binds vLLM's OpenMP threads to the sweep's cores ({cpus}), and two threads that
+    wait for each other at every kernel lose their turn whenever the other pytest worker's test
+    takes a core (a tiny-llama start took 62 s beside a busy core, 39 s on a core of its own).
+    What these tests check is counts, not speed; it also renders {cpus} as one core."""
+    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+
+
 def _wait_for(what, timeout_s: float, proc: subprocess.Popen | None = None, why: str = "") -> None:
     deadline = time.monotonic() + timeout_s
     while not what():
@@ -90,6 +99,7 @@ def tiny(vllm, tmp_path_factory):
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=REPO,
+        preexec_fn=one_core,
         start_new_session=True,  # as a user's shell runs it: the kill reaches the sweep alone
     )
     running = out / cells.CELLS / "self-draft" / "code-edit" / ".run-c1"  # cells.progress_dir
@@ -117,6 +127,7 @@ def tiny(vllm, tmp_path_factory):
         capture_output=True,
         text=True,
         cwd=REPO,
+        preexec_fn=one_core,
         timeout=600,
     )
     return {
@@ -137,6 +148,7 @@ def gemma(vllm, tmp_path_factory):
         capture_output=True,
         text=True,
         cwd=REPO,
+        preexec_fn=one_core,
         timeout=900,
     )
     return {"out": out, "res": res}
@@ -150,6 +162,8 @@ def test_a_killed_sweep_leaves_no_vllm_process_and_resumes(tiny):
     assert res.returncode == 0, res.stderr[-3000:]
     # the start was shown as it went (it takes longer than one progress interval)
     assert "self-draft: serving after" in tiny["killed_log"] + res.stderr
+    # the deployment's {cpus} is the sweep's cores: here one (one_core)
+    assert f"VLLM_CPU_OMP_THREADS_BIND={max(os.sched_getaffinity(0))} " in tiny["killed_log"]
 
 
 def cell_figures(out: Path) -> tuple[pd.DataFrame, dict]:
