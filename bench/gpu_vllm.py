@@ -270,14 +270,20 @@ def predicted(
     return pred
 
 
-def check_lines(python: str, out: Path) -> int:
+def lines_job(out: Path) -> dict:
+    """What --check-lines asks vLLM (tests/vllm_side.py's input): every serve line this script
+    runs, to build vLLM's whole engine configuration from, and the model directories it writes."""
     target, draft = write_models(out)
-    job = {
+    return {
         "serve_lines": [
             {"argv": argv, "engine_config": True} for argv in serve_lines(write_deployment(out, target, draft, "vllm"))
         ],
         "models": [str(target), str(draft)],
     }
+
+
+def check_lines(python: str, out: Path) -> int:
+    job = lines_job(out)
     (out / "job.json").write_text(json.dumps(job))
     res = subprocess.run(
         [python, str(ROOT / "tests" / "vllm_side.py"), str(out / "job.json")], capture_output=True, text=True

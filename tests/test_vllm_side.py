@@ -40,6 +40,9 @@ def _vllm_python():
 
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import gpu_vllm  # noqa: E402
+
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
 
@@ -132,8 +135,8 @@ SYNTHETIC = [
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory) -> dict:
     """One job for vLLM's Python, asked once (importing vLLM takes 10-15 s on 2 cores): the
-    emulator's responses, every catalog vLLM serve line, the synthetic-acceptance cases. Returns
-    what was sent ("sent") and vLLM's answer to each."""
+    emulator's responses, every catalog vLLM serve line, the synthetic-acceptance cases, and what
+    bench/gpu_vllm.py --check-lines asks. Returns what was sent ("sent") and vLLM's answer to each."""
     _need_vllm()
     sent = {
         "responses": emulator_responses(),
@@ -144,8 +147,12 @@ def checked(tmp_path_factory) -> dict:
             for v in load(name).variants
         ],
         "synthetic": [{"k": k, "rates": r, "length": a} for k, r, a in SYNTHETIC],
+        "gpu": gpu_vllm.lines_job(tmp_path_factory.mktemp("gpu-lines")),
     }
-    return {"sent": sent, **vllm_check(tmp_path_factory.mktemp("vllm-side"), sent)}
+    job = {**sent, "serve_lines": sent["serve_lines"] + sent["gpu"]["serve_lines"], "models": sent["gpu"]["models"]}
+    got = vllm_check(tmp_path_factory.mktemp("vllm-side"), job)
+    n = len(sent["serve_lines"])
+    return {"sent": sent, **got, "serve_lines": got["serve_lines"][:n], "gpu_lines": got["serve_lines"][n:]}
 
 
 def test_responses_validate_against_vllms_own_models(checked):
@@ -178,12 +185,10 @@ def test_synthetic_acceptance_resolves_as_vllm_resolves_it(checked):
             assert ours == pytest.approx(theirs), (k, rates, length)
 
 
-def test_the_gpu_script_lines_pass_vllms_engine_configuration(tmp_path):
-    res = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "gpu_vllm.py"), "--check-lines", PYTHON, "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr[-2000:]
-    assert res.stdout.count("ok ") == 5
+def test_the_gpu_script_lines_pass_vllms_engine_configuration(checked):
+    # what `bench/gpu_vllm.py --check-lines` asks, asked in the module's one job
+    gpu = checked["sent"]["gpu"]
+    assert len(gpu["serve_lines"]) == 3 and all(line["engine_config"] for line in gpu["serve_lines"])
+    bad = [(" ".join(line["argv"][3:]), err) for line, err in zip(gpu["serve_lines"], checked["gpu_lines"]) if err]
+    assert not bad, bad
+    assert len(checked["models"]) == 2 and not any(checked["models"]), checked["models"]
