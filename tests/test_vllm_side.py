@@ -138,20 +138,22 @@ def checked(tmp_path_factory) -> dict:
     emulator's responses, every catalog vLLM serve line, the synthetic-acceptance cases, and what
     bench/gpu_vllm.py --check-lines asks. Returns what was sent ("sent") and vLLM's answer to each."""
     _need_vllm()
+    lines = [
+        list(render(load(name), v).argv)
+        for name in available()
+        if load(name).engine == "vllm"
+        for v in load(name).variants
+    ]
+    gpu = gpu_vllm.lines_job(tmp_path_factory.mktemp("gpu-lines"))
     sent = {
         "responses": emulator_responses(),
-        "serve_lines": [
-            list(render(load(name), v).argv)
-            for name in available()
-            if load(name).engine == "vllm"
-            for v in load(name).variants
-        ],
+        "serve_lines": lines,
         "synthetic": [{"k": k, "rates": r, "length": a} for k, r, a in SYNTHETIC],
-        "gpu": gpu_vllm.lines_job(tmp_path_factory.mktemp("gpu-lines")),
+        "gpu": gpu,
     }
-    job = {**sent, "serve_lines": sent["serve_lines"] + sent["gpu"]["serve_lines"], "models": sent["gpu"]["models"]}
+    job = {**sent, "serve_lines": lines + gpu["serve_lines"], "models": gpu["models"]}
     got = vllm_check(tmp_path_factory.mktemp("vllm-side"), job)
-    n = len(sent["serve_lines"])
+    n = len(lines)
     return {"sent": sent, **got, "serve_lines": got["serve_lines"][:n], "gpu_lines": got["serve_lines"][n:]}
 
 
