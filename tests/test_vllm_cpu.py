@@ -67,13 +67,15 @@ def sweep_argv(servers: str, variants: str, out: Path, levels: str = "1,4") -> l
     ]
 
 
-def one_core() -> None:
-    """Run the sweep, and so the vLLM it starts, on one core (the last this process may use): the
-    deployment binds vLLM's OpenMP threads to the sweep's cores ({cpus}), and two threads that
-    wait for each other at every kernel lose their turn whenever the other pytest worker's test
-    takes a core (a tiny-llama start took 62 s beside a busy core, 39 s on a core of its own).
-    What these tests check is counts, not speed; it also renders {cpus} as one core."""
-    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+def on_one_core(argv: list[str]) -> list[str]:
+    """The command, run on one core (the last this process may use; set in the child, which then
+    execs it, so nothing runs between fork and exec in a process with threads): the deployment
+    binds vLLM's OpenMP threads to the sweep's cores ({cpus}), and two threads that wait for each
+    other at every kernel lose their turn whenever the other pytest worker's test takes a core (a
+    tiny-llama start took 62 s beside a busy core, 39 s on a core of its own). What these tests
+    check is counts, not speed; it also renders {cpus} as one core."""
+    pin = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); os.execv(sys.argv[2], sys.argv[2:])"
+    return [sys.executable, "-c", pin, str(max(os.sched_getaffinity(0))), *argv]
 
 
 def _wait_for(what, timeout_s: float, proc: subprocess.Popen | None = None, why: str = "") -> None:
@@ -95,11 +97,10 @@ def tiny(vllm, tmp_path_factory):
     before = server_pids()
     log = open(out.parent / "killed.log", "w")
     proc = subprocess.Popen(
-        sweep_argv("tiny-llama-vllm-cpu", "self-draft", out),
+        on_one_core(sweep_argv("tiny-llama-vllm-cpu", "self-draft", out)),
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=REPO,
-        preexec_fn=one_core,
         start_new_session=True,  # as a user's shell runs it: the kill reaches the sweep alone
     )
     running = out / cells.CELLS / "self-draft" / "code-edit" / ".run-c1"  # cells.progress_dir
@@ -123,11 +124,10 @@ def tiny(vllm, tmp_path_factory):
         lambda: not (server_pids() - before), 30, why=f"the killed sweep's vLLM exited: {describe_pids(vllm_pids)}"
     )
     res = subprocess.run(
-        [sys.executable, "-m", "loadgen", "sweep", "--resume", "--output", str(out)],
+        on_one_core([sys.executable, "-m", "loadgen", "sweep", "--resume", "--output", str(out)]),
         capture_output=True,
         text=True,
         cwd=REPO,
-        preexec_fn=one_core,
         timeout=600,
     )
     return {
@@ -144,11 +144,10 @@ def gemma(vllm, tmp_path_factory):
     start makes its model directory, about a minute more; one level, as its start is most of it)."""
     out = tmp_path_factory.mktemp("gemma") / "sweep"
     res = subprocess.run(
-        sweep_argv("gemma-3-270m-vllm-cpu", "ngram", out, levels="4"),
+        on_one_core(sweep_argv("gemma-3-270m-vllm-cpu", "ngram", out, levels="4")),
         capture_output=True,
         text=True,
         cwd=REPO,
-        preexec_fn=one_core,
         timeout=900,
     )
     return {"out": out, "res": res}
@@ -162,7 +161,7 @@ def test_a_killed_sweep_leaves_no_vllm_process_and_resumes(tiny):
     assert res.returncode == 0, res.stderr[-3000:]
     # the start was shown as it went (it takes longer than one progress interval)
     assert "self-draft: serving after" in tiny["killed_log"] + res.stderr
-    # the deployment's {cpus} is the sweep's cores: here one (one_core)
+    # the deployment's {cpus} is the sweep's cores: here one (on_one_core)
     assert f"VLLM_CPU_OMP_THREADS_BIND={max(os.sched_getaffinity(0))} " in tiny["killed_log"]
 
 
