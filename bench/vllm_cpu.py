@@ -74,11 +74,15 @@ def checks(found: dict) -> list[str]:
             off.append(f"{v}/c{c}")
         if sd.get("draft_tokens") is not None and sd["draft_tokens"] != fr["server_draft_tokens"].sum():
             off.append(f"{v}/c{c}")
+    bound = [key for key, (s, _) in found.items() if s.get("client_bound")]
+    why = [r.split(" p99")[0] for key in bound for r in found[key][0].get("self_check", {}).get("reasons", [])]
     return [
         f"cells ok: {len(found) - len(bad)} of {len(found)}" + (f" (not: {', '.join(bad)})" if bad else ""),
         "per-request SD counts sum to /metrics in every SD cell"
         if not off
         else f"per-request SD counts differ from /metrics: {', '.join(sorted(set(off)))}",
+        f"client_bound: {len(bound)} of {len(found)} cells"
+        + (f" (the most often: {max(set(why), key=why.count)})" if why else ""),
     ]
 
 
