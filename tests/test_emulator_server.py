@@ -100,18 +100,25 @@ def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
     assert sd["accepted_tokens"] == m["vllm:spec_decode_num_accepted_tokens_total"]
     client = summary["acceptance_client"]  # the client's step trace: one chunk per step here
     assert client["steps_source"] == "chunks" and client["accepted_tokens"] == sd["accepted_tokens"]
+    rec = client["reconciliation"]  # by the rule: the streamed drafts plus those past max_tokens
+    assert rec["exact"] and rec["server_counter"] == rec["accepted_tokens"] == sd["accepted_tokens"]
+    assert rec["source"] == "per_request" and rec["coalesced"]["tokens"] == 0 and rec["unexplained"]["tokens"] == 0
+    past_end = rec["past_end"]["tokens"]
+    if variant == "synthetic":  # 0.9 at the first position: some last step accepts past the end
+        assert past_end > 0 and any("past the end" in d for d in rec["differences"])
     assert sd["drafts"] == m["vllm:spec_decode_num_drafts_total"]
     assert sd["draft_tokens"] == m["vllm:spec_decode_num_draft_tokens_total"]
     assert sd["acceptance_rate"] == pytest.approx(sd["accepted_tokens"] / sd["draft_tokens"])
     assert sd["mean_acceptance_length"] == pytest.approx(1 + sd["accepted_tokens"] / sd["drafts"])
     accepted = m["vllm:spec_decode_num_accepted_tokens_total"]
-    assert accepted == sum(n - 1 for n in decode)
+    assert accepted == sum(n - 1 for n in decode) + past_end
     assert accepted > 0
     k = spec["num_speculative_tokens"]
     per_pos = [m[f"vllm:spec_decode_num_accepted_tokens_per_pos_total{{'position': '{j}'}}"] for j in range(k)]
     assert sum(per_pos) == accepted
     for j in range(k):  # position j was accepted in every decode step that accepted more than j
-        assert per_pos[j] == sum(1 for n in decode if n - 1 > j)
+        streamed = sum(1 for n in decode if n - 1 > j)  # ...and in last steps that went past the end
+        assert streamed <= per_pos[j] <= streamed + (frame["finish_reason"] == "length").sum()
         assert sd["per_position"][j] * sd["drafts"] == pytest.approx(per_pos[j])
     assert all(a >= b for a, b in zip(per_pos, per_pos[1:]))
     assert m["vllm:spec_decode_num_draft_tokens_total"] >= accepted
@@ -119,7 +126,8 @@ def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
     assert max(decode) <= k + 1
     # per request: the server's counts are what its chunks imply (one chunk per step here)...
     for tokens, acc, steps in zip(frame["chunk_tokens"], frame["server_accepted_tokens"], frame["server_spec_steps"]):
-        assert acc == sum(n - 1 for n in list(tokens)[1:])
+        streamed = sum(n - 1 for n in list(tokens)[1:])  # past the end: at most the last step's unstreamed drafts
+        assert streamed <= acc <= streamed + k - (tokens[-1] - 1)
         assert steps <= len(tokens) - 1
     # ...and over the run they are the Prometheus deltas, exactly
     rep = summary["acceptance_client"]["server_reported"]
@@ -127,3 +135,39 @@ def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
     assert rep["draft_tokens"] == m["vllm:spec_decode_num_draft_tokens_total"]
     assert rep["spec_steps"] == m["vllm:spec_decode_num_drafts_total"]
     assert rep["mean_acceptance_length"] == pytest.approx(sd["mean_acceptance_length"])
+
+
+@pytest.mark.parametrize("variant", ["baseline", "eagle"])
+def test_coalesced_chunks_are_not_accepted_drafts(variant, tmp_path):
+    """stream_interval (vLLM's request field) merges several steps' tokens into a chunk, as vLLM
+    does under load: a baseline still shows 0 accepted drafts, and an SD variant the server's
+    count exactly, its coalesced tokens named."""
+    model, spec = VARIANTS[variant]
+    args = ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "summary"] if spec else []
+    with emulator_server(model, *args, "--time-scale", "0.25") as srv:
+        res = run_cli(
+            "run", "--base-url", srv.url, "--concurrency", "4", "--num-requests", "8", "--output-len", "40",
+            "--input-len", "64", "--extra-body", '{"stream_interval": 4}', "--quiet", "--output", str(tmp_path),
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        m = scrape(srv.url)
+    frame = pd.read_parquet(tmp_path / "requests.parquet")
+    assert frame["ok"].all() and (frame["completion_tokens"] == 40).all()
+    decode = [n for tokens in frame["chunk_tokens"] for n in list(tokens)[1:]]
+    for tokens in frame["chunk_tokens"]:  # the first token at once, then chunks of 4 or more, the last any
+        assert tokens[0] == 1 and all(n >= 4 for n in list(tokens)[1:-1]), list(tokens)
+    client = json.loads((tmp_path / "summary.json").read_text())["acceptance_client"]
+    rec = client["reconciliation"]
+    assert rec["exact"] and rec["coalesced"]["tokens"] > 0 and rec["unexplained"]["tokens"] == 0
+    assert any("coalesced" in d for d in rec["differences"])
+    if spec is None:  # no SD counter at all: vLLM without a speculative config
+        assert client["accepted_source"] == rec["source"] == "server_drafted_nothing"
+        assert client["accepted_tokens"] == rec["server_counter"] == 0
+        assert rec["coalesced"]["tokens"] == client["stream_accepted_tokens"] == sum(n - 1 for n in decode)
+        assert client["decode_steps"] == 8 * 39 and client["tokens_per_step_mean"] == 1.0
+        return
+    accepted = m["vllm:spec_decode_num_accepted_tokens_total"]
+    assert client["accepted_tokens"] == rec["server_counter"] == accepted > 0
+    assert client["stream_accepted_tokens"] > accepted - rec["past_end"]["tokens"]  # the stream alone over-counts
+    # the engine's decode steps, not the chunks: every verify step is one
+    assert client["decode_steps"] >= m["vllm:spec_decode_num_drafts_total"] > len(decode)

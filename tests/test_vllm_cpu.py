@@ -42,7 +42,7 @@ def vllm():
     assert not left, f"a vLLM process was left running: {describe_pids(left)}"
 
 
-def sweep_argv(servers: str, variants: str, out: Path, levels: str = "1,4") -> list[str]:
+def sweep_argv(servers: str, variants: str, out: Path, levels: str = "1,4", *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -64,6 +64,7 @@ def sweep_argv(servers: str, variants: str, out: Path, levels: str = "1,4") -> l
         "1",
         "--output",
         str(out),
+        *extra,
     ]
 
 
@@ -140,11 +141,15 @@ def tiny(vllm, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gemma(vllm, tmp_path_factory):
-    """A sweep of gemma-3-270m-vllm-cpu's n-gram variant at 4 users (real weights: Gemma's first
-    start makes its model directory, about a minute more; one level, as its start is most of it)."""
+    """A sweep of gemma-3-270m-vllm-cpu's baseline and n-gram variant at 4 users (real weights:
+    Gemma's first start makes its model directory, about a minute more; one level, as its start is
+    most of it), each request asking vLLM for a chunk every 3 tokens (stream_interval): chunks that
+    merge several engine steps, as vLLM sends under load."""
     out = tmp_path_factory.mktemp("gemma") / "sweep"
     res = subprocess.run(
-        on_one_core(sweep_argv("gemma-3-270m-vllm-cpu", "ngram", out, levels="4")),
+        on_one_core(
+            sweep_argv("gemma-3-270m-vllm-cpu", "baseline,ngram", out, "4", "--extra-body", '{"stream_interval": 3}')
+        ),
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -189,11 +194,16 @@ def check_counters(out: Path, key: str, summary: dict) -> dict:
     assert reported["requests"] == NUM, key
     assert reported["accepted_tokens"] == frame["server_accepted_tokens"].sum(), key
     assert reported["draft_tokens"] == frame["server_draft_tokens"].sum(), key
-    if before == 0:
+    rec = summary["acceptance_client"]["reconciliation"]
+    assert rec["source"] == "per_request" and rec["unexplained"]["tokens"] == 0, (key, rec)
+    if before == 0:  # the client's count by the written rule is vLLM's, exactly
+        assert rec["exact"] and rec["accepted_tokens"] == rec["server_counter"] == sd["accepted_tokens"], (key, rec)
+        assert summary["acceptance_client"]["accepted_tokens"] == sd["accepted_tokens"], key  # warm-up: sent apart
         assert sd["accepted_tokens"] == reported["accepted_tokens"], key
         assert sd["draft_tokens"] == reported["draft_tokens"], key
         assert sd["drafts"] == frame["server_spec_steps"].sum() > 0, key
     else:  # the last part's requests are some of the cell's: vLLM counted no more than they did
+        assert rec["exact"] is None and any("resumed" in d for d in rec["differences"]), (key, rec)
         assert 0 < sd["accepted_tokens"] <= reported["accepted_tokens"], key
         assert 0 < sd["drafts"] <= frame["server_spec_steps"].sum(), key
     return sd
@@ -218,9 +228,23 @@ def test_a_sweep_of_gemma_with_real_weights(gemma):
     res = gemma["res"]
     assert res.returncode == 0, res.stderr[-3000:]
     table, summaries = cell_figures(gemma["out"])
-    assert list(table["path"]) == ["ngram/code-edit/c4"] and (table["status"] == "ok").all()
-    for key, summary in summaries.items():
-        sd = check_counters(gemma["out"], key, summary)
-        # a real model's drafts: some may be accepted, how many depends on the batch's numerics
-        # (2 of 107 drafted tokens here), so only the bounds are asserted
-        assert 0 <= sd["accepted_tokens"] <= sd["draft_tokens"], key
+    keys = ["baseline/code-edit/c4", "ngram/code-edit/c4"]
+    assert sorted(table["path"]) == keys and (table["status"] == "ok").all()
+    for key in keys:  # stream_interval 3: most chunks carry 3 tokens of 3 engine steps
+        frame = requests_of(gemma["out"], key)
+        assert all(n >= 3 for t in frame["chunk_tokens"] for n in list(t)[1:-1]), key
+        assert summaries[key]["acceptance_client"]["stream_accepted_tokens"] > NUM * 20, key
+    base = summaries[keys[0]]
+    client, rec = base["acceptance_client"], base["acceptance_client"]["reconciliation"]
+    # no speculative config: vLLM registers no SD counter, so the multi-token chunks are coalesced
+    assert base["spec_decode"] is None and base["server"]["generation_tokens"] == NUM * TOKENS
+    assert client["accepted_source"] == "server_drafted_nothing" and client["accepted_tokens"] == 0
+    assert rec["exact"] and rec["coalesced"]["tokens"] == client["stream_accepted_tokens"]
+    assert client["decode_steps"] == NUM * (TOKENS - 1)
+    sd = check_counters(gemma["out"], keys[1], summaries[keys[1]])
+    # a real model's drafts: some may be accepted, how many depends on the batch's numerics
+    # (2 of 107 drafted tokens here), so only the bounds are asserted; the stream alone would
+    # count most of its coalesced tokens as accepted drafts
+    assert 0 <= sd["accepted_tokens"] <= sd["draft_tokens"], keys[1]
+    rec = summaries[keys[1]]["acceptance_client"]["reconciliation"]
+    assert rec["coalesced"]["tokens"] > 0 and rec["stream_accepted_tokens"] > sd["accepted_tokens"]

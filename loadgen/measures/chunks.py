@@ -71,6 +71,12 @@ class ChunkFigures:
     window_tokens: int = 0  # output tokens that arrived inside the window (successful requests)
     step_count: int = 0  # decode steps of the measured requests
     step_tokens: int = 0  # ... and their tokens
+    # per request (every row, by position): the accepted drafts its stream shows (decode steps'
+    # tokens beyond one each), its decode steps and its last step's tokens; the input of
+    # loadgen.measures.reconcile
+    row_accepted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    row_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    row_last_step: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def decode_total(self) -> int:
@@ -124,7 +130,9 @@ def chunk_figures(
     lag_worker=None,
 ) -> ChunkFigures:
     """Every per-chunk figure of `rows` (`measured` and `ok`: which rows count, by position)."""
-    out = ChunkFigures()
+    out = ChunkFigures(
+        row_accepted=np.zeros(rows.n, np.int64), row_steps=np.zeros(rows.n, np.int64), row_last_step=np.zeros(rows.n, np.int64)
+    )
     at, lag = np.asarray(lag_at_ns, dtype=np.int64), np.asarray(lag_ns, dtype=np.int64)
     who = None if lag_worker is None else np.asarray(lag_worker, dtype=np.int64)
     if who is None:
@@ -206,3 +214,9 @@ def _first_pass(out, batch, start, measured, ok, window, per_worker) -> None:
     steps = s[measured[start : start + rows][srid] & ~sfirst]
     out.step_count += int(steps.size)
     out.step_tokens += int(steps.sum())
+    later = ~sfirst
+    out.row_accepted[start : start + rows] = np.bincount(srid[later], weights=s[later] - 1, minlength=rows).astype(np.int64)
+    out.row_steps[start : start + rows] = np.bincount(srid[later], minlength=rows)
+    last = np.zeros(rows, np.int64)
+    last[slen > 0] = s[soff[1:][slen > 0] - 1]
+    out.row_last_step[start : start + rows] = last

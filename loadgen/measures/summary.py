@@ -13,6 +13,7 @@ import pandas as pd
 from loadgen.measures import phases, slo, timeline
 from loadgen.measures.chunks import ChunkFigures, chunk_figures
 from loadgen.measures.describe import describe
+from loadgen.measures.reconcile import reconcile
 from loadgen.measures.rows import Rows, counts
 from loadgen.measures.selfcheck import self_check
 
@@ -64,19 +65,28 @@ def sending(rows: Rows, load_info: dict) -> dict:
     }
 
 
-def acceptance_client(rows: Rows, measured: np.ndarray, chunks: ChunkFigures) -> dict:
+def acceptance_client(
+    rows: Rows, measured: np.ndarray, chunks: ChunkFigures, server_figures: dict | None = None
+) -> dict:
     """The client's view of speculative decoding over the measured requests: engine steps
-    (from chunks, or reconstructed from bursts; loadgen.measures.steps) and, where the server reports
-    them per request, its draft and accepted counts."""
+    (from chunks, or reconstructed from bursts; loadgen.measures.steps), its accepted drafts by
+    the written rule (loadgen.measures.reconcile: coalesced chunks and drafts accepted past
+    max_tokens told apart with the server's help), their reconciliation with the server's
+    counters, and where the server reports them per request, its draft and accepted counts."""
     source = rows.col("steps_source")
     sources = counts(source[measured & (source != "none").to_numpy()])
-    n, total = chunks.step_count, chunks.step_tokens
+    total = chunks.step_tokens
+    figures = server_figures or {}
+    rec = reconcile(rows, chunks, measured, figures.get("spec_decode"), figures.get("server"))
+    mine = rec["measured"]
+    n = total - (mine["accepted_tokens"] - mine["past_end"]["tokens"])  # each step: one token + its delivered drafts
     out: dict[str, Any] = {
         "steps_source": (next(iter(sources)) if len(sources) == 1 else "mixed") if sources else "none",
         "steps_sources": sources,
         "decode_steps": n,
         "tokens_per_step_mean": total / n if n else None,
-        "accepted_tokens": int(total - n),
+        **mine,
+        "reconciliation": rec["reconciliation"],
         "server_reported": None,
     }
     drafted_col, accepted_col = _f(rows, "server_draft_tokens"), _f(rows, "server_accepted_tokens")
@@ -266,7 +276,7 @@ def summarize(
         queue_delay_ms=describe(_f(rows, "queue_delay_ms")[~warmup]),
         tokens_per_chunk_mean=chunks.decode_total / chunks.decode_count if chunks.decode_count else None,
         tokens_per_chunk=decode,
-        acceptance_client=acceptance_client(rows, measured, chunks),
+        acceptance_client=acceptance_client(rows, measured, chunks, server_figures),
         prompt_tokens_total=int(np.nan_to_num(_f(rows, "prompt_tokens")[measured]).sum()),
         completion_tokens_total=int(rows.array("completion_tokens")[measured].sum()),
         token_count_source=source,

@@ -149,11 +149,14 @@ def latency(sw: Sweep) -> pd.DataFrame:
 
 def acceptance(sw: Sweep) -> pd.DataFrame:
     """Server-side acceptance (its counters over the window) beside the client's step trace,
-    and how well their accepted tokens agree (client / server)."""
+    and how well their accepted tokens agree (client / server), with the client's count by the
+    written rule reconciled (loadgen.measures.reconcile): what the stream showed, what was
+    accepted past max_tokens, what arrived coalesced, and whether client and counter agree."""
     rows = []
     for _, c in sw.measured.iterrows():
         s = sw.summaries[c["path"]]
         client = s.get("acceptance_client") or {}
+        rec = client.get("reconciliation") or {}
         server_acc = c["accepted_tokens"]
         client_acc = client.get("accepted_tokens")
         rows.append(
@@ -163,6 +166,11 @@ def acceptance(sw: Sweep) -> pd.DataFrame:
                 "mean_acceptance_length": c["mean_acceptance_length"],
                 "server_accepted_tokens": server_acc,
                 "client_accepted_tokens": client_acc,
+                "client_stream_accepted_tokens": client.get("stream_accepted_tokens"),
+                "past_end_tokens": (rec.get("past_end") or {}).get("tokens"),
+                "coalesced_tokens": (rec.get("coalesced") or {}).get("tokens"),
+                "reconciled": rec.get("exact"),
+                "accepted_source": client.get("accepted_source"),
                 "client_tokens_per_step": client.get("tokens_per_step_mean"),
                 "client_steps_source": client.get("steps_source"),
                 "client_over_server": (

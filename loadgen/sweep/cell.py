@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 from loadgen.load.execute import RunSpec
 from loadgen.load.workload import WorkloadRef
+from loadgen.measures.reconcile import note_resumed
 from loadgen.outputs import journal as journals
 from loadgen.planning.plan import Cell, Plan
 from loadgen.results.outcome import RunOutcome
@@ -163,4 +164,7 @@ def run_cell(
             "note": "continued after a kill: the requests of every part are measured; the server's window "
             "(spec_decode, server) covers the last part only, and the throughput window spans the gap",
         }
+        rec = (summary.get("acceptance_client") or {}).get("reconciliation")
+        if rec:
+            note_resumed(rec, resumed["requests_before"])
     return RunOutcome(measured.rows, summary, measured.result)

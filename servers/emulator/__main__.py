@@ -81,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--max-log-len", type=int, help="log at most this many characters and token ids of a prompt")
     s.add_argument(
+        "--stream-interval",
+        type=int,
+        default=1,
+        help="as vLLM's flag: stream a chunk every N tokens (the first and the last always); a "
+        "request's stream_interval field may ask for more, not fewer",
+    )
+    s.add_argument(
         "--reasoning-parser",
         help="serve a thinking model: on chat requests it thinks first, streamed as `reasoning` "
         "(docs/emulator.md, Reasoning models); one of vLLM 0.32's parser names",
@@ -137,6 +144,8 @@ def engine_for(args) -> tuple[Engine, list[str]]:
     try:
         prof = profiles.load(name)
         spec = parse(args.speculative_config)
+        if args.stream_interval < 1:
+            raise ValueError(f"--stream-interval must be at least 1, got {args.stream_interval}")
         if spec is None and args.per_request_spec_decode_metrics != "none":  # vLLM's VllmConfig check
             raise ValueError(
                 "--per-request-spec-decode-metrics requires speculative decoding to be enabled "
@@ -218,6 +227,7 @@ async def _serve(args, engine: Engine, served: list[str]) -> None:
         log_requests=args.enable_log_requests,
         max_log_len=args.max_log_len,
         chunk_log=_chunk_log(args.chunk_log),
+        stream_interval=args.stream_interval,
     )
     try:
         listener = await serve(api.handle, args.host, args.port)

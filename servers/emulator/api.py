@@ -67,7 +67,9 @@ class EmulatorAPI:
         log_requests: bool = False,
         max_log_len: int | None = None,
         chunk_log=None,
+        stream_interval: int = 1,
     ) -> None:
+        self.stream_interval = stream_interval  # --stream-interval: the least a request's field may ask
         self.chunk_log = chunk_log  # --chunk-log: a file each streamed response's chunks go to
         self.driver = driver
         self.log_requests = log_requests  # vLLM's --enable-log-requests: each prompt as received
@@ -214,6 +216,7 @@ class EmulatorAPI:
         return_ids = body.get("return_token_ids", False)
         if not isinstance(return_ids, bool):
             raise BadRequest(f"return_token_ids must be a boolean, got {return_ids!r}")
+        interval = _int(body, "stream_interval", 1)
         try:
             logprobs = parity.requested(body, chat)
             reasoning = chat and self.driver.engine.cfg.reasoning
@@ -236,6 +239,7 @@ class EmulatorAPI:
             "min_tokens": min_tokens,
             "ignore_eos": ignore_eos,
             "return_token_ids": return_ids,
+            "stream_interval": max(interval or 1, self.stream_interval),  # vLLM: clamped to the server's
         }
 
     async def _complete(self, req: HttpRequest, conn: HttpConnection, chat: bool) -> None:
@@ -332,7 +336,20 @@ class EmulatorAPI:
         written: list | None = [] if log is not None else None
         last = [chatting.ANSWER]  # the phase of the last chunk with text: a chunk without inherits it
 
+        interval = p.get("stream_interval", 1)
+        held: list[Emission] = []  # stream_interval: steps' outputs not sent yet
+
         def sink(em: Emission) -> None:
+            if interval > 1:  # vLLM: send the first output, the last, and then every `interval` tokens
+                if renderer and not em.finished and sum(len(h.tokens) for h in held) + len(em.tokens) < interval:
+                    held.append(em)
+                    return
+                if held:
+                    em = Emission(
+                        em.seq, [t for h in held for t in h.tokens] + em.tokens,
+                        [w for h in held for w in h.words] + em.words, em.finished, held[0].start,
+                    )
+                    held.clear()
             seq = em.seq
             if not renderer:  # first output: vLLM sends the role first (chat), then content
                 renderer.append(

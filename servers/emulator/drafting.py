@@ -129,7 +129,10 @@ class Drafting:
         if seq.acc is not None:
             return min(int(seq.acc[pos]) - 1, drafts)
         accepted = 0
-        for d, tok in zip(seq.drafts, seq.output[pos : pos + drafts]):
+        truth = seq.output[pos : pos + drafts]
+        if len(truth) < drafts:  # the last step: its drafts past max_tokens are checked too (vLLM counts them)
+            truth = truth + seq.beyond[: drafts - len(truth)]
+        for d, tok in zip(seq.drafts, truth):
             if d != tok:
                 break
             accepted += 1

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -69,6 +69,7 @@ class Sequence:
     computed: int = 0  # tokens whose KV exists
     emitted: int = 0  # output tokens emitted so far
     drafts: list[int] | int = 0  # drafts proposed for the next step (tokens, or a count)
+    beyond: list[int] = field(default_factory=list)  # the model's next tokens past max_tokens (no stream shows them)
     acc: np.ndarray | None = None  # model drafter: tokens a step at each position yields
     ngram: NgramIndex | None = None
     rng: np.random.Generator | None = None  # synthetic acceptance's draws
@@ -197,6 +198,9 @@ class Engine:
                 else max(content.natural_length(params, rng), (min_tokens or 0) - before)
             )
         n = max(0, min(n, max_tokens - before))
+        # cut off by max_tokens, the model would have gone on: the tokens a last step's drafts
+        # are checked against past the end (vLLM counts those accepted: Sequence.beyond)
+        more = self.spec.k if self.spec is not None and n >= max_tokens - before and tool is None and not think else 0
         if tool is not None:
             out_ids, out_words = content.tool_call(tool[0], tool[1], n, rng)
         elif params.templated:
@@ -205,18 +209,20 @@ class Engine:
                 ids,
                 words,
                 len(template.split()),
-                n,
+                n + more,
                 params,
                 content.rng_for(self.cfg.seed, "template\0" + template),
                 rng,
             )
         else:
-            out_ids, out_words = content.generate(ids, words, n, params, rng)
+            out_ids, out_words = content.generate(ids, words, n + more, params, rng)
+        beyond, out_ids, out_words = out_ids[n:], out_ids[:n], out_words[:n]
         if think:
             out_ids, out_words = (think_ids + out_ids)[:max_tokens], (think_words + out_words)[:max_tokens]
             n = before + n
         finish = "length" if n >= max_tokens else ("tool_calls" if tool is not None else "stop")
         seq = Sequence(request_id, ids, out_ids, out_words, words, finish, kind, arrival, sink)
+        seq.beyond = beyond
         if think:
             seq.reasoning_end, seq.thinking = before, before - 2
         if tool is not None:
@@ -436,10 +442,13 @@ class Engine:
         return Emission(seq, tokens, words, done, start)
 
     def _propose(self, seq: Sequence, new_tokens: list[int]) -> None:
-        """Drafts for the sequence's next step (never more than it still has to write)."""
+        """Drafts for the sequence's next step: k, also when fewer tokens are left to write (vLLM
+        schedules no partial drafts; those accepted past max_tokens are counted, not emitted),
+        within max_model_len (vLLM's scheduler caps a step there)."""
         if self.spec is None:
             return
-        seq.drafts = self.drafting.propose(seq, new_tokens, min(self._step_k, seq.remaining - 1))  # type: ignore[union-attr]
+        k = max(0, min(self._step_k, self.max_model_len - 1 - seq.context))
+        seq.drafts = self.drafting.propose(seq, new_tokens, k)  # type: ignore[union-attr]
 
     def _finish(self, seq: Sequence, now: float) -> None:
         seq.finished = True
