@@ -1,7 +1,9 @@
 """Real vLLM on this machine's CPU (docs/vllm-cpu.md, "Figures"): each CPU deployment swept at
 concurrency 1, 4 and 16 on code-edit, then per cell its output tokens per second, its speedup
-over baseline at the same concurrency, and acceptance from vLLM's own counters, with two checks
-a line each: every cell ok, and vLLM's per-request counts summing to its /metrics counters.
+over baseline at the same concurrency, acceptance from vLLM's own counters, and the client's
+accepted drafts by the written rule beside them (docs/metrics.md, "Accepted drafts"), with checks
+a line each: every cell ok, vLLM's per-request counts summing to its /metrics counters, the
+client's count by the rule equal to vLLM's counter, every baseline 0 accepted.
 
     python3 bench/vllm_cpu.py                                  # both deployments, every variant
     python3 bench/vllm_cpu.py --servers tiny-llama-vllm-cpu    # one
@@ -49,9 +51,10 @@ def fmt(x: float | None, spec: str) -> str:
 
 def table(found: dict) -> list[str]:
     rows = [
-        "| variant | concurrency | output tok/s | speedup | drafted | accepted | acceptance | mean acceptance length |"
+        "| variant | concurrency | output tok/s | speedup | drafted | accepted | acceptance | mean acceptance length "
+        "| client by rule | stream | past end | coalesced | exact |"
     ]
-    rows.append("|---|---|---|---|---|---|---|---|")
+    rows.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     base = {c: s for (v, c), (s, _) in found.items() if v == "baseline"}
     for (v, c), (s, _) in sorted(found.items(), key=lambda kv: (kv[0][0] != "baseline", kv[0])):
         sd, tput = s.get("spec_decode") or {}, s.get("output_throughput_tok_s")
@@ -60,9 +63,22 @@ def table(found: dict) -> list[str]:
         rows.append(
             f"| {v} | {c} | {fmt(tput, '.1f')} | {speedup} | {fmt(sd.get('draft_tokens'), '.0f')} | "
             f"{fmt(sd.get('accepted_tokens'), '.0f')} | {fmt(sd.get('acceptance_rate'), '.3f')} | "
-            f"{fmt(sd.get('mean_acceptance_length'), '.2f')} |"
+            f"{fmt(sd.get('mean_acceptance_length'), '.2f')} | " + " | ".join(_reconciled(s)) + " |"
         )
     return rows
+
+
+def _reconciled(s: dict) -> list[str]:
+    """The client's accepted drafts by the written rule (loadgen.measures.reconcile) and its parts."""
+    client = s.get("acceptance_client") or {}
+    rec = client.get("reconciliation") or {}
+    return [
+        fmt(rec.get("accepted_tokens"), "d"),
+        fmt(rec.get("stream_accepted_tokens"), "d"),
+        fmt((rec.get("past_end") or {}).get("tokens"), "d"),
+        fmt((rec.get("coalesced") or {}).get("tokens"), "d"),
+        {True: "yes", False: "NO", None: ""}[rec.get("exact")],
+    ]
 
 
 def checks(found: dict) -> list[str]:
@@ -74,6 +90,12 @@ def checks(found: dict) -> list[str]:
             off.append(f"{v}/c{c}")
         if sd.get("draft_tokens") is not None and sd["draft_tokens"] != fr["server_draft_tokens"].sum():
             off.append(f"{v}/c{c}")
+    inexact = [f"{v}/c{c}" for (v, c), (s, _) in found.items() if _reconciled(s)[-1] != "yes"]
+    base_acc = [
+        f"c{c}"
+        for (v, c), (s, _) in found.items()
+        if v == "baseline" and (s.get("acceptance_client") or {}).get("accepted_tokens")
+    ]
     bound = [key for key, (s, _) in found.items() if s.get("client_bound")]
     why = [r.split(" p99")[0] for key in bound for r in found[key][0].get("self_check", {}).get("reasons", [])]
     return [
@@ -81,6 +103,12 @@ def checks(found: dict) -> list[str]:
         "per-request SD counts sum to /metrics in every SD cell"
         if not off
         else f"per-request SD counts differ from /metrics: {', '.join(sorted(set(off)))}",
+        "the client's accepted drafts by the rule = vLLM's counter in every cell"
+        if not inexact
+        else f"by the rule != vLLM's counter (or no counter): {', '.join(sorted(inexact))}",
+        "every baseline cell: 0 accepted"
+        if not base_acc
+        else f"baseline cells with accepted drafts: {', '.join(base_acc)}",
         f"client_bound: {len(bound)} of {len(found)} cells"
         + (f" (the most often: {max(set(why), key=why.count)})" if why else ""),
     ]

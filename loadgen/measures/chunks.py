@@ -131,7 +131,9 @@ def chunk_figures(
 ) -> ChunkFigures:
     """Every per-chunk figure of `rows` (`measured` and `ok`: which rows count, by position)."""
     out = ChunkFigures(
-        row_accepted=np.zeros(rows.n, np.int64), row_steps=np.zeros(rows.n, np.int64), row_last_step=np.zeros(rows.n, np.int64)
+        row_accepted=np.zeros(rows.n, np.int64),
+        row_steps=np.zeros(rows.n, np.int64),
+        row_last_step=np.zeros(rows.n, np.int64),
     )
     at, lag = np.asarray(lag_at_ns, dtype=np.int64), np.asarray(lag_ns, dtype=np.int64)
     who = None if lag_worker is None else np.asarray(lag_worker, dtype=np.int64)
@@ -215,7 +217,9 @@ def _first_pass(out, batch, start, measured, ok, window, per_worker) -> None:
     out.step_count += int(steps.size)
     out.step_tokens += int(steps.sum())
     later = ~sfirst
-    out.row_accepted[start : start + rows] = np.bincount(srid[later], weights=s[later] - 1, minlength=rows).astype(np.int64)
+    out.row_accepted[start : start + rows] = np.bincount(srid[later], weights=s[later] - 1, minlength=rows).astype(
+        np.int64
+    )
     out.row_steps[start : start + rows] = np.bincount(srid[later], minlength=rows)
     last = np.zeros(rows, np.int64)
     last[slen > 0] = s[soff[1:][slen > 0] - 1]

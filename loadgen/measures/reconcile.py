@@ -104,7 +104,9 @@ def reconcile(rows, chunks, measured: np.ndarray, spec_decode: dict | None, serv
         "server_counter": counter,
         "server_per_request": int(server_acc[reported & seen].sum()) if reported.any() else None,
         "exact": None if counter is None else client == counter,
-        "differences": _differences(source, client, counter, past, coal, other, seen, ok, reported, last, finish, k, stream),
+        "differences": _differences(
+            source, client, counter, past, coal, other, seen, ok, reported, last, finish, k, stream
+        ),
     }
     return {"measured": figure, "reconciliation": out}
 
@@ -158,7 +160,9 @@ def _differences(source, client, counter, past, coal, other, seen, ok, reported,
         )
     broken = seen & ~ok
     if broken.any() and counter is not None and counter != client:
-        lines.append(f"{int(broken.sum())} requests failed or were cancelled: the server may count drafts they never streamed")
+        lines.append(
+            f"{int(broken.sum())} requests failed or were cancelled: the server may count drafts they never streamed"
+        )
     return lines
 
 

@@ -346,8 +346,11 @@ class EmulatorAPI:
                     return
                 if held:
                     em = Emission(
-                        em.seq, [t for h in held for t in h.tokens] + em.tokens,
-                        [w for h in held for w in h.words] + em.words, em.finished, held[0].start,
+                        em.seq,
+                        [t for h in held for t in h.tokens] + em.tokens,
+                        [w for h in held for w in h.words] + em.words,
+                        em.finished,
+                        held[0].start,
                     )
                     held.clear()
             seq = em.seq
