@@ -10,6 +10,7 @@ time (`sweep --virtual`), where no machine can distort them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +58,13 @@ def test_per_request_sd_metrics_are_recorded_and_reported(sweep):
             m = frame[frame["ok"] & ~frame["warmup"]]
             al = m["server_acceptance_length"].dropna()
             assert len(al) == len(m) == N  # every request carried its metrics
-            assert (m["server_accepted_tokens"] == [sum(n - 1 for n in list(t)[1:]) for t in m["chunk_tokens"]]).all()
+            # per request: the streamed drafts plus those accepted past max_tokens (at most k)
+            streamed = np.array([sum(n - 1 for n in list(t)[1:]) for t in m["chunk_tokens"]])
+            s = json.loads((sweep / "cells" / variant / workload / "c4" / "summary.json").read_text())
+            past = m["server_accepted_tokens"].to_numpy() - streamed
+            assert ((past >= 0) & (past <= len(s["spec_decode"]["per_position"]))).all()
+            rec = s["acceptance_client"]["reconciliation"]
+            assert rec["exact"] and rec["past_end"]["tokens"] == past.sum()
             row = per.loc[(workload, variant)]
             assert row["server_al_requests"] == N
             assert row["server_al_mean_of_requests"] == pytest.approx(al.mean())

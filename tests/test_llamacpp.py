@@ -155,6 +155,11 @@ def test_what_the_client_measured_agrees_with_the_servers_counters(deployment, v
             # its prompt) has no burst, its chunks are its steps (so the run's source may be mixed)
             accepted = frame["server_accepted_tokens"].fillna(0) > 0
             assert accepted.any() and (frame.loc[accepted, "steps_source"] == "bursts").all()
+            assert client["stream_accepted_tokens"] == pytest.approx(sd["accepted_tokens"], rel=0.10)
+            # by the rule the per-request counts decide: each request's extra or missing burst tokens named
+            rec = client["reconciliation"]
+            assert rec["source"] == "per_request" and rec["server_counter"] == sd["accepted_tokens"]
+            assert rec["accepted_tokens"] + rec["unexplained"]["tokens"] >= sd["accepted_tokens"]
             assert client["accepted_tokens"] == pytest.approx(sd["accepted_tokens"], rel=0.10)
             pooled_drafts += sd["drafts"]
             pooled_per_pos = [a + p * sd["drafts"] for a, p in zip(pooled_per_pos, sd["per_position"])]

@@ -52,7 +52,7 @@ def reconcile(rows, chunks, measured: np.ndarray, spec_decode: dict | None, serv
     last = chunks.row_last_step
     reported = ~np.isnan(rows.array("server_accepted_tokens", float))
     server_acc = np.nan_to_num(rows.array("server_accepted_tokens", float)).astype(np.int64)
-    finish = rows.col("finish_reason").fillna("").to_numpy(dtype=object).astype(str)
+    finish = rows.col("finish_reason").astype(object).fillna("").to_numpy().astype(str)  # categorical, with gaps
     ok = rows.array("ok").astype(bool)
     k = len(spec_decode["per_position"]) if spec_decode and spec_decode.get("per_position") else None
     drafts = (spec_decode or {}).get("drafts")

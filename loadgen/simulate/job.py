@@ -70,6 +70,7 @@ class Simulated:
             },
             **job.config,
         )
+        engine_side = engine_figures(result, self.wall_s)
         s = summarize(
             self.frame,
             ([], []),
@@ -77,8 +78,9 @@ class Simulated:
             goodput=job.objectives,
             load_info=result.run.load_info,
             steady=job.steady_state,
+            server_figures=engine_side,  # the client's acceptance reconciled with the engine's counts
         )
-        s.update(engine_figures(result, self.wall_s))
+        s.update(engine_side)
         return s
 
 

@@ -59,6 +59,9 @@ def simulate_cell(plan: Plan, cell: Cell, workload, argv) -> RunOutcome:
         time_scale=1.0,
         started_unix=started,
     )
-    summary = summarize(frame, ([], []), config=config, load_info=result.run.load_info, goodput=plan.goodput)
-    summary.update(engine_figures(result, time.monotonic() - wall))
+    engine_side = engine_figures(result, time.monotonic() - wall)
+    summary = summarize(
+        frame, ([], []), config=config, load_info=result.run.load_info, goodput=plan.goodput, server_figures=engine_side
+    )
+    summary.update(engine_side)
     return RunOutcome(frame, summary, result.run)

@@ -400,6 +400,8 @@ class Engine:
         if drafts <= 0:
             return 0
         accepted = self._accepted(seq, drafts)
+        if seq.finish_reason != "length":  # the model's end of sequence: no draft after it is accepted
+            accepted = min(accepted, seq.remaining - 1)
         if seq.sd is not None:
             seq.sd.observe(drafts, accepted)
         stats = self.stats
