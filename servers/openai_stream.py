@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 DONE = b"data: [DONE]\n\n"
+SYSTEM_FINGERPRINT = "loadgen-emulator"  # vLLM: "vllm-VERSION-HASH"; a string, as a client may read it
 _dumps = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps' own encoder, without its lookups
 
 
@@ -55,6 +56,8 @@ class StreamRenderer:
     logprobs: Callable[[list[int], str, int], dict] | None = None
     # a reasoning parser is set: usage carries completion_tokens_details.reasoning_tokens
     reasoning_details: bool = False
+    # vLLM stamps system_fingerprint on the finish chunk when no usage chunk follows it
+    finish_fingerprint: str | None = None
     _chars: int = 0  # text characters streamed so far (completions' text_offset)
     _parts: tuple | None = None  # the chunk template: before the text, between text and reason, ...
 
@@ -70,6 +73,13 @@ class StreamRenderer:
         """The usage object; with a reasoning parser, its reasoning count too."""
         return usage(self.prompt_tokens, completion_tokens, reasoning_tokens if self.reasoning_details else None)
 
+    def _chunk_usage(self, completion_tokens: int, reasoning_tokens: int) -> dict:
+        """continuous_usage_stats' usage on a chunk: vLLM's chat chunks add completion_tokens_details."""
+        u = self._usage(completion_tokens, reasoning_tokens)
+        if self.chat:
+            u.setdefault("completion_tokens_details", None)
+        return u
+
     def role(self) -> bytes:
         """The chat stream's first event: the assistant role, no tokens."""
         payload = self._base()
@@ -77,10 +87,12 @@ class StreamRenderer:
             {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
         ]
         if self.continuous_usage:
-            payload["usage"] = self._usage(0, 0)
-        if self.return_token_ids:
-            payload["prompt_token_ids"] = self.prompt_token_ids
-            self.prompt_token_ids = None
+            payload["usage"] = self._chunk_usage(0, 0)
+        payload["prompt_token_ids"] = (
+            self.prompt_token_ids if self.return_token_ids else None
+        )  # vLLM: null unless asked
+        payload["prompt_text"] = None
+        self.prompt_token_ids = None
         return sse(payload)
 
     def chunk(
@@ -94,6 +106,8 @@ class StreamRenderer:
         """One engine step's tokens; `completion_tokens` is the running total after it."""
         if self.return_token_ids or self.logprobs is not None or self.reasoning_details:  # the whole object
             return self.chunk_object(text, completion_tokens, finish_reason, token_ids, reasoning_tokens)
+        if finish_reason is not None and (self.chat or self.finish_fingerprint):  # vLLM: the finish chunk's own fields
+            return self.chunk_object(text, completion_tokens, finish_reason, token_ids, reasoning_tokens)
         parts = self._parts
         if parts is None:
             parts = self._parts = self._template()
@@ -102,10 +116,11 @@ class StreamRenderer:
         out = head + _dumps(text).encode() + mid + reason + tail
         if self.continuous_usage:
             p = self.prompt_tokens
-            out += b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
+            out += b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%s}' % (
                 p,
                 p + completion_tokens,
                 completion_tokens,
+                b',"completion_tokens_details":null' if self.chat else b"",
             )
         return out + b"}\n\n"
 
@@ -114,7 +129,7 @@ class StreamRenderer:
         marker_text, marker_reason = "\x00TEXT\x00", "\x00REASON\x00"
         saved, self.continuous_usage = self.continuous_usage, False
         try:
-            whole = self.chunk_object(marker_text, 0, marker_reason).decode()
+            whole = self.chunk_object(marker_text, 0, marker_reason, finished=False).decode()
         finally:
             self.continuous_usage = saved
         head, rest = whole.split(_dumps(marker_text), 1)
@@ -129,26 +144,35 @@ class StreamRenderer:
         finish_reason: str | None,
         token_ids: list[int] | None = None,
         reasoning_tokens: int = 0,
+        finished: bool | None = None,
     ) -> bytes:
-        """`chunk`, rendered from the whole object."""
+        """`chunk`, rendered from the whole object. As vLLM 0.32 writes it: a chat choice's
+        `stop_reason` on its finish chunk only, a completion's on every chunk, `token_ids` (and a
+        completion's `prompt_token_ids`) null unless return_token_ids asks for them."""
         payload = self._base()
         lp = None
         if self.logprobs is not None:
             lp = self.logprobs(token_ids or [], text, self._chars)
             self._chars += len(text)
+        ids = (token_ids or []) if self.return_token_ids else None
         if self.chat:
             choice = {"index": 0, "delta": {"content": text}, "logprobs": lp, "finish_reason": finish_reason}
+            if finish_reason is not None if finished is None else finished:
+                choice["stop_reason"] = None
         else:
             choice = {"index": 0, "text": text, "logprobs": lp, "finish_reason": finish_reason, "stop_reason": None}
-        if self.return_token_ids:
-            if self.prompt_token_ids is not None:  # completions: the first chunk carries them
-                choice["prompt_token_ids"] = self.prompt_token_ids
-                self.prompt_token_ids = None
-            choice["token_ids"] = token_ids or []
+            choice["prompt_token_ids"] = self.prompt_token_ids  # the first chunk's, when asked for
+            self.prompt_token_ids = None
+        choice["token_ids"] = ids
         payload["choices"] = [choice]
+        self._stamp(payload, finish_reason if finished is None else finished)
         if self.continuous_usage:
-            payload["usage"] = self._usage(completion_tokens, reasoning_tokens)
+            payload["usage"] = self._chunk_usage(completion_tokens, reasoning_tokens)
         return sse(payload)
+
+    def _stamp(self, payload: dict, finished) -> None:
+        if finished and self.finish_fingerprint is not None:
+            payload["system_fingerprint"] = self.finish_fingerprint
 
     def delta_chunk(
         self,
@@ -162,11 +186,13 @@ class StreamRenderer:
         parser makes it (servers/emulator/chat.py)."""
         payload = self._base()
         choice: dict = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        if self.return_token_ids:
-            choice["token_ids"] = token_ids or []
+        if finish_reason is not None:
+            choice["stop_reason"] = None
+        choice["token_ids"] = (token_ids or []) if self.return_token_ids else None
         payload["choices"] = [choice]
+        self._stamp(payload, finish_reason)
         if self.continuous_usage:
-            payload["usage"] = self._usage(completion_tokens, reasoning_tokens)
+            payload["usage"] = self._chunk_usage(completion_tokens, reasoning_tokens)
         return sse(payload)
 
     def final_usage(self, completion_tokens: int, metrics: dict | None = None, reasoning_tokens: int = 0) -> bytes:
@@ -174,14 +200,16 @@ class StreamRenderer:
         payload = self._base()
         payload["choices"] = []
         payload["usage"] = self._usage(completion_tokens, reasoning_tokens)
+        payload["system_fingerprint"] = SYSTEM_FINGERPRINT
         if metrics:
             payload["metrics"] = metrics
         return sse(payload)
 
 
-def error_body(message: str, err_type: str, code: int) -> dict:
-    """OpenAI/vLLM error object, as returned with a 4xx/5xx status or as a stream event."""
-    return {"error": {"message": message, "type": err_type, "param": None, "code": code}}
+def error_body(message: str, err_type: str, code: int, param: str | None = None) -> dict:
+    """OpenAI/vLLM error object, as returned with a 4xx/5xx status or as a stream event
+    (`param`: the request field it is about, as vLLM names it)."""
+    return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
 
 
 def prompt_text(body: dict, chat: bool) -> str | None:

@@ -20,15 +20,27 @@ from servers.emulator.metrics import CONTENT_TYPE, render
 from servers.emulator.realtime import RealtimeDriver
 from servers.emulator.timeline import TimeScaleError
 from servers.http import HttpConnection, HttpRequest
-from servers.openai_stream import DONE, StreamRenderer, error_body, usage
+from servers.openai_stream import DONE, SYSTEM_FINGERPRINT, StreamRenderer, error_body, usage
 
 log = logging.getLogger("loadgen.emulator")
 
 
 class BadRequest(ValueError):
-    def __init__(self, message: str, status: int = 400, err_type: str = "BadRequestError") -> None:
+    """A refused request, as vLLM answers it: `param` names the field (vLLM's `error.param`)."""
+
+    def __init__(
+        self, message: str, status: int = 400, err_type: str = "BadRequestError", param: str | None = None
+    ) -> None:
         super().__init__(message)
-        self.status, self.err_type = status, err_type
+        self.status, self.err_type, self.param = status, err_type, param
+
+
+def invalid(field: str, kind: str, msg: str, value) -> BadRequest:
+    """A body field of the wrong type, as vLLM's request model (pydantic) refuses it: type
+    "Bad Request", param `body.FIELD`, the validation error as the message."""
+    shown = value if isinstance(value, (str, int, float, bool)) or value is None else f"<{type(value).__name__}>"
+    detail = {"type": kind, "loc": f"body.{field}", "msg": msg, "input": shown}
+    return BadRequest(f"1 validation error:\n  {detail}", 400, "Bad Request", f"body.{field}")
 
 
 def _json(conn: HttpConnection, status: int, obj) -> None:
@@ -40,9 +52,9 @@ def _number(body: dict, key: str, lo: float | None = None, hi: float | None = No
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise BadRequest(f"{key} must be a number, got {v!r}")
+        raise invalid(key, "float_parsing", "Input should be a valid number", v)
     if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise BadRequest(f"{key} must be in [{lo}, {hi}], got {v}")
+        raise BadRequest(f"{key} must be in [{lo}, {hi}], got {v}. (parameter={key}, value={v})", param=key)
     return v
 
 
@@ -50,8 +62,10 @@ def _int(body: dict, key: str, lo: int):
     v = body.get(key)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise BadRequest(f"{key} must be an integer >= {lo}, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise invalid(key, "int_parsing", "Input should be a valid integer", v)
+    if v < lo:
+        raise BadRequest(f"{key} must be at least {lo}, got {v}. (parameter={key}, value={v})", param=key)
     return v
 
 
@@ -82,6 +96,23 @@ class EmulatorAPI:
         self.created = int(time.time())
         self._ids = itertools.count()
         self._requests = itertools.count()
+
+    def _permission(self) -> dict:
+        """vLLM's ModelPermission, with its defaults."""
+        return {
+            "id": f"modelperm-{uuid.uuid4().hex[:16]}",
+            "object": "model_permission",
+            "created": self.created,
+            "allow_create_engine": False,
+            "allow_sampling": True,
+            "allow_logprobs": True,
+            "allow_search_indices": False,
+            "allow_view": True,
+            "allow_fine_tuning": False,
+            "organization": "*",
+            "group": None,
+            "is_blocking": False,
+        }
 
     async def handle(self, req: HttpRequest, conn: HttpConnection) -> None:
         path = req.path
@@ -120,6 +151,7 @@ class EmulatorAPI:
                             "root": self.model,
                             "parent": None,
                             "max_model_len": self.driver.engine.max_model_len,
+                            "permission": [self._permission()],
                         }
                         for name in self.served
                     ],
@@ -133,7 +165,7 @@ class EmulatorAPI:
             try:
                 return await self._complete(req, conn, chat=path.endswith("chat/completions"))
             except BadRequest as e:
-                return _json(conn, e.status, error_body(str(e), e.err_type, e.status))
+                return _json(conn, e.status, error_body(str(e), e.err_type, e.status, e.param))
         _json(conn, 404, error_body(f"Not Found: {req.method} {path}", "NotFoundError", 404))
 
     def _clock(self, req: HttpRequest, conn: HttpConnection) -> None:
@@ -169,11 +201,23 @@ class EmulatorAPI:
         try:
             body = json.loads(req.body)
         except (ValueError, UnicodeDecodeError) as e:
-            raise BadRequest(f"request body is not valid JSON: {e}") from None
+            at = getattr(e, "pos", 0)  # vLLM (pydantic): the character where decoding failed
+            detail = {
+                "type": "json_invalid",
+                "loc": f"body.{at}",
+                "msg": "JSON decode error",
+                "input": "<dict of 0 items>",
+            }
+            raise BadRequest(f"1 validation error:\n  {detail}", 400, "Bad Request", f"body.{at}") from None
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
         if body.get("model") not in self.served:
-            raise BadRequest(f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError")
+            raise BadRequest(
+                f"The model `{body.get('model')}` does not exist. Valid aliases: {', '.join(self.served)}.",
+                404,
+                "NotFoundError",
+                "model",
+            )
         if chat:
             msgs = body.get("messages")
             if (
@@ -181,7 +225,9 @@ class EmulatorAPI:
                 or not msgs
                 or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in msgs)
             ):
-                raise BadRequest("messages must be a non-empty list of {role, content} objects")
+                if msgs is None:
+                    raise invalid("messages", "missing", "Field required", f"<dict of {len(body)} items>")
+                raise BadRequest("messages must be a non-empty list of {role, content} objects", param="messages")
             text = chatting.tools_text(body) + chat_prompt(msgs)
         else:
             prompt = body.get("prompt")
@@ -194,10 +240,13 @@ class EmulatorAPI:
             text = prompt
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
-            raise BadRequest(f"stream must be a boolean, got {stream!r}")
+            raise invalid("stream", "bool_parsing", "Input should be a valid boolean", stream)
         opts = body.get("stream_options")
         if opts is not None and not stream:
-            raise BadRequest("Stream options can only be defined when `stream=True`.")
+            raise BadRequest(
+                "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
+                param="stream_options",
+            )
         if opts is not None and not isinstance(opts, dict):
             raise BadRequest("stream_options must be an object")
         max_tokens = _int(body, "max_tokens", 1)
@@ -212,10 +261,10 @@ class EmulatorAPI:
             raise BadRequest(f"min_tokens ({min_tokens}) must be <= max_tokens ({max_tokens})")
         ignore_eos = body.get("ignore_eos", False)
         if not isinstance(ignore_eos, bool):
-            raise BadRequest(f"ignore_eos must be a boolean, got {ignore_eos!r}")
+            raise invalid("ignore_eos", "bool_parsing", "Input should be a valid boolean", ignore_eos)
         return_ids = body.get("return_token_ids", False)
         if not isinstance(return_ids, bool):
-            raise BadRequest(f"return_token_ids must be a boolean, got {return_ids!r}")
+            raise invalid("return_token_ids", "bool_parsing", "Input should be a valid boolean", return_ids)
         interval = _int(body, "stream_interval", 1)
         try:
             logprobs = parity.requested(body, chat)
@@ -267,6 +316,7 @@ class EmulatorAPI:
                 think=p["think"],
                 thinking_budget=p["budget"],
                 tool=p["tool"],
+                max_tokens_param=p["max_tokens"],
             )
         except EngineError as e:
             raise BadRequest(str(e)) from None
@@ -292,26 +342,7 @@ class EmulatorAPI:
                 msg = chatting.message(seq)
             else:
                 msg = {"role": "assistant", "content": text}
-            choice = (
-                {"index": 0, "message": msg, "finish_reason": seq.finish_reason}
-                if chat
-                else {"index": 0, "text": text, "finish_reason": seq.finish_reason}
-            )
-            whole = {
-                "id": rid,
-                "object": "chat.completion" if chat else "text_completion",
-                "created": int(time.time()),
-                "model": p["model"],
-                "choices": [choice],
-                "usage": usage(len(seq.prompt), seq.emitted, seq.reasoning_tokens if p["reasoning"] else None),
-            }
-            if seq.sd is not None:  # --per-request-spec-decode-metrics: on the response, as vLLM
-                whole["metrics"] = {"speculative_decoding": seq.sd.to_dict()}
-            if p["logprobs"] is not None:  # emulated values (parity.py)
-                choice["logprobs"] = parity.block(seq.output[: seq.emitted], state["words"], p["logprobs"], chat)
-            if p["return_token_ids"]:  # vLLM: the prompt's ids on the response (chat) or choice
-                choice["token_ids"] = list(seq.output[: seq.emitted])
-                (whole if chat else choice)["prompt_token_ids"] = list(seq.prompt)
+            whole = whole_response(rid, chat, p, seq, state["words"], msg if chat else text)
             _json(conn, 200, whole)
 
     @staticmethod
@@ -366,6 +397,7 @@ class EmulatorAPI:
                         prompt_token_ids=list(seq.prompt) if p["return_token_ids"] else None,
                         return_token_ids=p["return_token_ids"],
                         reasoning_details=p.get("reasoning", False),
+                        finish_fingerprint=None if include_usage else SYSTEM_FINGERPRINT,
                         logprobs=None
                         if p["logprobs"] is None
                         else (lambda ids, text, at: parity.block(ids, text.split(" ")[1:], p["logprobs"], chat, at)),
@@ -402,3 +434,45 @@ class EmulatorAPI:
                     done.set_result(None)
 
         return sink
+
+
+def whole_response(rid: str, chat: bool, p: dict, seq, words: list[str], answer) -> dict:
+    """A response when not streaming, as vLLM 0.32 writes one: every field its response model
+    has, null where it has no value (servers/conformance.py compares them with real vLLM)."""
+    ids = list(seq.output[: seq.emitted]) if p["return_token_ids"] else None
+    lp = None if p["logprobs"] is None else parity.block(seq.output[: seq.emitted], words, p["logprobs"], chat)
+    if chat:
+        msg = {"role": "assistant", "content": None, **answer}
+        for k in ("refusal", "annotations", "audio", "function_call", "reasoning"):
+            msg.setdefault(k, None)
+        choice: dict = {"index": 0, "message": msg, "logprobs": lp, "finish_reason": seq.finish_reason}
+    else:
+        choice = {"index": 0, "text": answer, "logprobs": lp, "finish_reason": seq.finish_reason}
+    choice.update(stop_reason=None, token_ids=ids)
+    if not chat:
+        choice.update(prompt_logprobs=None, prompt_token_ids=list(seq.prompt) if ids is not None else None)
+    choice["routed_experts"] = None
+    u = usage(len(seq.prompt), seq.emitted, seq.reasoning_tokens if p["reasoning"] else None)
+    u = {**u, "prompt_tokens_details": None, "completion_tokens_details": u.get("completion_tokens_details")}
+    whole: dict = {
+        "id": rid,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": p["model"],
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "usage": u,
+    }
+    if chat:
+        whole.update(
+            prompt_logprobs=None, prompt_token_ids=list(seq.prompt) if ids is not None else None, prompt_text=None
+        )
+    whole.update(kv_transfer_params=None, ec_transfer_params=None)
+    if seq.sd is not None:  # --per-request-spec-decode-metrics: on the response, as vLLM
+        sd = seq.sd.to_dict()
+        sd.setdefault("per_step_accepted", None)
+        sd.setdefault("per_step_drafted", None)
+        timing = ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms", "tokens_per_second")
+        whole["metrics"] = {**dict.fromkeys(timing), "speculative_decoding": sd}
+    return whole

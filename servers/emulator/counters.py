@@ -77,6 +77,8 @@ REQUEST_BUCKETS = (
     7680.0,
 )
 TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
+N_BUCKETS = (1, 2, 5, 10, 20)  # vLLM's request_params_n
+PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)  # vLLM's request_num_preemptions
 LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
@@ -104,6 +106,8 @@ class EngineStats:
     preemptions: int = 0
     prefix_queries: int = 0  # prompt tokens looked up in the prefix cache ...
     prefix_hits: int = 0  # ... and found there
+    prompt_computed: int = 0  # prompt tokens prefilled (vLLM's prompt_tokens_by_source local_compute) ...
+    prompt_cached: int = 0  # ... and read from the prefix cache (local_cache_hit; prompt_tokens_cached)
     request_success: Counter = field(default_factory=Counter)  # by finished_reason
     spec_drafts: int = 0  # verification steps (per request) that carried drafts
     spec_draft_tokens: int = 0
@@ -123,6 +127,12 @@ class EngineStats:
     request_prompt_tokens: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
     request_generation_tokens: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
     iteration_tokens: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
+    inference: Histogram = field(default_factory=lambda: Histogram(REQUEST_BUCKETS))  # RUNNING phase
+    max_generation_tokens: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))  # n = 1: generated
+    params_n: Histogram = field(default_factory=lambda: Histogram(N_BUCKETS))
+    params_max_tokens: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))  # when the request set it
+    request_preemptions: Histogram = field(default_factory=lambda: Histogram(PREEMPTION_BUCKETS))
+    prefill_computed: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))  # prompt less cached
     # the real-time driver's check on itself (servers/emulator/realtime.py), in emulated time
     lag: Histogram = field(default_factory=lambda: Histogram(LAG_BUCKETS))  # chunks written late
     slowdown: float = 1.0  # actual / modeled step time, recent steps

@@ -83,6 +83,9 @@ class Sequence:
     thinking: int = 0
     tool_call: tuple[str, str] | None = None  # the answer is a call of this tool (name, call id)
     first_scheduled: float | None = None
+    max_tokens_param: int | None = None  # max_tokens as the request set it (vLLM's histogram of it)
+    cached: int = 0  # prompt tokens its latest admission found in the prefix cache
+    preemptions: int = 0
     first_token: float | None = None
     last_token: float | None = None
     finished: bool = False
@@ -168,10 +171,12 @@ class Engine:
         think: bool = False,
         thinking_budget: int | None = None,
         tool: tuple[str, str, str] | None = None,
+        max_tokens_param: int | None = None,
     ) -> Sequence:
         """A request. `think`: the model thinks first (a chat request to a reasoning model),
         at most `thinking_budget` tokens (vLLM's thinking_token_budget); `tool`: its answer is
-        a call of that tool (name, argument, call id) rather than text."""
+        a call of that tool (name, argument, call id) rather than text; `max_tokens_param`:
+        max_tokens as the request set it (None: the server's default)."""
         words, ids = content.tokenize(prompt_text)
         if len(ids) + max_tokens > self.max_model_len:
             raise EngineError(
@@ -222,7 +227,7 @@ class Engine:
             n = before + n
         finish = "length" if n >= max_tokens else ("tool_calls" if tool is not None else "stop")
         seq = Sequence(request_id, ids, out_ids, out_words, words, finish, kind, arrival, sink)
-        seq.beyond = beyond
+        seq.beyond, seq.max_tokens_param = beyond, max_tokens_param
         if think:
             seq.reasoning_end, seq.thinking = before, before - 2
         if tool is not None:
@@ -327,6 +332,7 @@ class Engine:
             if self.prefix_cache is not None and not seq.computed:
                 self.stats.prefix_queries += len(seq.prompt)
                 self.stats.prefix_hits += cached
+                seq.cached = cached
             if cached:  # its prompt's cached blocks: their KV is there, not computed again
                 seq.computed += cached
                 self._kv_used += cached
@@ -430,6 +436,8 @@ class Engine:
             if self.prefix_cache is not None:  # the prompt's blocks are computed: cached
                 self.prefix_cache.insert(seq.prompt_words)
             stats.prompt_tokens += len(seq.prompt)
+            stats.prompt_cached += seq.cached
+            stats.prompt_computed += len(seq.prompt) - seq.cached
             stats.ttft.observe(now - seq.arrival)
             stats.queue.observe((seq.first_scheduled or now) - seq.arrival)
             stats.prefill.observe(now - (seq.first_scheduled or now))
@@ -466,6 +474,13 @@ class Engine:
         stats.decode.observe(now - seq.first_token)  # type: ignore[operator]  # it emitted before finishing
         stats.request_prompt_tokens.observe(len(seq.prompt))
         stats.request_generation_tokens.observe(seq.emitted)
+        stats.inference.observe(now - (seq.first_scheduled or now))
+        stats.max_generation_tokens.observe(seq.emitted)
+        stats.params_n.observe(1)
+        stats.request_preemptions.observe(seq.preemptions)
+        stats.prefill_computed.observe(len(seq.prompt) - seq.cached)
+        if seq.max_tokens_param:
+            stats.params_max_tokens.observe(seq.max_tokens_param)
         if seq.emitted > 1:
             stats.tpot.observe((now - seq.first_token) / (seq.emitted - 1))  # type: ignore[operator]
         if seq.trace is not None and self.trace_sink is not None:
@@ -475,6 +490,7 @@ class Engine:
         self.running.remove(seq)
         self._kv_used -= seq.computed
         seq.computed = 0
+        seq.preemptions += 1
         self.waiting.appendleft(seq)
         self.stats.preemptions += 1
 

@@ -1,6 +1,8 @@
 """`/metrics` as vLLM serves it: the names, labels (`model_name`, `engine`) and histogram
 buckets of ../shared/reference/vllm.md, rendered by prometheus-client from the engine's exact
-statistics. Counters carry `_created` samples, as vLLM's do. Always the plain-text exposition
+statistics. Counters and histograms carry `_created` samples, as vLLM's do; families vLLM
+exports for parts the emulator has not (multimodal and external KV caches, admission limits,
+sleep) are there at their idle values, so a dashboard's query finds them. Always the plain-text exposition
 format, so colons survive whatever a scraper asks for (the OpenMetrics escaping trap)."""
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.samples import Sample
 
 from servers.emulator.counters import EngineStats, Histogram
 
@@ -28,10 +31,30 @@ _HISTOGRAMS = {
     "request_prompt_tokens": ("vllm:request_prompt_tokens", "Number of prefill tokens processed."),
     "request_generation_tokens": ("vllm:request_generation_tokens", "Number of generation tokens processed."),
     "iteration_tokens": ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step."),
+    "inference": ("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request."),
+    "max_generation_tokens": (
+        "vllm:request_max_num_generation_tokens",
+        "Histogram of maximum number of requested generation tokens.",
+    ),
+    "params_n": ("vllm:request_params_n", "Histogram of the n request parameter."),
+    "params_max_tokens": ("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter."),
+    "request_preemptions": (
+        "vllm:request_num_preemptions",
+        "Histogram of the number of times a request was preempted.",
+    ),
+    "prefill_computed": (
+        "vllm:request_prefill_kv_computed_tokens",
+        "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+    ),
 }
+# vLLM's label values for its labelled families (vllm/v1/metrics/loggers.py, 0.32)
+WAITING_REASONS = ("capacity", "deferred")
+SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
+ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
+CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 
 
-def _histogram(name: str, doc: str, labels: dict, h: Histogram) -> HistogramMetricFamily:
+def _histogram(name: str, doc: str, labels: dict, h: Histogram, created: float | None = None) -> HistogramMetricFamily:
     fam = HistogramMetricFamily(name, doc, labels=list(labels))
     cumulative, buckets = 0, []
     for le, n in zip(h.buckets, h.counts):
@@ -39,6 +62,8 @@ def _histogram(name: str, doc: str, labels: dict, h: Histogram) -> HistogramMetr
         buckets.append((repr(float(le)), cumulative))
     buckets.append(("+Inf", h.count))
     fam.add_metric(list(labels.values()), buckets, sum_value=h.total)
+    if created is not None:  # as prometheus-client's own Histogram writes it
+        fam.samples.append(Sample(f"{name}_created", dict(labels), created))
     return fam
 
 
@@ -57,6 +82,49 @@ class VllmCollector:
         fam = CounterMetricFamily(name, doc, labels=list(labels))
         fam.add_metric(list(labels.values()), value, created=self._created)
         return fam
+
+    def _by(self, cls, name: str, doc: str, label: str, values: dict, labels: dict | None = None):
+        """A family with one more label (`label`), a sample per value of it."""
+        base = self._labels if labels is None else labels
+        fam = cls(name, doc, labels=[*base, label])
+        for v, x in values.items():
+            if cls is CounterMetricFamily:
+                fam.add_metric([*base.values(), v], x, created=self._created)
+            else:
+                fam.add_metric([*base.values(), v], x)
+        return fam
+
+    def _idle(self, s: EngineStats):
+        """vLLM's families for what it has and the emulator has not, or does not limit."""
+        yield self._by(
+            GaugeMetricFamily,
+            "vllm:num_requests_waiting_by_reason",
+            "Number of waiting requests by reason.",
+            "reason",
+            {"capacity": s.waiting, "deferred": 0},
+        )
+        yield self._by(
+            GaugeMetricFamily,
+            "vllm:engine_sleep_state",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake.",
+            "sleep_state",
+            {state: int(state == "awake") for state in SLEEP_STATES},
+        )
+        yield self._by(
+            CounterMetricFamily,
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            "reason",
+            dict.fromkeys(ADMISSION_REASONS, 0),
+            labels={"model_name": self._labels["model_name"]},  # vLLM: no engine label on this one
+        )
+        for name, doc in (
+            ("vllm:external_prefix_cache_queries", "External prefix cache queries from KV connector."),
+            ("vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector."),
+            ("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items."),
+            ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items."),
+        ):
+            yield self._counter(name, doc, 0)
 
     def collect(self):
         s = self._stats()
@@ -99,6 +167,23 @@ class VllmCollector:
             g.add_metric(lv, value)
             yield g
         yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens)
+        yield self._by(
+            CounterMetricFamily,
+            "vllm:prompt_tokens_by_source",
+            "Number of prompt tokens by source.",
+            "source",
+            {"local_compute": s.prompt_computed, "local_cache_hit": s.prompt_cached, "external_kv_transfer": 0},
+        )
+        yield self._counter(
+            "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).", s.prompt_cached
+        )
+        yield self._by(
+            CounterMetricFamily,
+            "vllm:prompt_tokens_cached_by_source",
+            "Prefix-cache hit tokens by the cache tier that supplied them.",
+            "source",
+            {src: s.prefix_hits if src == "device" else 0 for src in CACHE_HIT_SOURCES},
+        )
         yield self._counter("vllm:generation_tokens", "Number of generation tokens processed.", s.generation_tokens)
         yield self._counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", s.preemptions)
         yield self._counter(
@@ -129,8 +214,9 @@ class VllmCollector:
             for pos, n in enumerate(s.spec_accepted_per_pos):
                 per_pos.add_metric([*lv, str(pos)], n, created=self._created)
             yield per_pos
+        yield from self._idle(s)
         for attr, (name, doc) in _HISTOGRAMS.items():
-            yield _histogram(name, doc, self._labels, getattr(s, attr))
+            yield _histogram(name, doc, self._labels, getattr(s, attr), self._created)
 
 
 def registry(collector: VllmCollector) -> CollectorRegistry:
