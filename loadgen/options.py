@@ -116,6 +116,7 @@ class SweepOptions:
     endpoint: str = "completions"
     request_timeout: float = 600.0
     extra_body: str | None = None
+    token_ids: bool = False  # every request's prompt and output token ids kept (for loadgen traces)
     data_dir: str | None = None
     gpus: str | None = None
     parallel: bool = False

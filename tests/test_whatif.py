@@ -422,3 +422,23 @@ def test_traces_from_a_run_with_token_ids_match_the_emulators_exact_ones(tmp_pat
         assert np.minimum(est.acc_len[starts], 4).tolist() == np.minimum(truth[starts], 4).tolist()
     res = cli("traces", str(out / "none"))
     assert res.returncode == 2 and "holds no run results" in res.stderr
+
+
+def test_a_sweep_with_token_ids_makes_cells_loadgen_traces_reads(tmp_path):
+    """`loadgen sweep --token-ids` keeps each request's ids in every cell, as `run --token-ids`
+    does, so a cell is input for `loadgen traces` (bench/cpu_whatif.py takes traces from real
+    vLLM's cells this way); in virtual time it is refused (the simulator's traces are exact)."""
+    from tests.conftest import cli, run_cli
+
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--variants", "ngram", "--concurrency", "2", "--num-requests", "6", "--warmup", "0"]
+    res = run_cli(*argv, "--workloads", "code-edit", "--token-ids", "--output", str(out))
+    assert res.returncode == 0, res.stderr[-2000:]
+    cell = out / "cells" / "ngram" / "code-edit" / "c2"
+    res = cli("traces", str(cell), "--ngram", "3,7")
+    assert res.returncode == 0 and "Wrote 6 traces" in res.stdout, res.stderr
+    traces = read(cell / "traces.jsonl")[0]
+    assert len(traces) == 6 and all(t.generated_token_ids and t.prompt_token_ids for t in traces)
+    res = cli(*argv, "--virtual", "--token-ids", "--output", str(tmp_path / "virtual"))
+    assert res.returncode == 2 and "--token-ids does not apply to --virtual" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

@@ -97,6 +97,12 @@ from servers.deployments import ENGINES, DeploymentError
     help="JSON object merged into every request body, as for loadgen run (e.g. '{\"thinking_token_budget\": 1024}').",
 )
 @click.option(
+    "--token-ids",
+    is_flag=True,
+    help="Ask for and keep every request's prompt and output token ids (vLLM's return_token_ids), "
+    "as loadgen run --token-ids: each cell is then input for loadgen traces and whatif (docs/whatif.md).",
+)
+@click.option(
     "--data-dir", envvar="LOADGEN_DATA_DIR", show_envvar=True, help="Where catalog workloads find local data sets."
 )
 @click.option("--gpus", help="GPU indices to use, e.g. 0,1,2,3 [default: the first tensor-parallel-size].")

@@ -154,6 +154,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         burstiness=1.0 if o.burstiness is None else o.burstiness,
         request_timeout_s=o.request_timeout,
         extra_body=extra_body(o.extra_body),
+        token_ids=bool(o.token_ids),
         goodput=_objectives(o.goodput),
         data_dir=str(Path(o.data_dir).resolve()) if o.data_dir else None,
         gpus=gpus,
@@ -229,6 +230,7 @@ def _check_virtual(o: SweepOptions, dep) -> None:
         ("parallel", o.parallel, "no servers to run side by side"),
         ("workers", o.workers > 1, "no real-time load to split"),
         ("metrics-interval", o.metrics_interval is not None, "no server's /metrics to sample"),
+        ("token-ids", o.token_ids, "the simulator's traces are exact: loadgen simulate --acceptance-traces"),
     ):
         if given:
             raise LoadgenError(f"--{key} does not apply to --virtual ({why}): drop one of them")

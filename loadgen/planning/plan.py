@@ -117,6 +117,7 @@ class Plan:
     burstiness: float = 1.0
     request_timeout_s: float = 600.0
     extra_body: dict | None = None  # merged into every request's body (sweep --extra-body)
+    token_ids: bool = False  # vLLM's return_token_ids asked for and kept (sweep --token-ids)
     goodput: dict | None = None  # per-request objectives in ms (sweep --goodput), judged in every cell
     data_dir: str | None = None
     gpus: list[int] = field(default_factory=lambda: [0])

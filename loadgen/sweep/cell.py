@@ -92,6 +92,7 @@ def cell_job(
         seed=plan.seed,
         request_timeout_s=plan.request_timeout_s,
         extra_body=plan.extra_body,
+        token_ids=plan.token_ids,
         headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
         scrape_interval_s=plan.metrics_interval_s,
     )
