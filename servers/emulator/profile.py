@@ -47,7 +47,9 @@ class Drafter:
     """What proposing drafts for a step costs. ngram: a share of the verification forward;
     suffix: per_request x requests (CPU work, like n-gram's, but per request); draft_model: k forwards of its
     own profile; a head (eagle, eagle3, mtp): constant x k/fit_k
-    + per_kv_token x KV + per_draft_token x drafts."""
+    + per_kv_token x KV + per_draft_token x drafts. A profile fitted from measured steps
+    (bench/cpu_profile.py) gives any method the head's terms, and n-gram and suffix add them to
+    their own: what a step of that drafter was measured to cost."""
 
     method: str
     acceptance: str | None = None
@@ -62,14 +64,14 @@ class Drafter:
     def time(self, k, requests, kv_tokens, verify_time):
         """Seconds to propose k drafts for each of `requests` over `kv_tokens`; numbers or numpy
         arrays (element-wise) alike; 0 where k or requests is 0."""
-        if self.method == "ngram":
-            t = self.verify_fraction * verify_time
-        elif self.method == "suffix":
-            t = self.per_request * requests
-        elif self.draft_forward is not None:
+        if self.draft_forward is not None:
             t = k * self.draft_forward.time(kv_tokens, requests)
         else:
             t = self.constant * k / self.fit_k + self.per_kv_token * kv_tokens + self.per_draft_token * requests * k
+        if self.method == "ngram":
+            t = t + self.verify_fraction * verify_time
+        elif self.method == "suffix":
+            t = t + self.per_request * requests
         return t * ((k > 0) & (requests > 0))
 
 
@@ -121,7 +123,11 @@ def _forward(d: dict, where: str) -> Forward:
 
 @cache
 def load(name: str) -> Profile:
-    path = PROFILES / f"{name}.toml"
+    """A profile by name (profiles/NAME.toml), or a profile file of one's own (a path ending in
+    .toml: one bench/cpu_profile.py fitted, say)."""
+    path = Path(name) if name.endswith(".toml") else PROFILES / f"{name}.toml"
+    if name.endswith(".toml") and not path.is_file():
+        raise ProfileError(f"profile file {name!r} not found; give a .toml file or one of: {', '.join(available())}")
     if not path.is_file():
         raise ProfileError(f"unknown profile {name!r}; available: {', '.join(available())}")
     raw = tomllib.loads(path.read_text())
