@@ -74,12 +74,13 @@ def _robust(x: np.ndarray, y: np.ndarray, rounds: int = 3) -> tuple[np.ndarray, 
     return coef, int((~keep).sum())
 
 
-def fit(cells: list[tuple[str, np.ndarray]], baseline: str = "baseline") -> dict:
+def fit(cells: list[tuple[str, np.ndarray]], baseline: str = "baseline", robust: bool = True) -> dict:
     """`cells`: (variant, samples). The forward fitted on the baseline's, each other variant's
-    drafting on its residuals (robustly: _robust)."""
+    drafting on its residuals (robustly: _robust; `robust` False: plain least squares, every
+    gap counted, for a mean step time where stalls are part of what was measured)."""
     base = np.concatenate([s for v, s in cells if v == baseline])
     x = np.column_stack([np.ones(len(base)), base[:, 1], base[:, 2]])
-    coef, dropped = _robust(x, base[:, 0])
+    coef, dropped = _robust(x, base[:, 0]) if robust else (np.linalg.lstsq(x, base[:, 0], rcond=None)[0], 0)
     out = {
         "forward": {
             "constant": float(coef[0]),

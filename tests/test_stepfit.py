@@ -70,3 +70,32 @@ def test_the_gpu_script_runs_end_to_end_on_the_emulator(tmp_path):
         assert fit["predicted"][key] == pytest.approx(measured, rel=0.12), key
     assert sum(fit["predicted"].values()) == pytest.approx(sum(fit["measured"].values()), rel=0.03)
     assert (tmp_path / "llama-3.1-8b-dummy" / "tokenizer.json").is_file()
+
+
+def test_the_cpu_profile_bench_fits_and_replays_a_sweep_of_the_emulator(tmp_path):
+    """bench/cpu_profile.py on a virtual sweep, where the truth is the emulator's own profile:
+    the fitted forward is that profile's, the fitted file loads as a profile, and replaying each
+    cell's measured steps on it gives back the measured throughput (its check line ok)."""
+    sweep = tmp_path / "sweep"
+    argv = ["sweep", "--virtual", "--variants", "baseline,ngram", "--concurrency", "1,4", "--workloads", "code-edit"]
+    subprocess.run(
+        [sys.executable, "-m", "loadgen", *argv, "--num-requests", "20", "--output", str(sweep)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "cpu_profile.py"), "--results", str(sweep), "--output", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "ok   llama-3.1-8b: simulated within 10% of measured, every cell" in res.stdout
+    fitted = profile.load(str(tmp_path / "llama-3.1-8b" / "ngram.toml"))
+    assert fitted.forward.constant == pytest.approx(PROFILE.forward.constant + PROFILE.step_overhead, rel=0.01)
+    assert fitted.forward.per_batched_token == pytest.approx(PROFILE.forward.per_batched_token, rel=0.02)
+    assert "ngram" in fitted.drafters and fitted.step_overhead == 0.0
+    rows = [x for x in res.stdout.splitlines() if x.startswith("| ngram |")]
+    assert len(rows) == 2 and all(abs(float(x.split("|")[5].strip().rstrip("%"))) < 10 for x in rows)
