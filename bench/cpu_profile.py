@@ -71,8 +71,10 @@ def drafting_share(c: dict) -> float:
     num_spec_steps over the steps; 1 where vLLM does not say: a drafter that always drafts)."""
     m = c["frame"][c["frame"]["ok"] & ~c["frame"]["warmup"]]
     steps = int((m["n_chunks"] - 1).clip(lower=0).sum())
-    spec = m["server_spec_steps"].dropna() if "server_spec_steps" in m else []
-    return min(1.0, float(spec.sum()) / steps) if len(spec) == len(m) and steps else 1.0
+    if "server_spec_steps" not in m or not steps:
+        return 1.0
+    spec = m["server_spec_steps"].dropna()
+    return min(1.0, float(spec.sum()) / steps) if len(spec) == len(m) else 1.0
 
 
 def fitted(found: list[dict]) -> dict:
@@ -130,8 +132,8 @@ def profile_text(dep, variant: str, fit: dict, spec: dict | None, where: Path) -
         lines += [
             "",
             f"[drafters.{spec['method']}]  # {variant}: {d['samples']} steps ({d['dropped']} outliers dropped)",
-            f"constant = {d['constant']:.6e}",
-            f"per_draft_token = {d['per_request'] / k:.6e}",
+            f"per_step = {d['constant']:.6e}  # a step in which any request drafts, whatever k",
+            f"per_draft_token = {d['per_request'] / k:.6e}  # per drafting request: x k drafts",
             f"fit_k = {k}",
             'acceptance = "eagle"',
         ]

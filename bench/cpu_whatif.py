@@ -9,7 +9,10 @@ prediction for k = 5, which it has not seen, is set beside real vLLM run at k = 
 
 The sweep: `loadgen sweep --token-ids` of a deployment file written beside the results, the
 catalog's gemma-3-270m-vllm-cpu with one more variant, `ngram-k5` (its n-gram at k = 5), over
-baseline, ngram (k = 3) and ngram-k5 at --levels (1,4,16) on code-edit. Then: the profile fitted
+baseline, ngram (k = 3) and ngram-k5 at --levels (1,4,16) on code-edit, greedy (temperature 0
+on every request: a data set's requests set none, and vLLM then samples at the model's default,
+1 for this Gemma, where a draft is accepted by chance; the traces replay prompt lookup against
+the tokens the run emitted, which is what vLLM accepts only when decoding is greedy). Then: the profile fitted
 on the baseline and k = 3 cells only; per level, `loadgen traces --ngram 2,5` (the deployment's
 prompt_lookup_min and max) of its k = 3 cell and `loadgen whatif --k 3,5 --batch LEVEL` on them
 (the very requests the level's other cells served). Printed per level: measured and predicted
@@ -129,6 +132,7 @@ def main() -> int:
             f"baseline,ngram,ngram-k{UNSEEN}",
         ]
         argv += ["--concurrency", args.levels, "--workloads", "code-edit", "--token-ids", "--data-dir", args.data_dir]
+        argv += ["--extra-body", json.dumps({"temperature": 0.0})]  # greedy: see the docstring
         argv += ["--output", str(sweep)] + (["--num-requests", str(args.num_requests)] if args.num_requests else [])
         argv += ["--engine", args.engine] if args.engine else []
         subprocess.run([sys.executable, "-m", "loadgen", *argv], cwd=REPO, check=False)  # failed cells: below

@@ -49,7 +49,8 @@ class Drafter:
     own profile; a head (eagle, eagle3, mtp): constant x k/fit_k
     + per_kv_token x KV + per_draft_token x drafts. A profile fitted from measured steps
     (bench/cpu_profile.py) gives any method the head's terms, and n-gram and suffix add them to
-    their own: what a step of that drafter was measured to cost."""
+    their own, and `per_step` a step's cost that does not grow with k: what a step of that
+    drafter was measured to cost."""
 
     method: str
     acceptance: str | None = None
@@ -59,6 +60,7 @@ class Drafter:
     fit_k: int = 3
     verify_fraction: float = 0.0
     per_request: float = 0.0
+    per_step: float = 0.0  # a fitted profile's: seconds a step in which any request drafts, whatever k
     draft_forward: Forward | None = None
 
     def time(self, k, requests, kv_tokens, verify_time):
@@ -72,7 +74,7 @@ class Drafter:
             t = t + self.verify_fraction * verify_time
         elif self.method == "suffix":
             t = t + self.per_request * requests
-        return t * ((k > 0) & (requests > 0))
+        return (t + self.per_step) * ((k > 0) & (requests > 0))
 
 
 @dataclass(frozen=True)
