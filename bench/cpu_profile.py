@@ -8,7 +8,8 @@ again in virtual time on it (`loadgen simulate`'s engine), side by side.
 
 Per deployment (a sweep's directory): the forward is fitted on the baseline cells' decode gaps
 (bench/stepfit.py: a streamed request's chunk gap is one engine step), each variant's drafting
-on its own cells' residuals (constant + per running request); written as one profile per variant
+on its own cells' residuals (per step in which a request drafts, and per drafting request, on
+the drafting share vLLM reports: `fitted`); written as one profile per variant
 (OUT/DEPLOYMENT/VARIANT.toml). Then each cell is run again in virtual time on its variant's
 profile: the same users, and its requests as vLLM served them (prompt tokens as vLLM counted them,
 output tokens, and each decode step's drafts and emitted tokens from the stream and vLLM's
