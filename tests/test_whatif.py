@@ -156,6 +156,25 @@ def test_one_request_at_batch_1_costs_what_the_profile_says():
     assert o.tokens_per_step == 3 and o.drafts_per_step == 2
 
 
+def test_an_ngram_miss_verifies_no_drafts_and_costs_no_drafting():
+    """An n-gram lookup that finds nothing proposes no drafts: vLLM verifies none and takes no
+    drafting path in that step. A request whose lookup never matches therefore costs exactly
+    what it costs without SD; one that matches at some steps pays for those alone."""
+    from loadgen.whatif import evaluate as ev
+
+    n = 40
+    miss = Acceptance(np.ones(n, np.int64), np.zeros(n, np.int64))  # nothing offered anywhere
+    some = np.zeros(n, np.int64)
+    some[::4] = 3  # a match every 4th position, 3 drafts, none right
+    traces = [Trace("m", list(range(50)), list(range(n)), {"ngram": miss})]
+    out = {o.policy: o for o in ev.evaluate(traces, PROFILE, [1], [_policy("none"), _policy("ngram k=3")])}
+    assert out["ngram k=3"].output_tok_s == pytest.approx(out["none"].output_tok_s, rel=1e-9)
+    assert out["ngram k=3"].drafts_per_step == 0
+    traces = [Trace("s", list(range(50)), list(range(n)), {"ngram": Acceptance(np.ones(n, np.int64), some)})]
+    [o] = ev.evaluate(traces, PROFILE, [1], [_policy("ngram k=3")])
+    assert 0 < o.drafts_per_step < 3 and o.output_tok_s < out["none"].output_tok_s
+
+
 def test_the_combination_is_charged_per_drafter_and_at_the_ngram_price():
     from loadgen.whatif import evaluate as ev
 

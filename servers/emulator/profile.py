@@ -63,13 +63,16 @@ class Drafter:
     per_step: float = 0.0  # a fitted profile's: seconds a step in which any request drafts, whatever k
     draft_forward: Forward | None = None
 
-    def time(self, k, requests, kv_tokens, verify_time):
+    def time(self, k, requests, kv_tokens, verify_time, drafts=None):
         """Seconds to propose k drafts for each of `requests` over `kv_tokens`; numbers or numpy
-        arrays (element-wise) alike; 0 where k or requests is 0."""
+        arrays (element-wise) alike; 0 where k or requests is 0. `drafts`: the drafts proposed
+        in all, where requests propose different numbers (an n-gram's match may offer fewer
+        than k): the per-draft cost is of those, k the deepest."""
         if self.draft_forward is not None:
             t = k * self.draft_forward.time(kv_tokens, requests)
         else:
-            t = self.constant * k / self.fit_k + self.per_kv_token * kv_tokens + self.per_draft_token * requests * k
+            total = requests * k if drafts is None else drafts
+            t = self.constant * k / self.fit_k + self.per_kv_token * kv_tokens + self.per_draft_token * total
         if self.method == "ngram":
             t = t + self.verify_fraction * verify_time
         elif self.method == "suffix":

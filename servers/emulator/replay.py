@@ -89,10 +89,12 @@ class ReplayEngine(Engine):
             if seq.computed + n < seq.context:
                 continue  # a prefill chunk: it does not emit yet
             nxt = self._next_step(seq)
-            if nxt is not None and nxt[0]:  # priced as one drafter: one group
+            if nxt is not None and nxt[0] and nxt[1] > 0:  # priced as one drafter: one group
                 groups.setdefault(self.price_as or nxt[0], []).append(nxt[1])
+        # a request whose drafter had nothing to offer (an n-gram miss) verifies no drafts: it
+        # costs nothing, and a step where no request has drafts takes no drafting path at all
         return sum(
-            self.profile.drafters[drafter].time(max(1, max(drafts)), len(drafts), kv, verify)
+            self.profile.drafters[drafter].time(max(drafts), len(drafts), kv, verify, drafts=sum(drafts))
             for drafter, drafts in groups.items()
         )
 
