@@ -6,10 +6,11 @@ again in virtual time on it (`loadgen simulate`'s engine), side by side.
     python3 bench/cpu_profile.py --results DIR [DIR ...]   # finished sweeps, one per deployment
     loadgen simulate --profile OUT/gemma-3-270m-vllm-cpu/ngram.toml ...   # a fitted profile, used
 
-Per deployment (a sweep's directory): the forward is fitted on the baseline cells' decode gaps
-(bench/stepfit.py: a streamed request's chunk gap is one engine step), each variant's drafting
-on its own cells' residuals (per step in which a request drafts, and per drafting request, on
-the drafting share vLLM reports: `fitted`); written as one profile per variant
+Per deployment (a sweep's directory): the forward is fitted on the baseline cells' engine
+steps (bench/stepfit.py's engine_steps: vLLM's step timeline from all requests' chunk times,
+prefills included, its step count held to vLLM's own), each variant's drafting on its own
+cells' residuals (per step in which a request drafts, and per draft token, the drafts from the
+stream and vLLM's per-request counts: `fitted`); written as one profile per variant
 (OUT/DEPLOYMENT/VARIANT.toml). Then each cell is run again in virtual time on its variant's
 profile: the same users, and its requests as vLLM served them (prompt tokens as vLLM counted them,
 output tokens, and each decode step's drafts and emitted tokens from the stream and vLLM's
@@ -47,7 +48,9 @@ TOLERANCE = 0.10
 
 
 def cells(sweep: Path) -> list[dict]:
-    """The sweep's finished cells: variant, workload, level, summary, measured requests."""
+    """The sweep's finished cells: variant, workload, level, k (its drafts a step, 0 without
+    SD), summary, measured requests."""
+    variants = deployment_of(sweep).variants
     out = []
     for f in sorted(sweep.glob("cells/*/*/*/summary.json")):
         s = json.loads(f.read_text())
@@ -55,52 +58,40 @@ def cells(sweep: Path) -> list[dict]:
             continue
         variant, workload, level = f.parts[-4], f.parts[-3], int(f.parts[-2].removeprefix("c"))
         frame = pd.read_parquet(f.parent / "requests.parquet")
-        out.append({"variant": variant, "workload": workload, "level": level, "summary": s, "frame": frame})
+        spec = variants[variant].speculative_config if variant in variants else None
+        k = int(spec["num_speculative_tokens"]) if spec else 0
+        out.append({"variant": variant, "workload": workload, "level": level, "k": k, "summary": s, "frame": frame})
     return out
 
 
-def steps_per_request(c: dict) -> float:
-    """Drafts per decode step of a request: vLLM's draft tokens over the measured decode steps."""
-    sd = c["summary"].get("spec_decode") or {}
-    m = c["frame"][c["frame"]["ok"] & ~c["frame"]["warmup"]]
-    steps = int((m["n_chunks"] - 1).clip(lower=0).sum())
-    return sd["draft_tokens"] / steps if sd.get("draft_tokens") and steps else 0.0
-
-
-def drafting_share(c: dict) -> float:
-    """Of a cell's decode steps, request by request, the share that carried drafts (vLLM's
-    num_spec_steps over the steps; 1 where vLLM does not say: a drafter that always drafts)."""
-    m = c["frame"][c["frame"]["ok"] & ~c["frame"]["warmup"]]
-    steps = int((m["n_chunks"] - 1).clip(lower=0).sum())
-    if "server_spec_steps" not in m or not steps:
-        return 1.0
-    spec = m["server_spec_steps"].dropna()
-    return min(1.0, float(spec.sum()) / steps) if len(spec) == len(m) else 1.0
+def vllm_steps(c: dict) -> int | None:
+    """The steps vLLM took in the cell (its iteration-tokens histogram's count over the cell's
+    window), where it was scraped and only measured requests ran in it."""
+    hist = ((c["summary"].get("server") or {}).get("histograms") or {}).get("iteration_tokens") or {}
+    n = hist.get("count")
+    return int(n) if n and not c["frame"]["warmup"].any() else None
 
 
 def fitted(found: list[dict]) -> dict:
-    """The forward on the baseline's steps by plain least squares (bench/stepfit.py): a cell's
-    throughput is its mean step time, stalls of a CPU the client shares included, so none is
-    left out. Each drafter on its cells' residuals: per step, a constant when any running
-    request drafts, and a cost per drafting request; of `running` requests `share` x running
-    draft in a step on average, and some one does with probability 1 - (1 - share)^running (an
-    n-gram drafts only where its lookup matches: share < 1; EAGLE always: 1)."""
-    samples = [(c, stepfit.samples(c["frame"], steps_per_request(c))) for c in found]
-    out = stepfit.fit([(c["variant"], s) for c, s in samples if c["variant"] == "baseline"], robust=False)
-    fw = out["forward"]
+    """The engine's steps of every cell (bench/stepfit.py's engine_steps: the whole timeline,
+    prefills included, one sample per step vLLM took), the forward fitted on the baseline's by
+    plain least squares (a cell's throughput is its mean step, stalls of a CPU the client shares
+    included, so none is left out): constant + per KV token + per batched token. Each drafter on
+    its cells' residuals: a constant in a step in which any running request drafts (`per_step`)
+    and a cost per draft token; of the running requests, those whose chunk emitted an accepted
+    draft drafted, the others with the chance vLLM's counts leave (an n-gram drafts only where
+    its lookup matches; EAGLE always)."""
+    steps = [(c, stepfit.engine_steps(c["frame"][~c["frame"]["warmup"]], c["k"], vllm_steps(c))) for c in found]
+    base = np.concatenate([s for c, s in steps if c["variant"] == "baseline"])
+    x = np.column_stack([np.ones(len(base)), base[:, 1], base[:, 2]])
+    coef = np.linalg.lstsq(x, base[:, 0], rcond=None)[0]
+    names = ("constant", "per_kv_token", "per_batched_token")
+    out: dict = {"forward": {**dict(zip(names, map(float, coef))), "samples": len(base), "dropped": 0}}
     for v in dict.fromkeys(c["variant"] for c in found if c["variant"] != "baseline"):
-        xs, ys = [], []
-        for c, s in ((c, s) for c, s in samples if c["variant"] == v):
-            share = drafting_share(c)
-            ys.append(s[:, 0] - (fw["constant"] + fw["per_kv_token"] * s[:, 1] + fw["per_batched_token"] * s[:, 2]))
-            xs.append(np.column_stack([1.0 - (1.0 - share) ** s[:, 3], share * s[:, 3]]))
-        d = np.linalg.lstsq(np.concatenate(xs), np.concatenate(ys), rcond=None)[0]
-        out[v] = {
-            "constant": float(d[0]),
-            "per_request": float(d[1]),
-            "samples": int(sum(len(y) for y in ys)),
-            "dropped": 0,
-        }
+        s = np.concatenate([s for c, s in steps if c["variant"] == v])
+        resid = s[:, 0] - np.column_stack([np.ones(len(s)), s[:, 1], s[:, 2]]) @ coef
+        d = np.linalg.lstsq(s[:, 5:7], resid, rcond=None)[0]
+        out[v] = {"per_step": float(d[0]), "per_draft_token": float(d[1]), "samples": len(s), "dropped": 0}
     return out
 
 
@@ -134,8 +125,8 @@ def profile_text(dep, variant: str, fit: dict, spec: dict | None, where: Path) -
         lines += [
             "",
             f"[drafters.{spec['method']}]  # {variant}: {d['samples']} steps ({d['dropped']} outliers dropped)",
-            f"per_step = {d['constant']:.6e}  # a step in which any request drafts, whatever k",
-            f"per_draft_token = {d['per_request'] / k:.6e}  # per drafting request: x k drafts",
+            f"per_step = {d['per_step']:.6e}  # a step in which any request drafts, whatever k",
+            f"per_draft_token = {d['per_draft_token']:.6e}  # x drafts of every drafting request",
             f"fit_k = {k}",
             'acceptance = "eagle"',
         ]
@@ -254,8 +245,8 @@ def report(sweep: Path, out: Path) -> tuple[list[str], list[str]]:
         if v in fit:
             d = fit[v]
             head.append(
-                f"  {v}: drafting {d['constant'] * 1e3:+.3f} ms a step + {d['per_request'] * 1e3:+.3f} ms per drafting "
-                f"request ({d['samples']:,} steps)"
+                f"  {v}: drafting {d['per_step'] * 1e3:+.3f} ms a step + "
+                f"{d['per_draft_token'] * 1e3:+.3f} ms per draft token ({d['samples']:,} steps)"
             )
     rows = [
         "| variant | users | measured tok/s | simulated tok/s | error | measured speedup | simulated speedup | error |",
