@@ -3,7 +3,7 @@ vLLM"): acceptance traces taken from real vLLM serving Gemma-3-270M with n-gram 
 `loadgen whatif` on a cost profile fitted from the same sweep (bench/cpu_profile.py), and its
 prediction for k = 5, which it has not seen, is set beside real vLLM run at k = 5.
 
-    python3 bench/cpu_whatif.py                      # the sweep (about 20 minutes on 2 cores), then the rest
+    python3 bench/cpu_whatif.py                      # the sweep (about 11 minutes on 2 cores), then the rest
     python3 bench/cpu_whatif.py --results OUT/sweep  # a finished sweep of it
     python3 bench/cpu_whatif.py --servers llama-3.1-8b --engine emulator --levels 1,4  # rehearsed on the emulator
 
