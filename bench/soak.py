@@ -13,6 +13,11 @@ against minute 5 (or the first sample after a tenth of the run, for short soaks)
     python3 bench/soak.py --minutes 60 --streams 256              # the recorded figures
     python3 bench/soak.py --minutes 3 --streams 256 --json out.json
     python3 bench/soak.py --minutes 10 --server emulator --time-scale 4
+    python3 bench/soak.py --minutes 0.25 --versus 1 --pacing-ms 8  # peak RSS flat with the length
+
+Every soak also prints the client's peak RSS start to finish (its load and its end of run:
+requests.parquet and summary.json from the journal); `--versus MINUTES` runs a second soak of
+that length and checks the longer one's peak within 1.15x of the shorter's.
 
 The end of a run, in bounded memory: `--synthetic hour|day|N` writes a journal of N finished
 128-chunk requests (hour: the recorded hour's 361,805; day: 8.7 million, a day at 100 a second)
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -42,6 +48,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from servers.embedded import canned_server, emulator_server  # noqa: E402
+
+PEAK_BOUND = 1.15  # a run 4x as long: its peak RSS at most this much higher (issue 46)
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 EAGLE = '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}'
@@ -142,12 +150,15 @@ def synthetic_journal(directory: Path, requests: int, chunks: int = CHUNKS, rate
             "finish_reason": np.full(b, "length"),
             "prompt_tokens": rng.integers(100, 2000, b),
             "usage_completion_tokens": total,
+            "reasoning_tokens": pa.nulls(b, pa.int64()),
             "done": np.ones(b, bool),
             "server_draft_tokens": pa.nulls(b, pa.int64()),
             "server_accepted_tokens": pa.nulls(b, pa.int64()),
             "server_spec_steps": pa.nulls(b, pa.int64()),
             **lists,
             "chunk_text": pa.nulls(b, pa.list_(pa.string())),
+            "chunk_phase": pa.nulls(b, pa.list_(pa.int8())),  # no reasoning phases
+            "chunk_reasoning": pa.nulls(b, pa.list_(pa.int64())),
             "prompt_token_ids": pa.nulls(b, pa.list_(pa.int64())),
             "token_ids": pa.nulls(b, pa.list_(pa.int64())),
         }
@@ -364,12 +375,26 @@ def soak(args, url: str, server_pid: int, out: Path) -> dict:
     if args.workers > 1:
         cmd += ["--workers", str(args.workers)]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, text=True)
     samples = []
     next_at = t0 + args.sample_s
-    while proc.poll() is None:
+    peak_kib = 0
+
+    def ended() -> bool:  # reaped here, for its own peak RSS (wait4's rusage: this child's alone)
+        nonlocal peak_kib
+        if proc.returncode is not None:
+            return True
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid == 0:
+            return False
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        peak_kib = usage.ru_maxrss
+        return True
+
+    while not ended():
         time.sleep(min(1.0, max(0.0, next_at - time.monotonic())))
-        if time.monotonic() >= next_at and proc.poll() is None:
+        if time.monotonic() >= next_at and not ended():
             samples.append(
                 {
                     "t_s": round(time.monotonic() - t0, 1),
@@ -379,7 +404,9 @@ def soak(args, url: str, server_pid: int, out: Path) -> dict:
                 }
             )
             next_at += args.sample_s
-    stdout, stderr = proc.communicate()
+    err.seek(0)
+    stderr = err.read()
+    err.close()
     wall = time.monotonic() - t0
     import pandas as pd
 
@@ -389,6 +416,7 @@ def soak(args, url: str, server_pid: int, out: Path) -> dict:
     return {
         "exit": proc.returncode,
         "stderr_tail": stderr[-500:],
+        "peak_mib": peak_kib / 1024,  # the client's, start to finish: its load and its end
         "wall_s": wall,
         "samples": samples,
         "requests": int(len(frame)),
@@ -448,6 +476,13 @@ def main() -> None:
     p.add_argument("--compare", action="store_true", help="--synthetic: check every figure against whole arrays")
     p.add_argument("--keep", metavar="DIR", help="--synthetic: make (or reuse) the journal in DIR, and keep it")
     p.add_argument("--forms", action="store_true", help="--synthetic: the journal's size and reading in other forms")
+    p.add_argument(
+        "--versus",
+        type=float,
+        metavar="MINUTES",
+        help="also a soak this long (a fresh server): the client's peak RSS, start to finish, of both "
+        f"(the longer within {PEAK_BOUND}x of the shorter)",
+    )
     args = p.parse_args()
     if args.synthetic:
         res = end_of_run(args)
@@ -471,6 +506,24 @@ def main() -> None:
         res = soak(args, srv.url, srv.pid, out)
     v = verdict(res, args.minutes, _scale(args))
     show(args, res, v)
+    if args.versus:
+        other = argparse.Namespace(**{**vars(args), "minutes": args.versus, "output": None})
+        server = (
+            canned_server("--ttft-ms", "5", "--pacing-ms", str(args.pacing_ms))
+            if args.server == "canned"
+            else (emulator_server(LLAMA, "--speculative-config", EAGLE, "--time-scale", str(args.time_scale)))
+        )
+        with tempfile.TemporaryDirectory(prefix="soak-") as tmp, server as srv:
+            res2 = soak(other, srv.url, srv.pid, Path(tmp) / "run")
+        (short, a), (long, b) = sorted([(args.minutes, res), (args.versus, res2)], key=lambda x: x[0])
+        ratio = b["peak_mib"] / a["peak_mib"] if a["peak_mib"] else float("inf")
+        good = ratio <= PEAK_BOUND and b["exit"] == 0 and a["exit"] == 0
+        v["ok"] = v["ok"] and good
+        print(
+            f"peak RSS, start to finish: {short:g} min {a['peak_mib']:.0f} MiB ({a['requests']:,} requests), "
+            f"{long:g} min {b['peak_mib']:.0f} MiB ({b['requests']:,} requests): {ratio:.2f}x "
+            f"(bound {PEAK_BOUND}x); {'PASS' if good else 'FAIL'}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), **res, "verdict": v}, indent=1))
     sys.exit(0 if v["ok"] else 1)
@@ -501,6 +554,8 @@ def show(args, res: dict, v: dict) -> None:
         f"client RSS {v.get('end_mib', 0):.1f} MiB at {v.get('end_t_s', 0):.0f} s vs {v.get('reference_mib', 0):.1f} "
         f"MiB at {v.get('reference_t_s', 0):.0f} s: {v.get('growth', 0):+.1%}; {'PASS' if v['ok'] else 'FAIL'}"
     )
+    if res.get("peak_mib"):
+        print(f"client peak RSS, start to finish (its load and its end): {res['peak_mib']:.0f} MiB")
     if v.get("after_load_peak_mib"):
         print(
             f"after the load, computing the results from the journal: client RSS up to "

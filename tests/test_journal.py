@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from loadgen.outputs import journal
@@ -354,7 +355,14 @@ def test_the_end_of_a_run_in_pieces_gives_the_figures_of_the_run_in_memory(tmp_p
     lag = (result.loop_lag_at_ns, result.loop_lag_ns)
     config = {"clock": {"t0_ns": result.t0_ns}}
     whole = summarize(request_frame(journal.read(tmp_path).records), lag, config=config, goodput={"ttft": 20.0})
+    monkeypatch.setattr(requests, "ROW_GROUP_CHUNKS", 2000)  # row groups of some 80 requests here
     requests.write_from_journal(tmp_path)
+    meta = pq.ParquetFile(tmp_path / "requests.parquet").metadata
+    assert meta.num_row_groups >= 3 and meta.num_rows == 305
+    for g in range(meta.num_row_groups):
+        group = pq.ParquetFile(tmp_path / "requests.parquet").read_row_group(g, columns=["n_chunks", "index"])
+        assert 1000 < sum(group.column("n_chunks").to_pylist()) <= 2000 or g == meta.num_row_groups - 1
+        assert group.column("index").to_pylist() == sorted(group.column("index").to_pylist())
     monkeypatch.setattr(pooled, "HOLD", 100)  # nothing held whole: every distribution in passes
     monkeypatch.setattr(rows, "BATCH", 37)
     pieces = summarize(rows.Rows(path=tmp_path / "requests.parquet"), lag, config=config, goodput={"ttft": 20.0})
@@ -371,6 +379,18 @@ def test_the_end_of_a_run_in_pieces_gives_the_figures_of_the_run_in_memory(tmp_p
 
     same(pieces, whole)
     assert whole["completed"] == 300 and whole["itl_ms"]["count"] > 100
+
+
+def test_loadgen_hands_arrow_the_system_allocator_unless_told_otherwise():
+    """Arrow's default pool keeps what it frees (loadgen/allocators.py): importing loadgen
+    chooses the system allocator before Arrow allocates, and leaves a user's own choice alone."""
+    code = "import loadgen, pyarrow; print(pyarrow.default_memory_pool().backend_name)"
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert got.stdout.strip() == "system"
+    env["ARROW_DEFAULT_MEMORY_POOL"] = "jemalloc"
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert got.stdout.strip() == "jemalloc"
 
 
 def test_the_journal_takes_under_a_kilobyte_a_request_of_128_chunks(tmp_path):

@@ -27,7 +27,8 @@ import numpy as np
 
 from loadgen.measures.describe import PERCENTILES, _key, describe
 
-HOLD = 1 << 20  # values kept whole (8 MiB of float64): up to this many, one pass
+HOLD = 1 << 18  # values kept whole (2 MiB of float64): up to this many, one pass (a run a little
+# longer than this would otherwise hold four distributions of up to 8 MiB, more than its end's other needs)
 _TOP = 44  # key >> _TOP: the first histogram's bucket (20 bits: 8 MiB of counts)
 _MID = 28  # key >> _MID: the 36-bit prefix the second histogram narrows to (16 more bits: 512 KiB
 # a bucket, for each bucket an order statistic lies in)

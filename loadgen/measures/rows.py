@@ -14,7 +14,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-BATCH = 4096  # requests per batch of chunk lists (at 128 chunks: half a million values a column)
+BATCH = 1024  # requests per batch of chunk lists (at 128 chunks: 131,072 values a column; with the
+# reading thread's batches ahead, what the summary holds of chunks whatever the run's length)
 _NULLABLE_INT = pd.Int64Dtype()
 
 
