@@ -19,12 +19,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loadgen import allocators
 from loadgen.load import timescale
 from loadgen.measures.frame import SCHEMA, frame_table
 from loadgen.measures.rows import ahead
 from loadgen.outputs import journal
-from loadgen.results import store
+from loadgen.results import allocators, store
 
 ROW_GROUP = 16384
 ROW_GROUP_CHUNKS = 1 << 17  # 1,024 requests of 128 chunks

@@ -5,7 +5,7 @@ Two allocators, not loadgen's own data, made the end of a run grow with the run:
 - Arrow's default pool (mimalloc) keeps what it frees for reuse: writing requests.parquet from
   the journal held some 100 MB more at a 60-second run's end than at a 15-second run's, all of
   it freed. Arrow's system pool returns it (ARROW_DEFAULT_MEMORY_POOL, read when Arrow first
-  allocates: set here, where loadgen is imported, unless the user chose a pool).
+  allocates: set in loadgen/__init__.py, where loadgen is imported, unless the user chose one).
 - glibc raises its mmap threshold each time a large block is freed, up to 32 MiB; from then on
   the summary's per-batch arrays (megabytes each) come from the heap, where they fragment and
   stay. A fixed threshold (mallopt M_MMAP_THRESHOLD, 128 KiB: glibc's start) keeps them mapped
@@ -15,15 +15,10 @@ Two allocators, not loadgen's own data, made the end of a run grow with the run:
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 _done = False
-
-
-def choose_arrow_pool() -> None:
-    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
 def end_of_run() -> None:
