@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from loadgen.load import timescale
@@ -46,7 +47,7 @@ def write_from_journal(directory: str | Path, tokenizer=None, into: Path | None 
             scale = float(start.get("time_scale") or 1.0)
             batch = timescale.batch_to_emulated(batch, int(start["t0_ns"]), scale)
             rows = frame_table(batch, tokenizer)
-            n = np.asarray(rows.column("n_chunks").to_numpy(zero_copy_only=False), np.int64)
+            n = np.asarray(pc.fill_null(rows.column("n_chunks"), 0).to_numpy(zero_copy_only=False), np.int64)
             i = 0
             while i < rows.num_rows:  # as many rows as the group has room for (a request over
                 cum = np.cumsum(n[i:])  # the bound on its own: a group of one)
