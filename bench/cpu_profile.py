@@ -82,14 +82,11 @@ def fitted(found: list[dict]) -> dict:
     draft drafted, the others with the chance vLLM's counts leave (an n-gram drafts only where
     its lookup matches; EAGLE always)."""
     steps = [(c, stepfit.engine_steps(c["frame"][~c["frame"]["warmup"]], c["k"], vllm_steps(c))) for c in found]
-    base = np.concatenate([s for c, s in steps if c["variant"] == "baseline"])
-    x = np.column_stack([np.ones(len(base)), base[:, 1], base[:, 2]])
-    coef = np.linalg.lstsq(x, base[:, 0], rcond=None)[0]
-    names = ("constant", "per_kv_token", "per_batched_token")
-    out: dict = {"forward": {**dict(zip(names, map(float, coef))), "samples": len(base), "dropped": 0}}
+    out = stepfit.fit([("baseline", s) for c, s in steps if c["variant"] == "baseline"], robust=False)
+    fw = out["forward"]
     for v in dict.fromkeys(c["variant"] for c in found if c["variant"] != "baseline"):
         s = np.concatenate([s for c, s in steps if c["variant"] == v])
-        resid = s[:, 0] - np.column_stack([np.ones(len(s)), s[:, 1], s[:, 2]]) @ coef
+        resid = s[:, 0] - (fw["constant"] + fw["per_kv_token"] * s[:, 1] + fw["per_batched_token"] * s[:, 2])
         d = np.linalg.lstsq(s[:, 5:7], resid, rcond=None)[0]
         out[v] = {"per_step": float(d[0]), "per_draft_token": float(d[1]), "samples": len(s), "dropped": 0}
     return out

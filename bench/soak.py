@@ -497,23 +497,14 @@ def main() -> None:
         v = verdict(res, args.minutes, _scale(args))
         show(args, res, v)
         sys.exit(0 if v["ok"] else 1)
-    if args.server == "canned":
-        server = canned_server("--ttft-ms", "5", "--pacing-ms", str(args.pacing_ms))
-    else:
-        server = emulator_server(LLAMA, "--speculative-config", EAGLE, "--time-scale", str(args.time_scale))
-    with tempfile.TemporaryDirectory(prefix="soak-") as tmp, server as srv:
+    with tempfile.TemporaryDirectory(prefix="soak-") as tmp, _server(args) as srv:
         out = Path(args.output) if args.output else Path(tmp) / "run"
         res = soak(args, srv.url, srv.pid, out)
     v = verdict(res, args.minutes, _scale(args))
     show(args, res, v)
     if args.versus:
         other = argparse.Namespace(**{**vars(args), "minutes": args.versus, "output": None})
-        server = (
-            canned_server("--ttft-ms", "5", "--pacing-ms", str(args.pacing_ms))
-            if args.server == "canned"
-            else (emulator_server(LLAMA, "--speculative-config", EAGLE, "--time-scale", str(args.time_scale)))
-        )
-        with tempfile.TemporaryDirectory(prefix="soak-") as tmp, server as srv:
+        with tempfile.TemporaryDirectory(prefix="soak-") as tmp, _server(args) as srv:
             res2 = soak(other, srv.url, srv.pid, Path(tmp) / "run")
         (short, a), (long, b) = sorted([(args.minutes, res), (args.versus, res2)], key=lambda x: x[0])
         ratio = b["peak_mib"] / a["peak_mib"] if a["peak_mib"] else float("inf")
@@ -527,6 +518,13 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), **res, "verdict": v}, indent=1))
     sys.exit(0 if v["ok"] else 1)
+
+
+def _server(args):
+    """The server a soak runs against, started fresh (a context manager)."""
+    if args.server == "canned":
+        return canned_server("--ttft-ms", "5", "--pacing-ms", str(args.pacing_ms))
+    return emulator_server(LLAMA, "--speculative-config", EAGLE, "--time-scale", str(args.time_scale))
 
 
 def _scale(args) -> float:
