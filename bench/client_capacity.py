@@ -49,6 +49,8 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from loadgen.client import compiled  # noqa: E402
+from loadgen.load.execute import CLIENT_PATH_ENV  # noqa: E402
 from servers.embedded import canned_server  # noqa: E402
 from servers.scripted.script import prompt_key  # noqa: E402
 from workloads import random_lengths  # noqa: E402
@@ -84,7 +86,19 @@ class Harness:
             )
 
     def clients(self) -> list[str]:
-        return ["loadgen"] + (["vllm-python", "vllm-rust"] if self.vllm else [])
+        """loadgen on its compiled path (where built) and on its pure-Python path; vLLM's Python
+        client with --vllm-venv, and its Rust client where that venv has the binary."""
+        ours = ["loadgen", "loadgen-python"] if compiled.available() else ["loadgen"]
+        if not self.vllm:
+            return ours
+        return ours + ["vllm-python"] + (["vllm-rust"] if self.rust_binary() else [])
+
+    def rust_binary(self) -> Path | None:
+        """vLLM's Rust client (`vllm-rs`, VLLM_USE_RUST_BENCH=1): where vLLM looks for it."""
+        if os.environ.get("VLLM_RUST_FRONTEND_PATH", "auto") != "auto":
+            return Path(os.environ["VLLM_RUST_FRONTEND_PATH"])
+        found = sorted(Path(str(self.vllm)).glob("lib/python3*/site-packages/vllm/vllm-rs"))
+        return found[0] if found else None
 
     def run(
         self, client: str, *, conc: int, n: int, out_len: int, pacing_ms: float, per_write: int, ttft_ms: float
@@ -103,14 +117,14 @@ class Harness:
             str(trace),
             cpu=self.server_cpu,
         ) as srv:
-            if client == "loadgen":
-                got = self._loadgen(srv.url, out, conc, n, out_len)
+            if client.startswith("loadgen"):
+                got = self._loadgen(srv.url, out, conc, n, out_len, python=client == "loadgen-python")
             else:
                 got = self._vllm(srv.url, out, conc, n, out_len, rust=client == "vllm-rust")
         resp = sorted(map(json.loads, trace.read_text().splitlines()), key=lambda r: r["t_recv_ns"])[-n:]
         return {**_truth(resp, got), **got.get("extra", {})}
 
-    def _loadgen(self, url: str, out: Path, conc: int, n: int, out_len: int) -> dict:
+    def _loadgen(self, url: str, out: Path, conc: int, n: int, out_len: int, python: bool = False) -> dict:
         cmd = [
             *self.pin,
             sys.executable,
@@ -135,7 +149,8 @@ class Harness:
             "--output",
             str(out),
         ]
-        res = subprocess.run(cmd, capture_output=True, text=True)
+        env = {**os.environ, CLIENT_PATH_ENV: "python" if python else "compiled"}
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if res.returncode not in (0, 1):
             raise SystemExit(f"loadgen failed: {res.stderr.strip()}")
         s = json.loads((out / "summary.json").read_text())
@@ -411,12 +426,28 @@ def main() -> None:
 
 def _verdicts(table: pd.DataFrame) -> None:
     un = table[table["mode"] == "unpaced"].pivot_table(index="concurrency", columns="client", values="chunks_per_s")
-    if "vllm-python" in un:
-        for c, r in un.iterrows():
-            print(
-                f"unpaced c={c}: loadgen {r['loadgen']:,.0f} chunks/s = {r['loadgen'] / r['vllm-python']:.2f}x "
-                f"vLLM's Python client ({r['vllm-python']:,.0f})"
+    for c, r in un.iterrows():
+        line = f"unpaced c={c}: loadgen {r['loadgen']:,.0f} chunks/s"
+        if "loadgen-python" in un:
+            line += f" = {r['loadgen'] / r['loadgen-python']:.2f}x its pure-Python path ({r['loadgen-python']:,.0f})"
+        if "vllm-python" in un:
+            line += f"; {r['loadgen'] / r['vllm-python']:.2f}x vLLM's Python client ({r['vllm-python']:,.0f})"
+        if "vllm-rust" in un:
+            line += f"; {r['loadgen'] / r['vllm-rust']:.2f}x vLLM's Rust client ({r['vllm-rust']:,.0f})"
+        # the bar (issue 46): 0.6x the Rust client where it is installed, else 3.5x the Python one
+        if "vllm-rust" in un:
+            line += f" -> {'met' if r['loadgen'] >= 0.6 * r['vllm-rust'] else 'NOT met'} (>= 0.6x Rust)"
+        elif "vllm-python" in un:
+            line += (
+                f" -> {'met' if r['loadgen'] >= 3.5 * r['vllm-python'] else 'NOT met'} (>= 3.5x Python; no Rust binary)"
             )
+        print(line)
+    paced = table[(table["mode"] == "paced") & (table["client"] == "loadgen")]
+    for _, r in paced.iterrows():
+        print(
+            f"paced 256 x {r['pacing_ms']} ms: loadgen ITL p99 error {r['itl_p99_err_ms']:.2f} ms, "
+            f"client_bound {r['flagged']}"
+        )
     cal = table[table["mode"] == "calibrate"]
     if len(cal):
         over = cal["itl_err_matched_p99_ms"] > ERROR_LIMIT_MS

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from loadgen.client import compiled
 from loadgen.client.record import RequestRecord
 from loadgen.client.stream import StreamClient, _StampingHandler, make_session
 from servers.embedded import canned_server
@@ -39,7 +40,9 @@ def test_canned_server_streams_what_its_trace_says(tmp_path):
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["completed"] == 12 and s["failed"] == 0
     assert s["token_count_source"] == "continuous_usage"
-    assert s["self_check"]["chunk_times"] == "socket_read"  # the protocol hook is in place
+    # the kernel's receive times on the compiled path, else the protocol hook (in place)
+    assert s["self_check"]["chunk_times"] == ("kernel_receive" if compiled.available() else "socket_read")
+    assert s["self_check"]["client_path"] == ("compiled" if compiled.available() else "python")
     written = [json.loads(line) for line in trace.read_text().splitlines()]
     assert len(written) == 12
     for w in written:
@@ -92,7 +95,7 @@ def test_chunk_times_are_taken_as_the_socket_read_arrives(monkeypatch, pacing_ms
     the connection by then): its stamps are still found."""
     import time
 
-    from loadgen.client.stream import SelectClock
+    from loadgen.client.selectclock import SelectClock
 
     calls = []
     orig = _StampingHandler.data_received

@@ -42,6 +42,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from loadgen.client import compiled
+from loadgen.load.execute import CLIENT_PATH_ENV
 from servers.scripted import ScriptConfig, script_for
 from servers.scripted.script import WORDS, prompt_key
 from tests.conftest import assert_light_load_unflagged, run_cli, synthetic_prompts
@@ -65,7 +67,7 @@ INPUT_LEN, OUTPUT_LEN, SEED = 64, 48, 7
 BOUND_MS = 2.0
 
 
-def _run(url: str, out, *extra: str) -> pd.DataFrame:
+def _run(url: str, out, *extra: str, env: dict | None = None) -> pd.DataFrame:
     res = run_cli(
         "run",
         "--base-url",
@@ -80,6 +82,7 @@ def _run(url: str, out, *extra: str) -> pd.DataFrame:
         "--output",
         str(out),
         *extra,
+        env=env,
     )
     assert res.returncode == 0, res.stderr
     return pd.read_parquet(out / "requests.parquet")
@@ -123,8 +126,14 @@ def _errors(frame: pd.DataFrame, served: dict[str, dict]) -> dict[str, np.ndarra
     }
 
 
-@pytest.mark.parametrize("endpoint,workers", [("completions", 1), ("chat", 1), ("completions", 2)])
-def test_timings_match_the_server_at_concurrency_64(server, tmp_path, endpoint, workers):
+@pytest.mark.parametrize(
+    "endpoint,workers,path",
+    [("completions", 1, "compiled"), ("chat", 1, "compiled"), ("completions", 2, "compiled"), ("chat", 1, "python")],
+)
+def test_timings_match_the_server_at_concurrency_64(server, tmp_path, endpoint, workers, path):
+    """On the compiled read path (where the package built it) and on the pure-Python one."""
+    if path == "compiled" and not compiled.available():
+        path = "python"  # no C compiler at install: the same test on the path that runs
     trace = tmp_path / "server-trace.jsonl"
     trace.touch()
     url = server(*SERVER_ARGS, "--trace", str(trace))
@@ -145,6 +154,7 @@ def test_timings_match_the_server_at_concurrency_64(server, tmp_path, endpoint, 
             str(workers),
             "--timing-threshold-ms",
             str(BOUND_MS),
+            env={CLIENT_PATH_ENV: path},
         )
         assert frame["ok"].all() and len(frame) == 512
         assert sorted(frame["worker"].unique()) == list(range(workers))
@@ -158,6 +168,7 @@ def test_timings_match_the_server_at_concurrency_64(server, tmp_path, endpoint, 
         p99 = {k: float(np.percentile(err[k], 99)) for k in ("ttft", "tpot", "itl")}
         summary = json.loads((out / "summary.json").read_text())
         check = summary["self_check"]
+        assert check["client_path"] == path
         attempts.append(
             {**p99, "client_bound": summary["client_bound"], "read_delay_p99": check["read_delay_ms"]["p99"]}
         )

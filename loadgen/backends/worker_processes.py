@@ -300,6 +300,7 @@ def merge(
     who: list[np.ndarray] = []
     firsts: list[int] = []
     where: set = set()
+    paths: set = set()
     for w in sorted(results):
         r = results[w]
         records.extend(r.records)
@@ -308,11 +309,12 @@ def merge(
         who.append(np.full(len(r.loop_lag_ns), w, dtype=np.int64))
         firsts.extend(r.load_info.get("first_sends_ns") or [])
         where.add(r.load_info.get("chunk_times"))
+        paths.add(r.load_info.get("client_path"))
     records.sort(key=lambda rec: rec.index)
-    where.discard(None)
     load_info = {
         "ramp_s": (max(firsts) - min(firsts)) / 1e9 if firsts else None,
-        "chunk_times": where.pop() if len(where) == 1 else ("mixed" if where else None),
+        "chunk_times": _one(where),
+        "client_path": _one(paths),
         "workers": workers,
         "workers_lost": [lost[w] for w in sorted(lost)],
     }
@@ -331,3 +333,9 @@ def merge(
         loop_lag_worker=join(who),
         journaled=any(r.journaled for r in results.values()),
     )
+
+
+def _one(values: set):
+    """The workers' common value, "mixed" if they differ, None if none said."""
+    values.discard(None)
+    return values.pop() if len(values) == 1 else ("mixed" if values else None)

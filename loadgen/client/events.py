@@ -17,6 +17,7 @@ from loadgen.client.record import RequestRecord
 from loadgen.client.sse import StreamFault
 
 _loads = json.loads
+_TAGS = re.compile(r"<[^>]+>")
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens":\s*(\d+)')
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens":\s*(\d+)')
 _FINISH = re.compile(rb'"finish_reason":\s*"([^"]*)"')
@@ -251,6 +252,11 @@ def _delta_text(delta) -> str:
         fn = call.get("function") or {}
         text += (fn.get("name") or "") + (fn.get("arguments") or "")
     return text
+
+
+def page_text(text: str) -> str:
+    """An error page's words: its tags stripped, its whitespace collapsed."""
+    return " ".join(_TAGS.sub(" ", text).split())
 
 
 def error_message(obj: dict) -> str:

@@ -23,7 +23,6 @@ import asyncio
 import errno
 import functools
 import json
-import re
 import time
 from collections.abc import Mapping
 
@@ -32,12 +31,12 @@ from aiohttp.client_proto import ResponseHandler
 from yarl import URL
 
 from loadgen.client.bodies import ENDPOINTS
-from loadgen.client.events import error_message, on_event, on_events
+from loadgen.client.events import error_message, on_event, on_events, page_text
 from loadgen.client.record import RequestRecord
+from loadgen.client.selectclock import install, read_time
 from loadgen.client.sse import SSEDecoder, StreamFault
 
 _monotonic_ns = time.monotonic_ns
-_TAGS = re.compile(r"<[^>]+>")
 _MAX_ERROR_BODY = 64 * 1024
 
 
@@ -45,53 +44,6 @@ async def _on_request_bytes(_session, ctx, _params) -> None:
     rec = ctx.trace_request_ctx
     if isinstance(rec, RequestRecord) and rec.t_send_ns == rec.t_call_ns:
         rec.t_send_ns = _monotonic_ns()
-
-
-class SelectClock:
-    """The event loop's selector, noting when each select() returned: every socket a select
-    reports readable had its bytes by then, however long the loop takes to read them all. It
-    also notes how long the loop had not looked before that select (`blind_ns`: from the
-    previous select's return to this call, the loop running callbacks): bytes that were waiting
-    when select was called came at most that long before their time. Every other call goes to
-    the selector it wraps."""
-
-    def __init__(self, selector) -> None:
-        self._selector = selector
-        self.returned_ns = 0
-        self.blind_ns = 0
-
-    def select(self, timeout=None):
-        called = _monotonic_ns()
-        events = self._selector.select(timeout)
-        returned = _monotonic_ns()
-        self.blind_ns = called - self.returned_ns if self.returned_ns else 0
-        self.returned_ns = returned
-        return events
-
-    def __getattr__(self, name):
-        return getattr(self._selector, name)
-
-
-def _install_select_clock() -> None:
-    """Wrap the running loop's selector (once), where the loop has one (asyncio's selector
-    loops; others keep the time of each read)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    selector = getattr(loop, "_selector", None)
-    if selector is not None and not isinstance(selector, SelectClock) and hasattr(selector, "select"):
-        loop._selector = SelectClock(selector)  # type: ignore[attr-defined]  # asyncio's private selector
-
-
-def _read_time(loop) -> tuple[int, int]:
-    """When the current read's bytes were there, and how much earlier they may have come: the
-    select() that reported the socket and the loop's blind span before it, if the loop's
-    selector notes them; else now, and 0 (not known)."""
-    selector = getattr(loop, "_selector", None)
-    if isinstance(selector, SelectClock) and selector.returned_ns:
-        return selector.returned_ns, selector.blind_ns
-    return _monotonic_ns(), 0
 
 
 class _StampingHandler(ResponseHandler):
@@ -104,7 +56,7 @@ class _StampingHandler(ResponseHandler):
     loadgen_reader: _BodyReader | None = None
 
     def data_received(self, data: bytes) -> None:
-        t, blind = _read_time(self._loop)
+        t, blind = read_time(self._loop)
         super().data_received(data)
         payload = self._payload
         if payload is None:
@@ -171,7 +123,7 @@ def make_session(max_in_flight: int | None) -> aiohttp.ClientSession:
     """One session for a run. Its pool is sized to the load (unlimited when the load is), so
     no request ever waits silently inside the connection pool. Call it in the loop that runs the
     requests: it puts the select clock on that loop."""
-    _install_select_clock()
+    install()
     connector = aiohttp.TCPConnector(
         limit=max_in_flight or 0, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True
     )
@@ -210,6 +162,9 @@ class StreamClient:
         self.headers = {"Content-Type": "application/json", **headers}
         self.timeout_s = timeout_s
         self.keep_text = keep_text
+
+    async def close(self) -> None:
+        """Nothing of its own to close: the session is the run's."""
 
     async def send(self, rec: RequestRecord, body: bytes) -> RequestRecord:
         if self.keep_text and rec.chunk_text is None:
@@ -348,5 +303,5 @@ async def _http_error(rec: RequestRecord, resp: aiohttp.ClientResponse) -> None:
     try:
         message = error_message(json.loads(text))
     except ValueError:
-        message = " ".join(_TAGS.sub(" ", text).split()) or resp.reason or ""
+        message = page_text(text) or resp.reason or ""
     _fail(rec, f"http_{resp.status}", f"HTTP {resp.status}: {message[:300]}")

@@ -159,6 +159,34 @@ def session_for(load: Shape, share: Share = Share()) -> aiohttp.ClientSession:
     return make_session(limit)
 
 
+CLIENT_PATH_ENV = "LOADGEN_CLIENT_PATH"  # "python": the pure-Python path even where the compiled one serves
+
+
+def stream_client(spec: RunSpec, headers: dict, session: aiohttp.ClientSession):
+    """The run's streaming client: the compiled path (loadgen/client/compiled.py) where it was
+    built and serves the URL, else the pure-Python one over `session` (loadgen/client/stream.py)."""
+    from loadgen.client import compiled
+
+    timeout_s = spec.request_timeout_s * spec.time_scale
+    if compiled.serves(spec.api_base) and os.environ.get(CLIENT_PATH_ENV, "compiled") != "python":
+        return compiled.CompiledClient(spec.api_base, spec.endpoint, headers, timeout_s, keep_text=spec.keep_text)
+    from loadgen.client.stream import StreamClient  # aiohttp: loaded by a real run only
+
+    return StreamClient(session, spec.api_base, spec.endpoint, headers, timeout_s, keep_text=spec.keep_text)
+
+
+def client_info(client, session: aiohttp.ClientSession) -> dict:
+    """Which path measured and where its chunk times were taken (the summary's self-check says
+    both)."""
+    from loadgen.client import compiled
+
+    if isinstance(client, compiled.CompiledClient):
+        return {"client_path": "compiled", "chunk_times": "kernel_receive" if client.stamped else "select_return"}
+    from loadgen.client.stream import chunk_times
+
+    return {"client_path": "python", "chunk_times": chunk_times(session)}
+
+
 async def execute(
     spec: RunSpec,
     requests: Iterator[Request],
@@ -184,11 +212,7 @@ async def execute(
     opts = stream_options(spec.continuous_usage)
     headers = spec.headers if spec.keep_alive else {**spec.headers, "Connection": "close"}
     scale = spec.time_scale
-    from loadgen.client.stream import StreamClient, chunk_times  # aiohttp: loaded by a real run only
-
-    client = StreamClient(
-        session, spec.api_base, spec.endpoint, headers, spec.request_timeout_s * scale, keep_text=spec.keep_text
-    )
+    client = stream_client(spec, headers, session)
 
     extra = {**(spec.extra_body or {}), "return_token_ids": True} if spec.token_ids else spec.extra_body
 
@@ -293,7 +317,7 @@ async def execute(
             await asyncio.gather(task, return_exceptions=True)
         else:
             load_info = await task  # re-raises a fault of the executor itself
-        load_info = {**load_info, "chunk_times": chunk_times(session)}
+        load_info = {**load_info, **client_info(client, session)}
         if errors.tripped is not None:
             load_info["stopped_early"] = errors.tripped
     finally:
@@ -302,6 +326,7 @@ async def execute(
         if journal is not None:  # every send ended through its `finally`: all are written
             journal.close({"interrupted": interrupted})
         server_window = await window.close()
+        await client.close()
         if own_session:
             await session.close()
     return RunResult(

@@ -261,6 +261,7 @@ def summarize(
         lag_worker=lag_worker,
     )
     check["chunk_times"] = (load_info or {}).get("chunk_times")  # where chunk times were taken
+    check["client_path"] = (load_info or {}).get("client_path")  # compiled, or pure Python
     with_chunks = rows.array("n_chunks") > 0
     sources = counts(rows.col("token_count_source")[measured & with_chunks])
     source = "none" if not sources else (next(iter(sources)) if len(sources) == 1 else "mixed")

@@ -1,0 +1,932 @@
+/* loadgen.client._hotpath: one HTTP/1.1 connection's reads, in C.
+ *
+ * Why: a streamed response of N tokens is N SSE events; in Python each costs microseconds of
+ * interpreter work (protocol callbacks, the HTTP parser's payload queue, splitting, counting),
+ * which capped one core at ~265k chunks/s and, under paced load, delayed the loop that stamps
+ * every chunk. Here one call per socket read (the event loop's reader callback) does the
+ * receive, HTTP chunked decoding, SSE splitting and the token count of each usage-counted
+ * chunk, and appends the chunk's time and count to the request's record.
+ *
+ * Times: each read is stamped by the kernel (SO_TIMESTAMPNS: when the newest of its bytes reached
+ * the socket), not by when the loop got to them: a busy loop no longer moves a chunk's time. Only
+ * a read that also took bytes which came later can be late for its earlier chunks (the kernel
+ * merges the two arrivals and keeps the later time), which needs the loop to have been late by
+ * the gap between the server's writes; the self-check's loop lag over chunk timestamps bounds it.
+ * Without kernel times, the time the loop's select() returned (stream.SelectClock), as the
+ * Python path stamps.
+ *
+ * Anything not on the common path (a chunk without usage, an error, a usage-only chunk, draft
+ * counts, a reasoning or tool-call key, text kept for a tokenizer, other SSE fields) is handed
+ * to the Python code that reads it on the pure-Python path (loadgen/client/events.py), in order,
+ * so both paths record the same thing by the same rules.
+ */
+#define _GNU_SOURCE
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#ifndef SO_TIMESTAMPNS
+#define SO_TIMESTAMPNS 35
+#endif
+#ifndef SCM_TIMESTAMPNS
+#define SCM_TIMESTAMPNS SO_TIMESTAMPNS
+#endif
+
+#define READ_SIZE (256 * 1024)
+#define MAX_HEAD (64 * 1024)
+#define MAX_BODY (64 * 1024)
+#define LOCAL_CHUNKS 512
+
+/* what the reader tells its owner (notify(code)) */
+enum { N_HEAD = 1, N_DONE = 2, N_EOF = 3, N_ERROR = 4 };
+/* where the response is */
+enum { S_IDLE = 0, S_HEAD, S_BODY, S_DONE };
+/* how the body is framed */
+enum { B_CHUNKED = 1, B_LENGTH = 2, B_CLOSE = 3 };
+/* chunked framing */
+enum { C_SIZE = 0, C_EXT, C_SIZE_LF, C_DATA, C_DATA_CR, C_DATA_LF, C_TRAILER_START, C_TRAILER_LINE, C_TRAILER_LF };
+
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+} Buf;
+
+static int buf_reserve(Buf *b, Py_ssize_t extra) {
+    if (b->len + extra <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra)
+        cap *= 2;
+    char *p = PyMem_Realloc(b->p, cap);
+    if (!p) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_add(Buf *b, const char *data, Py_ssize_t n) {
+    if (n <= 0)
+        return 0;
+    if (buf_reserve(b, n) < 0)
+        return -1;
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+    return 0;
+}
+
+typedef struct {
+    PyObject_HEAD
+    int fd;
+    int stamped;         /* the socket gives kernel receive times */
+    PyObject *notify;    /* notify(code) */
+    PyObject *clock;     /* the loop's stream.SelectClock, or None */
+    /* the response in progress */
+    int state, mode, sse, cstate;
+    long long remaining; /* chunked: bytes left in this chunk; length: bytes left in the body */
+    Buf head, body, pending;
+    int leftover;        /* bytes came after the body ended: the connection cannot be reused */
+    PyObject *error;     /* the exception that ended the response (N_ERROR) */
+    /* the record */
+    PyObject *rec, *slow, *parse_block;
+    PyObject *t_arr, *u_arr, *c_arr;
+    int python_only, all_slow, need_prompt, done, usage_dirty, had_chunks;
+    long long last, usage;
+    long long lt[LOCAL_CHUNKS], lu[LOCAL_CHUNKS], lc[LOCAL_CHUNKS];
+    int nloc;
+    /* times */
+    long long t, t_head, t_last;
+    char *rbuf;
+} Conn;
+
+static PyObject *str_frombytes, *str_usage_completion_tokens, *str_prompt_tokens, *str_finish_reason,
+    *str_read_delay_ns, *str_chunk_usage, *str_chunk_phase, *str_chunk_t_ns, *str_chunk_chars, *str_chunk_text,
+    *str_token_ids, *str_done, *str_blind_ns, *str_returned_ns;
+
+static long long mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static long long real_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void conn_clear_rec(Conn *c) {
+    Py_CLEAR(c->rec);
+    Py_CLEAR(c->slow);
+    Py_CLEAR(c->parse_block);
+    Py_CLEAR(c->t_arr);
+    Py_CLEAR(c->u_arr);
+    Py_CLEAR(c->c_arr);
+}
+
+static int Conn_init(Conn *c, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"fd", "notify", "clock", NULL};
+    int fd;
+    PyObject *notify, *clock = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iO|O", kwlist, &fd, &notify, &clock))
+        return -1;
+    c->fd = fd;
+    Py_XSETREF(c->notify, Py_NewRef(notify));
+    Py_XSETREF(c->clock, Py_NewRef(clock));
+    if (!c->rbuf) {
+        c->rbuf = PyMem_Malloc(READ_SIZE);
+        if (!c->rbuf) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    int on = 1;
+    c->stamped = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on) == 0;
+    return 0;
+}
+
+static void Conn_dealloc(Conn *c) {
+    conn_clear_rec(c);
+    Py_CLEAR(c->notify);
+    Py_CLEAR(c->clock);
+    Py_CLEAR(c->error);
+    PyMem_Free(c->head.p);
+    PyMem_Free(c->body.p);
+    PyMem_Free(c->pending.p);
+    PyMem_Free(c->rbuf);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+/* ---- the record ---------------------------------------------------------------------- */
+
+static int last_usage(Conn *c, long long *out) {
+    Py_ssize_t n = PySequence_Length(c->u_arr);
+    if (n < 0)
+        return -1;
+    if (n == 0) {
+        *out = 0;
+        return 0;
+    }
+    PyObject *v = PySequence_GetItem(c->u_arr, n - 1);
+    if (!v)
+        return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* After Python code touched the record: what the fast path assumes, read again. */
+static int resync(Conn *c) {
+    if (last_usage(c, &c->last) < 0)
+        return -1;
+    PyObject *v = PyObject_GetAttr(c->rec, str_chunk_phase);
+    if (!v)
+        return -1;
+    c->all_slow = v != Py_None;
+    Py_DECREF(v);
+    v = PyObject_GetAttr(c->rec, str_prompt_tokens);
+    if (!v)
+        return -1;
+    c->need_prompt = v == Py_None;
+    Py_DECREF(v);
+    v = PyObject_GetAttr(c->rec, str_done);
+    if (!v)
+        return -1;
+    c->done = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    Py_ssize_t n = PySequence_Length(c->t_arr);
+    if (n < 0)
+        return -1;
+    c->had_chunks = n > 0;
+    return 0;
+}
+
+static int extend(PyObject *arr, long long *vals, int n) {
+    PyObject *mv = PyMemoryView_FromMemory((char *)vals, (Py_ssize_t)n * sizeof(long long), PyBUF_READ);
+    if (!mv)
+        return -1;
+    PyObject *r = PyObject_CallMethodOneArg(arr, str_frombytes, mv);
+    Py_DECREF(mv);
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int set_ll(PyObject *o, PyObject *name, long long v) {
+    PyObject *x = PyLong_FromLongLong(v);
+    if (!x)
+        return -1;
+    int r = PyObject_SetAttr(o, name, x);
+    Py_DECREF(x);
+    return r;
+}
+
+/* The request's first chunk: how long the loop had not looked before the select that reported
+ * its read (stream.SelectClock.blind_ns), as the Python path notes it. */
+static int first_chunk(Conn *c) {
+    c->had_chunks = 1;
+    if (c->clock == Py_None)
+        return 0;
+    PyObject *v = PyObject_GetAttr(c->clock, str_blind_ns);
+    if (!v)
+        return -1;
+    int r = PyObject_SetAttr(c->rec, str_read_delay_ns, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* The chunks noted since the last flush, appended to the record's arrays. */
+static int flush(Conn *c) {
+    if (!c->rec)
+        return 0;
+    if (c->nloc) {
+        if (extend(c->t_arr, c->lt, c->nloc) < 0 || extend(c->u_arr, c->lu, c->nloc) < 0 ||
+            extend(c->c_arr, c->lc, c->nloc) < 0)
+            return -1;
+        if (!c->had_chunks && first_chunk(c) < 0)
+            return -1;
+        c->nloc = 0;
+    }
+    if (c->usage_dirty) {
+        if (set_ll(c->rec, str_usage_completion_tokens, c->usage) < 0)
+            return -1;
+        c->usage_dirty = 0;
+    }
+    return 0;
+}
+
+/* One event through the Python reader (events.on_event), in order with the fast ones. */
+static int slow_event(Conn *c, const char *p, Py_ssize_t n) {
+    if (flush(c) < 0)
+        return -1;
+    Py_ssize_t before = PySequence_Length(c->t_arr);
+    if (before < 0)
+        return -1;
+    PyObject *r = PyObject_CallFunction(c->slow, "y#L", p, n, c->t);
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    if (resync(c) < 0)
+        return -1;
+    Py_ssize_t after = PySequence_Length(c->t_arr);
+    if (after < 0)
+        return -1;
+    if (after > before) {
+        if (before == 0 && first_chunk(c) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static const char *find(const char *h, Py_ssize_t hn, const char *needle, Py_ssize_t nn) {
+    return memmem(h, hn, needle, nn);
+}
+
+static int is_space(char ch) {
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
+}
+
+/* `"key":\s*(\d+)`, the first match (as Python's re.search), into *out; 0 if none, -1 if too long. */
+static int find_int(const char *p, Py_ssize_t n, const char *key, Py_ssize_t kn, long long *out) {
+    const char *end = p + n, *s = p;
+    while ((s = find(s, end - s, key, kn)) != NULL) {
+        const char *q = s + kn;
+        while (q < end && is_space(*q))
+            q++;
+        if (q < end && *q >= '0' && *q <= '9') {
+            long long v = 0;
+            int digits = 0;
+            while (q < end && *q >= '0' && *q <= '9') {
+                if (++digits > 18)
+                    return -1;
+                v = v * 10 + (*q++ - '0');
+            }
+            *out = v;
+            return 1;
+        }
+        s += 1;
+    }
+    return 0;
+}
+
+/* `"choices":\s*\[\s*\]` anywhere: a usage-only chunk. */
+static int no_choices(const char *p, Py_ssize_t n) {
+    static const char key[] = "\"choices\":";
+    const char *end = p + n, *s = p;
+    while ((s = find(s, end - s, key, sizeof key - 1)) != NULL) {
+        const char *q = s + sizeof key - 1;
+        while (q < end && is_space(*q))
+            q++;
+        if (q < end && *q == '[') {
+            q++;
+            while (q < end && is_space(*q))
+                q++;
+            if (q < end && *q == ']')
+                return 1;
+        }
+        s += 1;
+    }
+    return 0;
+}
+
+/* `"finish_reason":\s*"([^"]*)"`, the first match: 1 and its span, or 0. */
+static int find_finish(const char *p, Py_ssize_t n, const char **v, Py_ssize_t *vn) {
+    static const char key[] = "\"finish_reason\":";
+    const char *end = p + n, *s = p;
+    while ((s = find(s, end - s, key, sizeof key - 1)) != NULL) {
+        const char *q = s + sizeof key - 1;
+        while (q < end && is_space(*q))
+            q++;
+        if (q < end && *q == '"') {
+            const char *e = memchr(q + 1, '"', end - q - 1);
+            if (e) {
+                *v = q + 1;
+                *vn = e - q - 1;
+                return 1;
+            }
+        }
+        s += 1;
+    }
+    return 0;
+}
+
+#define HAS(lit) (find(p, n, lit, sizeof lit - 1) != NULL)
+
+/* One SSE data payload. */
+static int on_event(Conn *c, const char *p, Py_ssize_t n) {
+    if (c->done)
+        return 0; /* anything after [DONE] is ignored */
+    if (c->python_only || c->all_slow || n < 2 || p[0] != '{' || p[n - 1] != '}' || c->last < 0)
+        return slow_event(c, p, n);
+    if (HAS("\"error\"") || HAS("draft") || HAS("\"reasoning") || HAS("\"tool_calls\""))
+        return slow_event(c, p, n);
+    long long cum;
+    int got = find_int(p, n, "\"completion_tokens\":", 20, &cum);
+    if (got <= 0 || no_choices(p, n))
+        return slow_event(c, p, n);
+    const char *fr;
+    Py_ssize_t frn;
+    if (find_finish(p, n, &fr, &frn)) {
+        PyObject *s = PyUnicode_DecodeUTF8(fr, frn, NULL);
+        if (!s) {
+            PyErr_Clear();
+            return slow_event(c, p, n);
+        }
+        int r = PyObject_SetAttr(c->rec, str_finish_reason, s);
+        Py_DECREF(s);
+        if (r < 0)
+            return -1;
+    }
+    if (c->need_prompt) {
+        long long pt;
+        int g = find_int(p, n, "\"prompt_tokens\":", 16, &pt);
+        if (g < 0)
+            return slow_event(c, p, n);
+        if (g) {
+            if (set_ll(c->rec, str_prompt_tokens, pt) < 0)
+                return -1;
+            c->need_prompt = 0;
+        }
+    }
+    c->usage = cum;
+    c->usage_dirty = 1;
+    if (cum > c->last) {
+        if (c->nloc == LOCAL_CHUNKS && flush(c) < 0)
+            return -1;
+        c->lt[c->nloc] = c->t;
+        c->lu[c->nloc] = cum;
+        c->lc[c->nloc] = -1; /* not read: the usage makes the count exact */
+        c->nloc++;
+        c->last = cum;
+    }
+    return 0;
+}
+
+/* Decoded body bytes of an event stream: split into events (a blank line ends one). */
+static int on_sse(Conn *c, const char *data, Py_ssize_t n) {
+    Buf *b = &c->pending;
+    if (buf_add(b, data, n) < 0)
+        return -1;
+    if (memchr(b->p, '\r', b->len)) { /* CRLF line ends, as Python's SSEDecoder: \r\n -> \n */
+        Py_ssize_t w = 0;
+        for (Py_ssize_t r = 0; r < b->len; r++) {
+            if (b->p[r] == '\r' && r + 1 < b->len && b->p[r + 1] == '\n')
+                continue;
+            b->p[w++] = b->p[r];
+        }
+        b->len = w;
+    }
+    const char *s = b->p, *end = b->p + b->len;
+    for (;;) {
+        const char *e = find(s, end - s, "\n\n", 2);
+        if (!e)
+            break;
+        Py_ssize_t len = e - s;
+        if (len >= 6 && memcmp(s, "data: ", 6) == 0 && !memchr(s, '\n', len)) {
+            if (on_event(c, s + 6, len - 6) < 0)
+                return -1;
+        } else if (len) { /* comments, other fields, several data lines: Python's parser */
+            if (flush(c) < 0)
+                return -1;
+            PyObject *payload = PyObject_CallFunction(c->parse_block, "y#", s, len);
+            if (!payload)
+                return -1;
+            int r = 0;
+            if (payload != Py_None) {
+                char *pp;
+                Py_ssize_t pn;
+                r = PyBytes_AsStringAndSize(payload, &pp, &pn);
+                if (r == 0)
+                    r = on_event(c, pp, pn);
+            }
+            Py_DECREF(payload);
+            if (r < 0)
+                return -1;
+        }
+        s = e + 2;
+    }
+    Py_ssize_t rest = end - s;
+    if (rest && s != b->p)
+        memmove(b->p, s, rest);
+    b->len = rest;
+    return 0;
+}
+
+static int on_body(Conn *c, const char *data, Py_ssize_t n) {
+    if (c->sse)
+        return on_sse(c, data, n);
+    if (c->body.len < MAX_BODY)
+        return buf_add(&c->body, data, n < MAX_BODY - c->body.len ? n : MAX_BODY - c->body.len);
+    return 0;
+}
+
+static PyObject *FramingError;
+
+static PyObject *fault(const char *msg) {
+    PyErr_SetString(FramingError, msg);
+    return NULL;
+}
+
+static int hexval(char ch) {
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* Body bytes as framed on the wire; returns how many were the body's (the rest came after it). */
+static Py_ssize_t on_framed(Conn *c, const char *p, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    if (c->mode == B_CLOSE) {
+        if (on_body(c, p, n) < 0)
+            return -1;
+        return n;
+    }
+    if (c->mode == B_LENGTH) {
+        Py_ssize_t take = (long long)n < c->remaining ? n : (Py_ssize_t)c->remaining;
+        if (on_body(c, p, take) < 0)
+            return -1;
+        c->remaining -= take;
+        if (c->remaining == 0)
+            c->state = S_DONE;
+        return take;
+    }
+    while (i < n && c->state == S_BODY) {
+        char ch = p[i];
+        switch (c->cstate) {
+        case C_SIZE: {
+            int h = hexval(ch);
+            if (h >= 0) {
+                if (c->remaining > (1LL << 40)) {
+                    fault("chunk size too large");
+                    return -1;
+                }
+                c->remaining = c->remaining * 16 + h;
+            } else if (ch == ';' || ch == ' ' || ch == '\t') {
+                c->cstate = C_EXT;
+            } else if (ch == '\r') {
+                c->cstate = C_SIZE_LF;
+            } else if (ch == '\n') {
+                c->cstate = c->remaining ? C_DATA : C_TRAILER_START;
+            } else {
+                fault("invalid character in chunk size");
+                return -1;
+            }
+            i++;
+            break;
+        }
+        case C_EXT:
+            if (ch == '\r')
+                c->cstate = C_SIZE_LF;
+            else if (ch == '\n')
+                c->cstate = c->remaining ? C_DATA : C_TRAILER_START;
+            i++;
+            break;
+        case C_SIZE_LF:
+            if (ch != '\n') {
+                fault("invalid chunk size line");
+                return -1;
+            }
+            c->cstate = c->remaining ? C_DATA : C_TRAILER_START;
+            i++;
+            break;
+        case C_DATA: {
+            Py_ssize_t take = (long long)(n - i) < c->remaining ? n - i : (Py_ssize_t)c->remaining;
+            if (on_body(c, p + i, take) < 0)
+                return -1;
+            c->remaining -= take;
+            i += take;
+            if (c->remaining == 0)
+                c->cstate = C_DATA_CR;
+            break;
+        }
+        case C_DATA_CR:
+            if (ch == '\r')
+                c->cstate = C_DATA_LF;
+            else if (ch == '\n')
+                c->cstate = C_SIZE;
+            else {
+                fault("chunk data not followed by CRLF");
+                return -1;
+            }
+            i++;
+            break;
+        case C_DATA_LF:
+            if (ch != '\n') {
+                fault("chunk data not followed by CRLF");
+                return -1;
+            }
+            c->cstate = C_SIZE;
+            i++;
+            break;
+        case C_TRAILER_START:
+            if (ch == '\r')
+                c->cstate = C_TRAILER_LF;
+            else if (ch == '\n')
+                c->state = S_DONE;
+            else
+                c->cstate = C_TRAILER_LINE;
+            i++;
+            break;
+        case C_TRAILER_LINE:
+            if (ch == '\n')
+                c->cstate = C_TRAILER_START;
+            i++;
+            break;
+        case C_TRAILER_LF:
+            if (ch != '\n') {
+                fault("invalid trailer");
+                return -1;
+            }
+            c->state = S_DONE;
+            i++;
+            break;
+        }
+    }
+    return i;
+}
+
+static int notify(Conn *c, int code) {
+    PyObject *r = PyObject_CallFunction(c->notify, "i", code);
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Bytes of one read (or given to feed()), at time c->t. 0, or -1 with an exception set. */
+static int process(Conn *c, const char *p, Py_ssize_t n) {
+    while (n > 0) {
+        if (c->state == S_HEAD) {
+            Py_ssize_t old = c->head.len;
+            if (buf_add(&c->head, p, n) < 0)
+                return -1;
+            /* the blank line may straddle reads: look from 3 bytes before the new ones */
+            Py_ssize_t from = old > 3 ? old - 3 : 0;
+            const char *e = find(c->head.p + from, c->head.len - from, "\r\n\r\n", 4);
+            if (!e) {
+                if (c->head.len > MAX_HEAD) {
+                    fault("response head over 64 KiB");
+                    return -1;
+                }
+                return 0;
+            }
+            Py_ssize_t used = (e + 4 - c->head.p) - old; /* of the new bytes */
+            c->head.len = e + 4 - c->head.p;
+            c->t_head = c->t;
+            c->state = S_IDLE; /* until the owner says how the body comes (begin_body) */
+            if (notify(c, N_HEAD) < 0)
+                return -1;
+            p += used;
+            n -= used;
+            if (c->state == S_HEAD) /* a 1xx response: the next head follows */
+                continue;
+            if (c->state != S_BODY) {
+                if (n > 0)
+                    c->leftover = 1;
+                return 0;
+            }
+            continue;
+        }
+        if (c->state == S_BODY) {
+            Py_ssize_t used = on_framed(c, p, n);
+            if (used < 0)
+                return -1;
+            p += used;
+            n -= used;
+            if (c->state == S_DONE) {
+                if (flush(c) < 0)
+                    return -1;
+                if (n > 0)
+                    c->leftover = 1;
+                return notify(c, N_DONE);
+            }
+            continue;
+        }
+        c->leftover = 1; /* bytes with no response to take them */
+        return 0;
+    }
+    return flush(c);
+}
+
+static void fail(Conn *c) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb && value)
+        PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    Py_XSETREF(c->error, value ? value : Py_NewRef(Py_None));
+    c->state = S_DONE;
+    if (notify(c, N_ERROR) < 0)
+        PyErr_WriteUnraisable(c->notify);
+}
+
+static long long loop_time(Conn *c, long long now) {
+    /* when the loop's select() returned, as the Python path stamps (no kernel times) */
+    if (c->clock == Py_None)
+        return now;
+    PyObject *v = PyObject_GetAttr(c->clock, str_returned_ns);
+    long long t = v ? PyLong_AsLongLong(v) : -1;
+    Py_XDECREF(v);
+    if (t <= 0) {
+        PyErr_Clear();
+        return now;
+    }
+    return t;
+}
+
+/* read(): the event loop's reader callback. One receive, kernel-stamped, then its bytes.
+ * Failures go to notify, never out of this call. */
+static PyObject *Conn_read(Conn *c, PyObject *Py_UNUSED(ignored)) {
+    char control[CMSG_SPACE(sizeof(struct timespec))];
+    struct iovec iov = {c->rbuf, READ_SIZE};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (c->stamped) {
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof control;
+    }
+    ssize_t r;
+    do
+        r = recvmsg(c->fd, &msg, MSG_DONTWAIT);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            fail(c);
+        }
+        Py_RETURN_NONE;
+    }
+    if (r == 0) {
+        if (c->rec && flush(c) < 0)
+            fail(c);
+        else if (notify(c, N_EOF) < 0)
+            PyErr_WriteUnraisable(c->notify);
+        Py_RETURN_NONE;
+    }
+    long long kernel = 0, now = mono_ns();
+    if (c->stamped)
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
+            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+                struct timespec ts;
+                memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+                kernel = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+            }
+    long long t;
+    if (kernel) { /* the kernel's time is CLOCK_REALTIME: onto the monotonic clock */
+        t = kernel - (real_ns() - mono_ns());
+        if (t > now)
+            t = now;
+    } else {
+        t = loop_time(c, now);
+    }
+    if (t < c->t_last) /* never before an earlier read's time */
+        t = c->t_last;
+    c->t = c->t_last = t;
+    if (process(c, c->rbuf, r) < 0)
+        fail(c);
+    Py_RETURN_NONE;
+}
+
+/* feed(data, t): bytes as if read at t (tests). */
+static PyObject *Conn_feed(Conn *c, PyObject *args) {
+    const char *p;
+    Py_ssize_t n;
+    long long t;
+    if (!PyArg_ParseTuple(args, "y#L", &p, &n, &t))
+        return NULL;
+    c->t = c->t_last = t;
+    if (process(c, p, n) < 0) {
+        fail(c);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *get_attr(PyObject *o, PyObject *name) {
+    return PyObject_GetAttr(o, name);
+}
+
+/* begin(rec, slow, parse_block): a new response on this connection, for this record. */
+static PyObject *Conn_begin(Conn *c, PyObject *args) {
+    PyObject *rec, *slow, *parse_block;
+    if (!PyArg_ParseTuple(args, "OOO", &rec, &slow, &parse_block))
+        return NULL;
+    conn_clear_rec(c);
+    Py_CLEAR(c->error);
+    c->rec = Py_NewRef(rec);
+    c->slow = Py_NewRef(slow);
+    c->parse_block = Py_NewRef(parse_block);
+    if (!(c->t_arr = get_attr(rec, str_chunk_t_ns)) || !(c->u_arr = get_attr(rec, str_chunk_usage)) ||
+        !(c->c_arr = get_attr(rec, str_chunk_chars)))
+        return NULL;
+    PyObject *text = get_attr(rec, str_chunk_text), *ids = text ? get_attr(rec, str_token_ids) : NULL;
+    if (!ids) {
+        Py_XDECREF(text);
+        return NULL;
+    }
+    c->python_only = text != Py_None || ids != Py_None;
+    Py_DECREF(text);
+    Py_DECREF(ids);
+    if (resync(c) < 0)
+        return NULL;
+    c->state = S_HEAD;
+    c->head.len = c->body.len = c->pending.len = 0;
+    c->leftover = c->nloc = c->usage_dirty = 0;
+    c->sse = 0;
+    c->t_head = 0;
+    Py_RETURN_NONE;
+}
+
+/* begin_body(mode, length, sse): the head was read; how its body comes. mode 0: no body. */
+static PyObject *Conn_begin_body(Conn *c, PyObject *args) {
+    int mode, sse;
+    long long length;
+    if (!PyArg_ParseTuple(args, "iLp", &mode, &length, &sse))
+        return NULL;
+    c->sse = sse;
+    c->mode = mode;
+    c->cstate = C_SIZE;
+    c->remaining = mode == B_LENGTH ? length : 0;
+    c->state = (mode == 0 || (mode == B_LENGTH && length == 0)) ? S_DONE : S_BODY;
+    Py_RETURN_NONE;
+}
+
+/* expect_head(): the head just read was a 1xx response; the real one follows. */
+static PyObject *Conn_expect_head(Conn *c, PyObject *Py_UNUSED(ignored)) {
+    c->state = S_HEAD;
+    c->head.len = 0;
+    Py_RETURN_NONE;
+}
+
+/* finish(): the body ends here (a close-delimited body at EOF): the last events flushed. */
+static PyObject *Conn_finish(Conn *c, PyObject *Py_UNUSED(ignored)) {
+    if (c->rec && flush(c) < 0)
+        return NULL;
+    c->state = S_DONE;
+    Py_RETURN_NONE;
+}
+
+/* release(): the record let go (the request ended); the connection may serve another. */
+static PyObject *Conn_release(Conn *c, PyObject *Py_UNUSED(ignored)) {
+    conn_clear_rec(c);
+    Py_CLEAR(c->error);
+    c->state = S_IDLE;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Conn_head(Conn *c, void *Py_UNUSED(closure)) {
+    return PyBytes_FromStringAndSize(c->head.p ? c->head.p : "", c->head.len);
+}
+
+static PyObject *Conn_body(Conn *c, void *Py_UNUSED(closure)) {
+    return PyBytes_FromStringAndSize(c->body.p ? c->body.p : "", c->body.len);
+}
+
+static PyObject *Conn_rest(Conn *c, void *Py_UNUSED(closure)) {
+    /* an event stream's unterminated last event, at the end of the stream */
+    return PyBytes_FromStringAndSize(c->pending.p ? c->pending.p : "", c->pending.len);
+}
+
+static PyObject *Conn_error(Conn *c, void *Py_UNUSED(closure)) {
+    return Py_NewRef(c->error ? c->error : Py_None);
+}
+
+static PyObject *Conn_in_body(Conn *c, void *Py_UNUSED(closure)) {
+    return PyBool_FromLong(c->state == S_BODY);
+}
+
+static PyMethodDef Conn_methods[] = {
+    {"read", (PyCFunction)Conn_read, METH_NOARGS, "The reader callback: one kernel-stamped receive, processed."},
+    {"feed", (PyCFunction)Conn_feed, METH_VARARGS, "feed(data, t): bytes as if read at t."},
+    {"begin", (PyCFunction)Conn_begin, METH_VARARGS, "begin(rec, slow, parse_block): a new response."},
+    {"begin_body", (PyCFunction)Conn_begin_body, METH_VARARGS, "begin_body(mode, length, sse)."},
+    {"expect_head", (PyCFunction)Conn_expect_head, METH_NOARGS, "A 1xx head was read: the next head follows."},
+    {"finish", (PyCFunction)Conn_finish, METH_NOARGS, "The body ends here (EOF of a close-delimited body)."},
+    {"release", (PyCFunction)Conn_release, METH_NOARGS, "Let go of the record."},
+    {NULL},
+};
+
+static PyMemberDef Conn_members[] = {
+    {"fd", T_INT, offsetof(Conn, fd), READONLY, "the socket"},
+    {"stamped", T_INT, offsetof(Conn, stamped), READONLY, "the kernel stamps this socket's reads"},
+    {"t_head", T_LONGLONG, offsetof(Conn, t_head), READONLY, "when the head's last bytes arrived"},
+    {"t_last", T_LONGLONG, offsetof(Conn, t_last), READONLY, "when the last read's bytes arrived"},
+    {"leftover", T_INT, offsetof(Conn, leftover), READONLY, "bytes came after the response"},
+    {NULL},
+};
+
+static PyGetSetDef Conn_getset[] = {
+    {"head", (getter)Conn_head, NULL, "the response head", NULL},
+    {"body", (getter)Conn_body, NULL, "a body that is not an event stream (up to 64 KiB)", NULL},
+    {"rest", (getter)Conn_rest, NULL, "bytes of an event not yet ended", NULL},
+    {"error", (getter)Conn_error, NULL, "what ended the response", NULL},
+    {"in_body", (getter)Conn_in_body, NULL, "the body is being read", NULL},
+    {NULL},
+};
+
+static PyTypeObject ConnType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "loadgen.client._hotpath.Conn",
+    .tp_basicsize = sizeof(Conn),
+    .tp_dealloc = (destructor)Conn_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One HTTP/1.1 connection's reads: kernel-stamped, decoded and counted in C.",
+    .tp_methods = Conn_methods,
+    .tp_members = Conn_members,
+    .tp_getset = Conn_getset,
+    .tp_init = (initproc)Conn_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath", "loadgen's compiled read path.", -1, NULL,
+                                     NULL, NULL, NULL, NULL};
+
+#define INTERN(var, s)                                                                                                 \
+    if (!(var = PyUnicode_InternFromString(s)))                                                                        \
+        return NULL;
+
+PyMODINIT_FUNC PyInit__hotpath(void) {
+    INTERN(str_frombytes, "frombytes");
+    INTERN(str_usage_completion_tokens, "usage_completion_tokens");
+    INTERN(str_prompt_tokens, "prompt_tokens");
+    INTERN(str_finish_reason, "finish_reason");
+    INTERN(str_read_delay_ns, "read_delay_ns");
+    INTERN(str_chunk_usage, "chunk_usage");
+    INTERN(str_chunk_phase, "chunk_phase");
+    INTERN(str_chunk_t_ns, "chunk_t_ns");
+    INTERN(str_chunk_chars, "chunk_chars");
+    INTERN(str_chunk_text, "chunk_text");
+    INTERN(str_token_ids, "token_ids");
+    INTERN(str_done, "done");
+    INTERN(str_blind_ns, "blind_ns");
+    INTERN(str_returned_ns, "returned_ns");
+    if (PyType_Ready(&ConnType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    FramingError = PyErr_NewExceptionWithDoc("loadgen.client._hotpath.FramingError",
+                                             "The response's HTTP framing is broken.", PyExc_ValueError, NULL);
+    if (!FramingError || PyModule_AddObjectRef(m, "FramingError", FramingError) < 0 ||
+        PyModule_AddObjectRef(m, "Conn", (PyObject *)&ConnType) < 0 || PyModule_AddIntConstant(m, "HEAD", N_HEAD) ||
+        PyModule_AddIntConstant(m, "DONE", N_DONE) || PyModule_AddIntConstant(m, "EOF", N_EOF) ||
+        PyModule_AddIntConstant(m, "ERROR", N_ERROR) || PyModule_AddIntConstant(m, "CHUNKED", B_CHUNKED) ||
+        PyModule_AddIntConstant(m, "LENGTH", B_LENGTH) || PyModule_AddIntConstant(m, "CLOSE", B_CLOSE)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,353 @@
+"""The compiled read path: streamed requests over our own HTTP/1.1 connections, every socket read
+received, stamped, decoded and counted in C (loadgen/client/_hotpath.c).
+
+Why: on the pure-Python path (aiohttp, `stream.py`) each read costs the interpreter tens of
+microseconds before its chunks are counted, so one core read ~265k chunks/s, and a busy loop
+delayed the reads whose times it stamped. Here a read is one C call, the event loop's own reader
+callback, and its time is the kernel's (when the bytes reached the socket), so the loop being
+busy no longer moves a chunk's time (docs/metrics.md, "Chunk times").
+
+It serves plain `http://` servers, which is what a load test talks to; anything else (https, a
+proxy) goes the pure-Python way (`stream.StreamClient`). Events the C reader does not handle go
+to the same Python code as there (`events.on_event`, `sse._parse_block`), so both paths record
+the same thing by the same rules; errors land in the same types (docs/metrics.md, "Errors").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import functools
+import json
+import socket
+import time
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from loadgen.client.bodies import ENDPOINTS
+from loadgen.client.events import error_message, on_event, page_text
+from loadgen.client.record import RequestRecord
+from loadgen.client.selectclock import SelectClock, install
+from loadgen.client.sse import StreamFault, _parse_block
+
+try:
+    from loadgen.client import _hotpath
+except ImportError:  # no compiler when the package was installed: the pure-Python path
+    _hotpath = None  # type: ignore[assignment]
+
+_monotonic_ns = time.monotonic_ns
+_MAX_ERROR_BODY = 64 * 1024
+CONNECT_TIMEOUT_S = 30.0
+
+
+def available() -> bool:
+    """Whether the compiled reader was built (the package's install compiles it where it can)."""
+    return _hotpath is not None
+
+
+def serves(api_base: str) -> bool:
+    """Whether the compiled path can talk to this server: built, and plain HTTP."""
+    return _hotpath is not None and urlsplit(api_base).scheme == "http"
+
+
+class _Failed(Exception):
+    """A request's failure as its record keeps it: error type and message."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind, self.message = kind, message
+
+
+class _Connection:
+    """One keep-alive connection: its socket, its C reader, and the exchange it serves."""
+
+    __slots__ = ("sock", "reader", "loop", "pool", "closed", "exchange")
+
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, pool: Pool) -> None:
+        self.sock, self.loop, self.pool = sock, loop, pool
+        self.closed = False
+        self.exchange: _Exchange | None = None
+        self.reader = _hotpath.Conn(sock.fileno(), self._notify, pool.clock)
+        loop.add_reader(sock.fileno(), self.reader.read)
+
+    def _notify(self, code: int) -> None:
+        ex = self.exchange
+        if ex is not None:
+            ex.on(code)
+        elif code in (_hotpath.EOF, _hotpath.ERROR):  # idle: the server closed it
+            self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            try:
+                self.loop.remove_reader(self.sock.fileno())
+            except (ValueError, OSError):
+                pass
+            self.sock.close()
+            self.reader.release()
+
+
+class _Exchange:
+    """One request on one connection, from its bytes to the end of its response."""
+
+    __slots__ = ("rec", "conn", "done", "reusable", "status", "sse", "mode", "reason")
+
+    def __init__(self, rec: RequestRecord, conn: _Connection) -> None:
+        self.rec, self.conn = rec, conn
+        self.done: asyncio.Future = conn.loop.create_future()
+        self.reusable = False
+        self.status: int | None = None
+        self.sse = False
+        self.mode = 0
+        self.reason = ""
+
+    def on(self, code: int) -> None:
+        if self.done.done():
+            if code != _hotpath.DONE:  # closed (or broken) after its response: not to be reused
+                self.reusable = False
+            return
+        try:
+            if code == _hotpath.HEAD:
+                self._head()
+            elif code == _hotpath.DONE:
+                self._end()
+            elif code == _hotpath.EOF:
+                self._eof()
+            else:
+                self._error(self.conn.reader.error)
+        except BaseException as e:  # a bug here must end this request, not the loop's callback
+            self.done.set_exception(e)
+
+    def _head(self) -> None:
+        reader, rec = self.conn.reader, self.rec
+        lines = reader.head.decode("latin-1").split("\r\n")
+        version, _, rest = lines[0].partition(" ")
+        code, _, reason = rest.partition(" ")
+        if not version.startswith("HTTP/1.") or not code.isdigit():
+            raise _Failed("connection_error", f"not an HTTP/1.x response: {lines[0][:80]!r}")
+        status = int(code)
+        if 100 <= status < 200:
+            return reader.expect_head()
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                key = name.strip().lower()
+                headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
+        rec.t_headers_ns = reader.t_head
+        rec.status = self.status = status
+        self.reusable = version == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            mode, length = _hotpath.CHUNKED, 0
+        elif "content-length" in headers:
+            mode, length = _hotpath.LENGTH, int(headers["content-length"])
+        elif status in (204, 304):
+            mode, length = 0, 0
+        else:
+            mode, length = _hotpath.CLOSE, 0
+            self.reusable = False
+        self.mode = mode
+        if status != 200:
+            self.reason = reason
+            reader.begin_body(mode, length, False)
+        elif "text/event-stream" not in headers.get("content-type", ""):
+            self.reusable = False
+            raise _Failed(
+                "not_streaming",
+                f"response is not text/event-stream (Content-Type: {headers.get('content-type', 'none')})",
+            )
+        elif headers.get("content-encoding", "identity").lower() != "identity":
+            self.reusable = False
+            raise _Failed("connection_error", f"unasked-for Content-Encoding: {headers['content-encoding']}")
+        else:
+            self.sse = True
+            reader.begin_body(mode, length, True)
+
+    def _end(self) -> None:
+        reader, rec = self.conn.reader, self.rec
+        if reader.leftover:
+            self.reusable = False
+        if self.status != 200:
+            raw = reader.body
+            text = raw[:_MAX_ERROR_BODY].decode("utf-8", "replace").strip()
+            try:
+                message = error_message(json.loads(text))
+            except ValueError:
+                message = page_text(text) or self.reason
+            raise _Failed(f"http_{self.status}", f"HTTP {self.status}: {message[:300]}")
+        rest = reader.rest.strip(b"\n")  # an unterminated last event, as SSEDecoder.flush
+        if rest:
+            payload = _parse_block(rest)
+            if payload is not None:
+                on_event(rec, payload, reader.t_last)
+        if not rec.t_end_ns:
+            rec.t_end_ns = reader.t_last or _monotonic_ns()
+        self.done.set_result(None)
+
+    def _eof(self) -> None:
+        reader = self.conn.reader
+        self.reusable = False
+        if self.status is not None and reader.in_body:
+            if self.mode == _hotpath.CLOSE:
+                reader.finish()
+                return self._end()
+            raise _Failed("reset", "response cut off: the server closed the connection mid-response")
+        if self.status is None:
+            raise _Failed("disconnected", "server closed the connection before responding: Server disconnected")
+        self.done.set_result(None)
+
+    def _error(self, e: BaseException | None) -> None:
+        self.reusable = False
+        if isinstance(e, (StreamFault, _Failed)):
+            raise e
+        if isinstance(e, OSError):
+            mid = self.status is not None
+            if e.errno in (errno.ECONNRESET, errno.EPIPE):
+                kind, where = ("reset", "mid-response") if mid else ("disconnected", "before responding")
+                raise _Failed(kind, f"server closed the connection {where}: {e}")
+            raise _Failed("connection_error", f"{type(e).__name__}: {e}")
+        if _hotpath is not None and isinstance(e, _hotpath.FramingError):
+            raise _Failed("connection_error", f"malformed HTTP response: {e}")
+        raise e if e is not None else _Failed("client_exception", "the reader failed without an error")
+
+
+class Pool:
+    """Keep-alive connections to one server, as many as the load has in flight (none waits)."""
+
+    def __init__(self, host: str, port: int, clock: SelectClock | None) -> None:
+        self.host, self.port, self.clock = host, port, clock
+        self.idle: list[_Connection] = []
+        self._addr: tuple | None = None
+        self._family = socket.AF_INET
+
+    async def acquire(self) -> _Connection:
+        while self.idle:
+            conn = self.idle.pop()
+            if not conn.closed and not conn.reader.leftover:
+                return conn
+            conn.close()
+        loop = asyncio.get_running_loop()
+        if self._addr is None:
+            infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            self._family, *_, self._addr = infos[0]
+        sock = socket.socket(self._family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                await loop.sock_connect(sock, self._addr)
+        except BaseException:
+            sock.close()
+            raise
+        return _Connection(sock, loop, self)
+
+    def release(self, conn: _Connection, reusable: bool) -> None:
+        conn.exchange = None
+        conn.reader.release()
+        if reusable and not conn.closed:
+            self.idle.append(conn)
+        else:
+            conn.close()
+
+    def close(self) -> None:
+        for conn in self.idle:
+            conn.close()
+        self.idle.clear()
+
+
+class CompiledClient:
+    """Streams requests to `{api_base}{endpoint}` on the compiled path (`serves(api_base)`)."""
+
+    chunk_times = "kernel_receive"
+
+    def __init__(
+        self, api_base: str, endpoint: str, headers: Mapping[str, str], timeout_s: float, keep_text: bool = False
+    ) -> None:
+        url = urlsplit(api_base.rstrip("/") + ENDPOINTS[endpoint])
+        host, port = url.hostname or "127.0.0.1", url.port or 80
+        self.pool = Pool(host, port, install())  # made in the loop that runs the requests
+        self.where = f"{host}:{port}"
+        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        head = {"Host": url.netloc, "Content-Type": "application/json", "Accept": "*/*", **headers}
+        self.close_after = head.get("Connection", "").lower() == "close"
+        self._head = (
+            f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in head.items()) + "Content-Length: "
+        ).encode("latin-1")
+        self.timeout_s = timeout_s
+        self.keep_text = keep_text
+        self.stamped: bool | None = None  # whether the kernel stamped the reads (known after one)
+
+    async def close(self) -> None:
+        self.pool.close()
+
+    async def send(self, rec: RequestRecord, body: bytes) -> RequestRecord:
+        if self.keep_text and rec.chunk_text is None:
+            rec.chunk_text = []
+        rec.t_call_ns = rec.t_send_ns = _monotonic_ns()
+        conn: _Connection | None = None
+        ex: _Exchange | None = None
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                try:
+                    conn = await self.pool.acquire()
+                except OSError as e:
+                    raise _connect_failure(e, self.where) from None
+                except TimeoutError:  # the connect's own limit, not the request's
+                    raise _Failed("connection_error", f"Cannot connect to host {self.where} [timed out]") from None
+                ex = conn.exchange = _Exchange(rec, conn)
+                if self.stamped is None:
+                    self.stamped = bool(conn.reader.stamped)
+                conn.reader.begin(rec, functools.partial(on_event, rec), _parse_block)
+                data = self._head + b"%d\r\n\r\n" % len(body) + body
+                rec.t_send_ns = _monotonic_ns()
+                try:
+                    sent = conn.sock.send(data)
+                    if sent < len(data):
+                        await conn.loop.sock_sendall(conn.sock, memoryview(data)[sent:])
+                except BlockingIOError:
+                    await conn.loop.sock_sendall(conn.sock, data)
+                except OSError as e:
+                    ex.reusable = False
+                    raise _Failed("disconnected", f"server closed the connection before responding: {e}") from None
+                await ex.done
+        except _Failed as f:
+            _fail(rec, f.kind, f.message)
+        except StreamFault as f:
+            _fail(rec, f.kind, f.message)
+        except TimeoutError:
+            if not rec.done:  # a server that sent [DONE] but never closed is not a failure
+                _fail(
+                    rec,
+                    "timeout",
+                    f"no complete response within {self.timeout_s:g} s ({len(rec.chunk_t_ns)} chunks received)",
+                )
+        except asyncio.CancelledError:
+            _fail(rec, "cancelled", "run interrupted")
+            raise
+        except Exception as e:  # a bug in the client must not end the run: record it
+            _fail(rec, "client_exception", f"{type(e).__name__}: {e}")
+        finally:
+            if not rec.t_end_ns:
+                rec.t_end_ns = _monotonic_ns()
+            if conn is not None:
+                done = ex is not None and ex.done.done() and not ex.done.cancelled() and ex.done.exception() is None
+                self.pool.release(conn, done and ex.reusable and not self.close_after)  # type: ignore[union-attr]
+        if rec.ok:
+            if not rec.done:
+                _fail(rec, "missing_done", "stream ended without 'data: [DONE]'")
+            elif not rec.chunk_t_ns:
+                _fail(rec, "empty_completion", "stream completed with no tokens")
+        return rec
+
+
+def _connect_failure(e: OSError, where: str) -> _Failed:
+    if isinstance(e, ConnectionRefusedError) or e.errno == errno.ECONNREFUSED:
+        return _Failed("connection_refused", f"Cannot connect to host {where} [{e.strerror or e}]")
+    return _Failed("connection_error", f"Cannot connect to host {where} [{e.strerror or e}]")
+
+
+def _fail(rec: RequestRecord, kind: str, message: str) -> None:
+    if rec.error_type is None:
+        rec.error_type = kind
+        rec.error_message = message[:500]

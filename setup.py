@@ -1,0 +1,10 @@
+"""The package's one compiled part: loadgen/client/_hotpath.c, the client's read path
+(docs/performance.md). Optional: where no C compiler is found (or not on Linux) the install
+goes on without it and the client takes its pure-Python path (loadgen/client/stream.py)."""
+
+import sys
+
+from setuptools import Extension, setup
+
+ext = Extension("loadgen.client._hotpath", ["loadgen/client/_hotpath.c"], optional=True, extra_compile_args=["-O2"])
+setup(ext_modules=[ext] if sys.platform.startswith("linux") else [])

@@ -1,0 +1,285 @@
+"""The compiled read path (loadgen/client/_hotpath.c) records exactly what the pure-Python path
+records, read by read: the same streams (every kind of event the client knows, split into reads
+at random places, HTTP chunked framing included) through both, and the records compared whole.
+Its socket side (kernel times, the spread of a read) is tested against a real socket."""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+import socket
+import time
+
+import pytest
+
+from loadgen.client import compiled
+from loadgen.client.events import on_event, on_events
+from loadgen.client.record import RequestRecord
+from loadgen.client.sse import SSEDecoder, StreamFault, _parse_block
+
+pytestmark = pytest.mark.skipif(not compiled.available(), reason="the compiled path was not built (no C compiler)")
+if compiled.available():
+    from loadgen.client import _hotpath
+
+
+_SD = {"num_draft_tokens": 9, "num_accepted_draft_tokens": 4}
+
+
+def _chunk(
+    i: int, *, usage=True, text=" tok", finish=None, prompt: int | None = 16, extra: dict | None = None
+) -> bytes:
+    delta: dict = {"content": text} if text is not None else {}
+    obj: dict = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    if usage:
+        obj["usage"] = {"completion_tokens": i} if prompt is None else {"prompt_tokens": prompt, "completion_tokens": i}
+    if extra:
+        obj.update(extra)
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _final_usage(n: int, extra: dict | None = None) -> bytes:
+    obj: dict = {"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 16, "completion_tokens": n}}
+    if extra:
+        obj.update(extra)
+    return json.dumps(obj).encode()
+
+
+def _reasoning(i: int, thinking: bool) -> bytes:
+    delta = {"reasoning": "hmm"} if thinking else {"content": "ok"}
+    usage = {"prompt_tokens": 16, "completion_tokens": i, "completion_tokens_details": {"reasoning_tokens": i}}
+    return json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": None}], "usage": usage}).encode()
+
+
+def _streams() -> dict[str, list[bytes]]:
+    """Event payloads of each kind of stream the client reads (the SSE framing added later)."""
+    n = 40
+    counted = [_chunk(i + 1, finish="length" if i == n - 1 else None) for i in range(n)]
+    return {
+        "counted": [*counted, _final_usage(n), b"[DONE]"],
+        "multi-token": [_chunk(i, finish="stop" if i == 60 else None) for i in range(3, 61, 3)] + [b"[DONE]"],
+        "no usage": [_chunk(i + 1, usage=False) for i in range(20)] + [_final_usage(20), b"[DONE]"],
+        "spaced json": [json.dumps(json.loads(p)).encode() for p in counted] + [b"[DONE]"],
+        "repeats and zeros": [_chunk(1), _chunk(1, text=""), _chunk(2), _chunk(2), _chunk(5), b"[DONE]"],
+        "reasoning": [_reasoning(i + 1, i < 10) for i in range(20)] + [b"[DONE]"],
+        "tool call": [_chunk(1)]
+        + [
+            json.dumps(
+                {
+                    "choices": [{"delta": {"tool_calls": [{"function": {"arguments": "{}"}}]}, "finish_reason": None}],
+                    "usage": {"prompt_tokens": 16, "completion_tokens": i},
+                }
+            ).encode()
+            for i in range(2, 8)
+        ]
+        + [b"[DONE]"],
+        "draft counts": counted[:10] + [_final_usage(10, {"metrics": {"speculative_decoding": _SD}})] + [b"[DONE]"],
+        "after done": [*counted[:5], b"[DONE]", counted[5]],
+        "no prompt count": [_chunk(i + 1, prompt=None) for i in range(5)] + [b"[DONE]"],
+        "error event": [*counted[:5], b'{"error":{"message":"engine died","code":500}}'],
+        "not json": [*counted[:3], b"{not json}"],
+        "huge count": [_chunk(10**20)] + [b"[DONE]"],
+        "key in text": [_chunk(i + 1, text='"completion_tokens":99') for i in range(5)] + [b"[DONE]"],
+    }
+
+
+def _sse(payloads: list[bytes], rng: random.Random, crlf: bool = False) -> bytes:
+    out = b""
+    for p in payloads:
+        if rng.random() < 0.05:
+            out += b": a comment\n\n"
+        if rng.random() < 0.05:
+            out += b"event: message\nid: 7\n"
+        out += b"data: " + p + b"\n\n"
+    return out.replace(b"\n", b"\r\n") if crlf else out
+
+
+def _chunked(body: bytes, rng: random.Random) -> bytes:
+    out, i = b"", 0
+    while i < len(body):
+        n = rng.randint(1, 700)
+        out += b"%x\r\n" % len(body[i : i + n]) + body[i : i + n] + b"\r\n"
+        i += n
+    return out + b"0\r\n\r\n"
+
+
+def _reads(data: bytes, rng: random.Random) -> list[bytes]:
+    cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(1, 60))))
+    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+
+
+def _record(**kw) -> RequestRecord:
+    return RequestRecord(index=0, request_id="r", warmup=False, t_scheduled_ns=0, **kw)
+
+
+def _python(reads: list[bytes], times: list[int], rec: RequestRecord) -> str | None:
+    """The pure-Python path's reading of a body (after the HTTP layer): SSEDecoder + on_events."""
+    decoder = SSEDecoder()
+    try:
+        for data, t in zip(reads, times):
+            on_events(rec, decoder.feed(data), t)
+        rest = decoder.flush()
+        if rest is not None:
+            on_event(rec, rest, times[-1])
+    except StreamFault as f:
+        return f.kind
+    except Exception as e:  # a fault of the client's own (as a request, it is recorded so)
+        return type(e).__name__
+    return None
+
+
+_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def _compiled(reads: list[bytes], times: list[int], rec: RequestRecord) -> str | None:
+    """The compiled reader's: the head, then the framed body read by read."""
+    codes: list[int] = []
+
+    def notify(code: int) -> None:
+        codes.append(code)
+        if code == _hotpath.HEAD:
+            conn.begin_body(_hotpath.CHUNKED, 0, True)
+
+    conn = _hotpath.Conn(-1, notify)
+    conn.begin(rec, functools.partial(on_event, rec), _parse_block)
+    for data, t in zip(reads, times):
+        conn.feed(data, t)
+        if _hotpath.ERROR in codes:
+            e = conn.error
+            return e.kind if isinstance(e, StreamFault) else type(e).__name__
+    assert codes == [_hotpath.HEAD, _hotpath.DONE], codes
+    rest = conn.rest.strip(b"\n")
+    try:
+        if rest and (payload := _parse_block(rest)) is not None:
+            on_event(rec, payload, times[-1])
+    except StreamFault as f:
+        return f.kind
+    return None
+
+
+@pytest.mark.parametrize("kind", list(_streams()))
+@pytest.mark.parametrize("seed", range(6))
+def test_the_compiled_reader_records_what_the_python_path_records(kind, seed):
+    rng = random.Random(f"{kind}-{seed}")
+    payloads = _streams()[kind]
+    body = _sse(payloads, rng, crlf=seed == 5)
+    framed = _chunked(body, rng)
+    # the same body bytes in the same reads: cut the framed stream, and map each cut to the body
+    reads = _reads(_HEAD + framed, rng)
+    times = sorted(rng.randint(1, 10**9) for _ in reads)
+    keep = {"chunk_text": [] if seed == 4 else None}
+    py, c = _record(**keep), _record(**keep)
+    c_fault = _compiled(reads, times, c)
+    # the Python path reads the decoded body with the times of the reads that brought each byte
+    body_reads, body_times = [], []
+    for part, t in zip(_dechunk_by_read(reads, len(_HEAD)), times):
+        if part:
+            body_reads.append(part)
+            body_times.append(t)
+    py_fault = _python(body_reads, body_times, py)
+    assert c_fault == py_fault
+    if py_fault is None:
+        assert c == py, kind
+    else:  # a fault ends both; the compiled one has also kept its read's events before the fault
+        assert list(py.chunk_usage) == list(c.chunk_usage)[: len(py.chunk_usage)]
+
+
+def _dechunk_by_read(reads: list[bytes], head_len: int) -> list[bytes]:
+    """Each read's share of the decoded body (HTTP chunked framing taken off), by a plain parser."""
+    whole = b"".join(reads)[head_len:]
+    owner = []  # for each byte of `whole`, the read it came in
+    for i, r in enumerate(reads):
+        owner.extend([i] * len(r))
+    owner = owner[head_len:]
+    out = [bytearray() for _ in reads]
+    i = 0
+    while True:
+        eol = whole.index(b"\r\n", i)
+        size = int(whole[i:eol], 16)
+        if size == 0:
+            break
+        start = eol + 2
+        for j in range(start, start + size):
+            out[owner[j]].append(whole[j])
+        i = start + size + 2
+    return [bytes(b) for b in out]
+
+
+def test_framing_errors_and_heads_that_straddle_reads():
+    rec = _record()
+    codes: list[int] = []
+    conn = None
+
+    def notify(code):
+        codes.append(code)
+        if code == _hotpath.HEAD:
+            conn.begin_body(_hotpath.CHUNKED, 0, True)
+
+    conn = _hotpath.Conn(-1, notify)
+    conn.begin(rec, functools.partial(on_event, rec), _parse_block)
+    for i in range(len(_HEAD)):  # a byte a read
+        conn.feed(_HEAD[i : i + 1], i + 1)
+    assert codes == [_hotpath.HEAD] and conn.t_head == len(_HEAD)
+    conn.feed(b"zz\r\n", 100)
+    assert codes[-1] == _hotpath.ERROR and isinstance(conn.error, _hotpath.FramingError)
+
+
+def _pair() -> tuple[socket.socket, socket.socket]:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    c = socket.create_connection(srv.getsockname())
+    s, _ = srv.accept()
+    srv.close()
+    c.setblocking(False)
+    return c, s
+
+
+def test_a_read_is_stamped_when_its_bytes_arrived():
+    """A chunk written, then read 20 ms later: its time is the write's (the kernel's receive
+    time), not the read's. Two writes 30 ms apart read together take the later one's time (the
+    kernel keeps one time for bytes it merged): the loop's lag over chunk times bounds that."""
+    c, s = _pair()
+    try:
+        rec = _record()
+        codes: list[int] = []
+        conn = None
+
+        def notify(code):
+            codes.append(code)
+            if code == _hotpath.HEAD:
+                conn.begin_body(_hotpath.CHUNKED, 0, True)
+
+        conn = _hotpath.Conn(c.fileno(), notify)
+        assert conn.stamped
+        conn.begin(rec, functools.partial(on_event, rec), _parse_block)
+        s.sendall(_HEAD)
+        time.sleep(0.01)
+        conn.read()
+        assert codes == [_hotpath.HEAD]
+        events = [b"data: " + _chunk(i) + b"\n\n" for i in (1, 2, 3)]
+        framed = [b"%x\r\n%s\r\n" % (len(e), e) for e in events]
+        t_write = time.monotonic_ns()
+        s.sendall(framed[0])
+        time.sleep(0.02)
+        conn.read()
+        assert list(rec.chunk_usage) == [1]
+        assert t_write <= rec.chunk_t_ns[0] < t_write + 2_000_000  # the bytes' arrival, not the read
+        s.sendall(framed[1])
+        time.sleep(0.03)
+        t_second = time.monotonic_ns()
+        s.sendall(framed[2])
+        time.sleep(0.02)
+        conn.read()
+        assert list(rec.chunk_usage) == [1, 2, 3]
+        assert rec.chunk_t_ns[1] == rec.chunk_t_ns[2]
+        assert t_second <= rec.chunk_t_ns[2] < t_second + 2_000_000
+        s.close()
+        conn.read()
+        assert codes[-1] == _hotpath.EOF
+    finally:
+        c.close()
