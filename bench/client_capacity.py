@@ -3,9 +3,13 @@
 A canned-chunk server (servers.canned: pre-rendered one-token events, a set number per socket
 write, paced or as fast as the client reads) runs on CPU 0 and the client under test on CPU 1
 (taskset). Every run gets a fresh server whose trace (when each request arrived, when each
-write went out) is the truth. Clients: `loadgen run`, and, with --vllm-venv, vLLM's own
-`vllm bench serve` (Python) and its Rust client (VLLM_USE_RUST_BENCH=1), on the same server in
-the same session. Each step runs --repeat times; the table shows medians.
+write went out) is the truth. Clients: `loadgen run` on its compiled read path ("loadgen") and
+on its pure-Python one ("loadgen-python", LOADGEN_CLIENT_PATH=python), and, with --vllm-venv,
+vLLM's own `vllm bench serve` (Python) and its Rust client (VLLM_USE_RUST_BENCH=1; the binary
+`vllm/vllm-rs` of the venv's vLLM, or --vllm-rust PATH: vLLM 0.33's wheel carries it, the CPU
+build does not), on the same server in the same session. Each step runs --repeat times; the
+table shows medians. The verdict lines hold loadgen to issue 46's bar: 0.6x the Rust client's
+chunks/s where it ran, else 3.5x the Python client's.
 
 1. unpaced: 16 events per write, as fast as the client reads; 16/64/256 concurrent streams.
    Chunk rate = events the server wrote / (last write - first request), from its trace.
@@ -24,6 +28,7 @@ the same session. Each step runs --repeat times; the table shows medians.
 
     python bench/client_capacity.py                              # loadgen only, ~6 minutes
     python bench/client_capacity.py --vllm-venv /path/to/venv    # with vLLM's two clients
+    python bench/client_capacity.py --vllm-venv VENV --vllm-rust DIR/vllm/vllm-rs --only unpaced,paced
     python bench/client_capacity.py --quick                      # one run per step
     python bench/client_capacity.py --only paced --csv out.csv
     python bench/client_capacity.py --only sustain --workers 1,2
@@ -76,8 +81,9 @@ def _cpus() -> tuple[int | None, list[str]]:
 
 
 class Harness:
-    def __init__(self, tmp: Path, vllm_venv: str | None) -> None:
+    def __init__(self, tmp: Path, vllm_venv: str | None, vllm_rust: str | None = None) -> None:
         self.tmp, self.runs = tmp, itertools.count()
+        self.rust = Path(vllm_rust).resolve() if vllm_rust else None
         self.server_cpu, self.pin = _cpus()
         self.vllm = Path(vllm_venv) if vllm_venv else None
         if self.vllm:
@@ -94,7 +100,10 @@ class Harness:
         return ours + ["vllm-python"] + (["vllm-rust"] if self.rust_binary() else [])
 
     def rust_binary(self) -> Path | None:
-        """vLLM's Rust client (`vllm-rs`, VLLM_USE_RUST_BENCH=1): where vLLM looks for it."""
+        """vLLM's Rust client (`vllm-rs`, VLLM_USE_RUST_BENCH=1): --vllm-rust, else where vLLM
+        looks for it (VLLM_RUST_FRONTEND_PATH, or `vllm/vllm-rs` in the venv's vLLM)."""
+        if self.rust:
+            return self.rust
         if os.environ.get("VLLM_RUST_FRONTEND_PATH", "auto") != "auto":
             return Path(os.environ["VLLM_RUST_FRONTEND_PATH"])
         found = sorted(Path(str(self.vllm)).glob("lib/python3*/site-packages/vllm/vllm-rs"))
@@ -238,6 +247,8 @@ class Harness:
 
     def _vllm(self, url: str, out: Path, conc: int, n: int, out_len: int, rust: bool) -> dict:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_USE_RUST_BENCH": "1" if rust else "0"}
+        if rust:
+            env["VLLM_RUST_FRONTEND_PATH"] = str(self.rust_binary())
         cmd = [
             *self.pin,
             str(Path(str(self.vllm)) / "bin" / "vllm"),
@@ -373,6 +384,10 @@ def steps(only: set[str], quick: bool) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vllm-venv", help="a virtual environment with vLLM installed: run its clients too")
+    ap.add_argument(
+        "--vllm-rust",
+        help="vLLM's Rust client binary (vllm/vllm-rs of a vLLM wheel that has it) when --vllm-venv's vLLM lacks it",
+    )
     ap.add_argument("--only", default="unpaced,paced,calibrate,sustain", help="comma list of steps to run")
     ap.add_argument("--workers", default="1,2", help="worker counts for the sustain step (loadgen --workers)")
     ap.add_argument("--quick", action="store_true", help="fewer steps, one run each")
@@ -382,7 +397,7 @@ def main() -> None:
     repeat = args.repeat or (1 if args.quick else 3)
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        h = Harness(Path(d), args.vllm_venv)
+        h = Harness(Path(d), args.vllm_venv, args.vllm_rust)
         for step in steps(set(args.only.split(",")), args.quick):
             mode = step.pop("mode")
             for client in ["loadgen"] if mode == "calibrate" else h.clients():

@@ -102,8 +102,11 @@ typedef struct {
     int nloc;
     /* times */
     long long t, t_head, t_last;
-    char *rbuf;
 } Conn;
+
+/* One receive buffer for every connection: a read is processed whole before the call returns
+ * (what must outlive it is copied), so 256 streams need not hold 64 MiB between reads. */
+static char rbuf[READ_SIZE];
 
 static PyObject *str_frombytes, *str_usage_completion_tokens, *str_prompt_tokens, *str_finish_reason,
     *str_read_delay_ns, *str_chunk_usage, *str_chunk_phase, *str_chunk_t_ns, *str_chunk_chars, *str_chunk_text,
@@ -139,13 +142,6 @@ static int Conn_init(Conn *c, PyObject *args, PyObject *kw) {
     c->fd = fd;
     Py_XSETREF(c->notify, Py_NewRef(notify));
     Py_XSETREF(c->clock, Py_NewRef(clock));
-    if (!c->rbuf) {
-        c->rbuf = PyMem_Malloc(READ_SIZE);
-        if (!c->rbuf) {
-            PyErr_NoMemory();
-            return -1;
-        }
-    }
     int on = 1;
     c->stamped = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on) == 0;
     return 0;
@@ -159,7 +155,6 @@ static void Conn_dealloc(Conn *c) {
     PyMem_Free(c->head.p);
     PyMem_Free(c->body.p);
     PyMem_Free(c->pending.p);
-    PyMem_Free(c->rbuf);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
@@ -691,7 +686,7 @@ static long long loop_time(Conn *c, long long now) {
  * Failures go to notify, never out of this call. */
 static PyObject *Conn_read(Conn *c, PyObject *Py_UNUSED(ignored)) {
     char control[CMSG_SPACE(sizeof(struct timespec))];
-    struct iovec iov = {c->rbuf, READ_SIZE};
+    struct iovec iov = {rbuf, READ_SIZE};
     struct msghdr msg;
     memset(&msg, 0, sizeof msg);
     msg.msg_iov = &iov;
@@ -737,7 +732,7 @@ static PyObject *Conn_read(Conn *c, PyObject *Py_UNUSED(ignored)) {
     if (t < c->t_last) /* never before an earlier read's time */
         t = c->t_last;
     c->t = c->t_last = t;
-    if (process(c, c->rbuf, r) < 0)
+    if (process(c, rbuf, r) < 0)
         fail(c);
     Py_RETURN_NONE;
 }
