@@ -288,71 +288,101 @@ static int is_space(char ch) {
     return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
 }
 
-/* `"key":\s*(\d+)`, the first match (as Python's re.search), into *out; 0 if none, -1 if too long. */
-static int find_int(const char *p, Py_ssize_t n, const char *key, Py_ssize_t kn, long long *out) {
-    const char *end = p + n, *s = p;
-    while ((s = find(s, end - s, key, kn)) != NULL) {
-        const char *q = s + kn;
-        while (q < end && is_space(*q))
-            q++;
-        if (q < end && *q >= '0' && *q <= '9') {
-            long long v = 0;
-            int digits = 0;
-            while (q < end && *q >= '0' && *q <= '9') {
-                if (++digits > 18)
-                    return -1;
-                v = v * 10 + (*q++ - '0');
+/* `\s*(\d+)` at q: 1 and the number, 0 if no digit comes, -1 if too long for 64 bits. */
+static int read_int(const char *q, const char *end, long long *out) {
+    while (q < end && is_space(*q))
+        q++;
+    if (q >= end || *q < '0' || *q > '9')
+        return 0;
+    long long v = 0;
+    int digits = 0;
+    while (q < end && *q >= '0' && *q <= '9') {
+        if (++digits > 18)
+            return -1;
+        v = v * 10 + (*q++ - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+/* What the fast path needs of one event, in one pass over its quotes. Every byte pattern the
+ * Python reader looks for (loadgen/client/events.py, phases.py) begins with a quote, so looking
+ * at each quote finds each pattern's first match as its regex search does. */
+typedef struct {
+    int slow; /* something only the Python reader reads: an error, a usage-only chunk, draft
+                 counts, a reasoning or tool-call key, a count too long */
+    int has_cum, has_prompt;
+    long long cum, prompt;
+    const char *fr; /* the finish reason's text, when a string */
+    Py_ssize_t frn;
+} Scan;
+
+#define KEY(lit) (end - q >= (Py_ssize_t)sizeof lit - 1 && memcmp(q, lit, sizeof lit - 1) == 0)
+
+static void scan(const char *p, Py_ssize_t n, Scan *s) {
+    const char *end = p + n, *q = p;
+    memset(s, 0, sizeof *s);
+    while ((q = memchr(q, '"', end - q)) != NULL && end - q > 2) {
+        switch (q[1]) {
+        case 'c':
+            if (!s->has_cum && KEY("\"completion_tokens\":")) {
+                int r = read_int(q + 20, end, &s->cum);
+                s->has_cum = r > 0;
+                s->slow |= r < 0;
+            } else if (KEY("\"choices\":")) { /* "choices": [ ]: a usage-only chunk */
+                const char *r = q + 10;
+                while (r < end && is_space(*r))
+                    r++;
+                if (r < end && *r == '[') {
+                    r++;
+                    while (r < end && is_space(*r))
+                        r++;
+                    s->slow |= r < end && *r == ']';
+                }
             }
-            *out = v;
-            return 1;
-        }
-        s += 1;
-    }
-    return 0;
-}
-
-/* `"choices":\s*\[\s*\]` anywhere: a usage-only chunk. */
-static int no_choices(const char *p, Py_ssize_t n) {
-    static const char key[] = "\"choices\":";
-    const char *end = p + n, *s = p;
-    while ((s = find(s, end - s, key, sizeof key - 1)) != NULL) {
-        const char *q = s + sizeof key - 1;
-        while (q < end && is_space(*q))
-            q++;
-        if (q < end && *q == '[') {
-            q++;
-            while (q < end && is_space(*q))
-                q++;
-            if (q < end && *q == ']')
-                return 1;
-        }
-        s += 1;
-    }
-    return 0;
-}
-
-/* `"finish_reason":\s*"([^"]*)"`, the first match: 1 and its span, or 0. */
-static int find_finish(const char *p, Py_ssize_t n, const char **v, Py_ssize_t *vn) {
-    static const char key[] = "\"finish_reason\":";
-    const char *end = p + n, *s = p;
-    while ((s = find(s, end - s, key, sizeof key - 1)) != NULL) {
-        const char *q = s + sizeof key - 1;
-        while (q < end && is_space(*q))
-            q++;
-        if (q < end && *q == '"') {
-            const char *e = memchr(q + 1, '"', end - q - 1);
-            if (e) {
-                *v = q + 1;
-                *vn = e - q - 1;
-                return 1;
+            break;
+        case 'p':
+            if (!s->has_prompt && KEY("\"prompt_tokens\":")) {
+                int r = read_int(q + 16, end, &s->prompt);
+                s->has_prompt = r > 0;
+                s->slow |= r < 0;
             }
+            break;
+        case 'f':
+            if (!s->fr && KEY("\"finish_reason\":")) {
+                const char *r = q + 16;
+                while (r < end && is_space(*r))
+                    r++;
+                if (r < end && *r == '"') {
+                    const char *e = memchr(r + 1, '"', end - r - 1);
+                    if (e) {
+                        s->fr = r + 1;
+                        s->frn = e - r - 1;
+                    }
+                }
+            }
+            break;
+        case 'e':
+            s->slow |= KEY("\"error\"");
+            break;
+        case 'r':
+            s->slow |= KEY("\"reasoning");
+            break;
+        case 't':
+            s->slow |= KEY("\"tool_calls\"");
+            break;
+        case 'd':
+            s->slow |= KEY("\"draft_n");
+            break;
+        case 'n':
+            s->slow |= KEY("\"num_draft_tokens\"") || KEY("\"num_accepted_draft_tokens\"");
+            break;
         }
-        s += 1;
+        if (s->slow)
+            return;
+        q++;
     }
-    return 0;
 }
-
-#define HAS(lit) (find(p, n, lit, sizeof lit - 1) != NULL)
 
 /* One SSE data payload. */
 static int on_event(Conn *c, const char *p, Py_ssize_t n) {
@@ -360,36 +390,27 @@ static int on_event(Conn *c, const char *p, Py_ssize_t n) {
         return 0; /* anything after [DONE] is ignored */
     if (c->python_only || c->all_slow || n < 2 || p[0] != '{' || p[n - 1] != '}' || c->last < 0)
         return slow_event(c, p, n);
-    if (HAS("\"error\"") || HAS("draft") || HAS("\"reasoning") || HAS("\"tool_calls\""))
+    Scan s;
+    scan(p, n, &s);
+    if (s.slow || !s.has_cum)
         return slow_event(c, p, n);
-    long long cum;
-    int got = find_int(p, n, "\"completion_tokens\":", 20, &cum);
-    if (got <= 0 || no_choices(p, n))
-        return slow_event(c, p, n);
-    const char *fr;
-    Py_ssize_t frn;
-    if (find_finish(p, n, &fr, &frn)) {
-        PyObject *s = PyUnicode_DecodeUTF8(fr, frn, NULL);
-        if (!s) {
+    if (s.fr) {
+        PyObject *f = PyUnicode_DecodeUTF8(s.fr, s.frn, NULL);
+        if (!f) {
             PyErr_Clear();
             return slow_event(c, p, n);
         }
-        int r = PyObject_SetAttr(c->rec, str_finish_reason, s);
-        Py_DECREF(s);
+        int r = PyObject_SetAttr(c->rec, str_finish_reason, f);
+        Py_DECREF(f);
         if (r < 0)
             return -1;
     }
-    if (c->need_prompt) {
-        long long pt;
-        int g = find_int(p, n, "\"prompt_tokens\":", 16, &pt);
-        if (g < 0)
-            return slow_event(c, p, n);
-        if (g) {
-            if (set_ll(c->rec, str_prompt_tokens, pt) < 0)
-                return -1;
-            c->need_prompt = 0;
-        }
+    if (c->need_prompt && s.has_prompt) {
+        if (set_ll(c->rec, str_prompt_tokens, s.prompt) < 0)
+            return -1;
+        c->need_prompt = 0;
     }
+    long long cum = s.cum;
     c->usage = cum;
     c->usage_dirty = 1;
     if (cum > c->last) {
@@ -418,13 +439,18 @@ static int on_sse(Conn *c, const char *data, Py_ssize_t n) {
         }
         b->len = w;
     }
-    const char *s = b->p, *end = b->p + b->len;
-    for (;;) {
-        const char *e = find(s, end - s, "\n\n", 2);
-        if (!e)
-            break;
-        Py_ssize_t len = e - s;
-        if (len >= 6 && memcmp(s, "data: ", 6) == 0 && !memchr(s, '\n', len)) {
+    const char *s = b->p, *end = b->p + b->len, *q = b->p;
+    int lines = 0; /* newlines inside the block so far: a block of one line is the common case */
+    while ((q = memchr(q, '\n', end - q)) != NULL) {
+        if (q + 1 >= end)
+            break; /* the blank line may be in the next read */
+        if (q[1] != '\n') {
+            lines++;
+            q++;
+            continue;
+        }
+        Py_ssize_t len = q - s;
+        if (len >= 6 && !lines && memcmp(s, "data: ", 6) == 0) {
             if (on_event(c, s + 6, len - 6) < 0)
                 return -1;
         } else if (len) { /* comments, other fields, several data lines: Python's parser */
@@ -445,7 +471,8 @@ static int on_sse(Conn *c, const char *data, Py_ssize_t n) {
             if (r < 0)
                 return -1;
         }
-        s = e + 2;
+        s = q = q + 2;
+        lines = 0;
     }
     Py_ssize_t rest = end - s;
     if (rest && s != b->p)
