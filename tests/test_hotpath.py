@@ -257,6 +257,7 @@ def test_a_read_is_stamped_when_its_bytes_arrived():
         conn = _hotpath.Conn(c.fileno(), notify)
         assert conn.stamped
         conn.begin(rec, functools.partial(on_event, rec), _parse_block)
+        compiled.bounds(reset=True)
         s.sendall(_HEAD)
         time.sleep(0.01)
         conn.read()
@@ -269,6 +270,8 @@ def test_a_read_is_stamped_when_its_bytes_arrived():
         conn.read()
         assert list(rec.chunk_usage) == [1]
         assert t_write <= rec.chunk_t_ns[0] < t_write + 2_000_000  # the bytes' arrival, not the read
+        assert rec.read_delay_ns == 0  # one event, ended by the read's newest bytes: exact
+        t_read = time.monotonic_ns()
         s.sendall(framed[1])
         time.sleep(0.03)
         t_second = time.monotonic_ns()
@@ -278,6 +281,13 @@ def test_a_read_is_stamped_when_its_bytes_arrived():
         assert list(rec.chunk_usage) == [1, 2, 3]
         assert rec.chunk_t_ns[1] == rec.chunk_t_ns[2]
         assert t_second <= rec.chunk_t_ns[2] < t_second + 2_000_000
+        # the second chunk's time is 30 ms late, and the read says it can be: its bytes came
+        # after the previous read (20 ms after the first write), so by up to ~50 ms; so can the
+        # gaps ending at the second and the third be off (the first chunk's TTFT is exact)
+        bins = dict(compiled.bounds())
+        assert bins.pop(0) == 1 and sum(bins.values()) == 2
+        (late,) = bins
+        assert t_second - t_read <= late <= time.monotonic_ns() - t_read
         s.close()
         conn.read()
         assert codes[-1] == _hotpath.EOF

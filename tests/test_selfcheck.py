@@ -50,6 +50,13 @@ def test_starved_loop_is_flagged_client_bound(server):
     assert starved["client_bound"] is True
     assert any("loop lag" in r for r in starved["self_check"]["reasons"])
     assert starved["self_check"]["loop_lag_ms"]["p99"] > 10
+    if starved["self_check"]["client_path"] == "compiled":
+        # the server writes every 5 ms while the loop is blocked for 20: reads hold several
+        # chunks, and say how late the earlier ones' times can be
+        assert starved["self_check"]["chunk_bound_ms"]["p99"] > 5
+        assert any("chunk's gap" in r for r in starved["self_check"]["reasons"])
+        healthy = _summary(asyncio.run(_run(url, starve=False)))
+        assert healthy["self_check"]["chunk_bound_ms"]["p99"] < 1
 
 
 def test_healthy_run_is_not_flagged_and_its_figures_are_right(tmp_path):

@@ -301,6 +301,7 @@ def merge(
     firsts: list[int] = []
     where: set = set()
     paths: set = set()
+    bound: dict[int, int] = {}
     for w in sorted(results):
         r = results[w]
         records.extend(r.records)
@@ -310,6 +311,8 @@ def merge(
         firsts.extend(r.load_info.get("first_sends_ns") or [])
         where.add(r.load_info.get("chunk_times"))
         paths.add(r.load_info.get("client_path"))
+        for ns, n in r.load_info.get("chunk_bound") or ():
+            bound[ns] = bound.get(ns, 0) + n
     records.sort(key=lambda rec: rec.index)
     load_info = {
         "ramp_s": (max(firsts) - min(firsts)) / 1e9 if firsts else None,
@@ -318,6 +321,8 @@ def merge(
         "workers": workers,
         "workers_lost": [lost[w] for w in sorted(lost)],
     }
+    if bound:
+        load_info["chunk_bound"] = sorted(bound.items())
     if stopped_early:
         load_info["stopped_early"] = stopped_early
     join = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731

@@ -9,11 +9,13 @@
  *
  * Times: each read is stamped by the kernel (SO_TIMESTAMPNS: when the newest of its bytes reached
  * the socket), not by when the loop got to them: a busy loop no longer moves a chunk's time. Only
- * a read that also took bytes which came later can be late for its earlier chunks (the kernel
- * merges the two arrivals and keeps the later time), which needs the loop to have been late by
- * the gap between the server's writes; the self-check's loop lag over chunk timestamps bounds it.
- * Without kernel times, the time the loop's select() returned (stream.SelectClock), as the
- * Python path stamps.
+ * a read that holds several events can be late for the earlier ones (the kernel merges arrivals
+ * and keeps the later time), by at most the read's time less the moment its bytes can first
+ * have come: after this connection's previous read, and after the loop's select() before the one
+ * that reported them (selectclock.SelectClock.floor_ns). From it, per chunk, how far off the gap
+ * ending at it can be: what the self-check judges on this path (bounds(); the first chunk's, the
+ * TTFT's, is the request's read delay). Without kernel
+ * times, the time the loop's select() returned, as the Python path stamps.
  *
  * Anything not on the common path (a chunk without usage, an error, a usage-only chunk, draft
  * counts, a reasoning or tool-call key, text kept for a tokenizer, other SSE fields) is handed
@@ -96,12 +98,15 @@ typedef struct {
     /* the record */
     PyObject *rec, *slow, *parse_block;
     PyObject *t_arr, *u_arr, *c_arr;
-    int python_only, all_slow, need_prompt, done, usage_dirty, had_chunks;
+    int python_only, all_slow, need_prompt, done, usage_dirty, had_chunks, warmup;
     long long last, usage;
     long long lt[LOCAL_CHUNKS], lu[LOCAL_CHUNKS], lc[LOCAL_CHUNKS];
     int nloc;
     /* times */
     long long t, t_head, t_last;
+    long long prev_recv; /* when this connection's previous read was made */
+    long long nchunks;   /* token chunks recorded for this response */
+    long long prev_bound; /* how late its last chunk's time can be */
 } Conn;
 
 /* One receive buffer for every connection: a read is processed whole before the call returns
@@ -110,7 +115,7 @@ static char rbuf[READ_SIZE];
 
 static PyObject *str_frombytes, *str_usage_completion_tokens, *str_prompt_tokens, *str_finish_reason,
     *str_read_delay_ns, *str_chunk_usage, *str_chunk_phase, *str_chunk_t_ns, *str_chunk_chars, *str_chunk_text,
-    *str_token_ids, *str_done, *str_blind_ns, *str_returned_ns;
+    *str_token_ids, *str_done, *str_warmup, *str_blind_ns, *str_returned_ns, *str_floor_ns;
 
 static long long mono_ns(void) {
     struct timespec ts;
@@ -223,18 +228,28 @@ static int set_ll(PyObject *o, PyObject *name, long long v) {
     return r;
 }
 
-/* The request's first chunk: how long the loop had not looked before the select that reported
- * its read (stream.SelectClock.blind_ns), as the Python path notes it. */
+/* Per chunk, how far off the gap ending at it can be, process-wide, for the run's self-check: bins
+ * exact below 8 ns, then 8 to an octave (read back as the bin's top: at most 1/8 over). */
+#define BOUND_BINS (8 + 61 * 8)
+static long long bound_hist[BOUND_BINS];
+
+static int bound_bin(long long v) {
+    if (v < 8)
+        return v < 0 ? 0 : (int)v;
+    int e = 63 - __builtin_clzll((unsigned long long)v);
+    return 8 + (e - 3) * 8 + (int)((v >> (e - 3)) & 7);
+}
+
+static long long bin_top(int b) {
+    if (b < 8)
+        return b;
+    int e = (b - 8) / 8 + 3, sub = (b - 8) % 8;
+    return ((long long)(8 + sub + 1) << (e - 3)) - 1;
+}
+
 static int first_chunk(Conn *c) {
     c->had_chunks = 1;
-    if (c->clock == Py_None)
-        return 0;
-    PyObject *v = PyObject_GetAttr(c->clock, str_blind_ns);
-    if (!v)
-        return -1;
-    int r = PyObject_SetAttr(c->rec, str_read_delay_ns, v);
-    Py_DECREF(v);
-    return r;
+    return 0;
 }
 
 /* The chunks noted since the last flush, appended to the record's arrays. */
@@ -274,6 +289,7 @@ static int slow_event(Conn *c, const char *p, Py_ssize_t n) {
     if (after < 0)
         return -1;
     if (after > before) {
+        c->nchunks += after - before;
         if (before == 0 && first_chunk(c) < 0)
             return -1;
     }
@@ -420,6 +436,7 @@ static int on_event(Conn *c, const char *p, Py_ssize_t n) {
         c->lu[c->nloc] = cum;
         c->lc[c->nloc] = -1; /* not read: the usage makes the count exact */
         c->nloc++;
+        c->nchunks++;
         c->last = cum;
     }
     return 0;
@@ -709,6 +726,42 @@ static long long loop_time(Conn *c, long long now) {
     return t;
 }
 
+/* The k chunks of one read at time t: how late each chunk's time can be, and from that how far
+ * off the span ending at it can be (the gap from the chunk before, or the TTFT for the first).
+ * The read's last event ended with its newest bytes unless more bytes came after it (part of the
+ * next event): then exact. The others came at the earliest after this connection's previous read
+ * and after the select before the one that reported the read. A gap measured between two times
+ * late by e1 <= b1 and e2 <= b2 is off by at most max(b1, b2): the histogram holds that per
+ * chunk, so its percentiles bound the ITL's error; the first chunk's is the request's read delay. */
+static int account(Conn *c, long long k, int first, long long t, long long prev) {
+    int partial = c->sse && c->pending.len > 0;
+    long long bound = 0;
+    if (k > 1 || partial) {
+        long long floor = prev;
+        if (c->clock != Py_None) {
+            PyObject *v = PyObject_GetAttr(c->clock, str_floor_ns);
+            long long f = v ? PyLong_AsLongLong(v) : -1;
+            Py_XDECREF(v);
+            if (f == -1 && PyErr_Occurred())
+                return -1;
+            if (f > floor)
+                floor = f;
+        }
+        bound = t > floor && floor > 0 ? t - floor : 0;
+    }
+    long long last = partial ? bound : 0;         /* the read's last chunk */
+    long long one = k == 1 ? last : bound;        /* its first */
+    long long span = first ? one : (c->prev_bound > one ? c->prev_bound : one);
+    if (!c->warmup) {
+        bound_hist[bound_bin(span)] += 1;
+        bound_hist[bound_bin(bound)] += k - 1;
+    }
+    c->prev_bound = last;
+    if (first)
+        return set_ll(c->rec, str_read_delay_ns, one);
+    return 0;
+}
+
 /* read(): the event loop's reader callback. One receive, kernel-stamped, then its bytes.
  * Failures go to notify, never out of this call. */
 static PyObject *Conn_read(Conn *c, PyObject *Py_UNUSED(ignored)) {
@@ -759,7 +812,13 @@ static PyObject *Conn_read(Conn *c, PyObject *Py_UNUSED(ignored)) {
     if (t < c->t_last) /* never before an earlier read's time */
         t = c->t_last;
     c->t = c->t_last = t;
-    if (process(c, rbuf, r) < 0)
+    long long before = c->nchunks, prev = c->prev_recv;
+    c->prev_recv = now;
+    if (process(c, rbuf, r) < 0) {
+        fail(c);
+        Py_RETURN_NONE;
+    }
+    if (c->rec && c->nchunks > before && account(c, c->nchunks - before, before == 0, t, prev) < 0)
         fail(c);
     Py_RETURN_NONE;
 }
@@ -803,6 +862,12 @@ static PyObject *Conn_begin(Conn *c, PyObject *args) {
     c->python_only = text != Py_None || ids != Py_None;
     Py_DECREF(text);
     Py_DECREF(ids);
+    PyObject *warm = get_attr(rec, str_warmup);
+    if (!warm)
+        return NULL;
+    c->warmup = PyObject_IsTrue(warm);
+    Py_DECREF(warm);
+    c->nchunks = c->prev_bound = 0;
     if (resync(c) < 0)
         return NULL;
     c->state = S_HEAD;
@@ -913,8 +978,38 @@ static PyTypeObject ConnType = {
     .tp_new = PyType_GenericNew,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath", "loadgen's compiled read path.", -1, NULL,
-                                     NULL, NULL, NULL, NULL};
+/* bounds(reset=False): [(bin's top in ns, chunks)]: per measured chunk, how far off the gap ending
+ * at it (the TTFT, for a first chunk) can be, over every chunk this process read on this path
+ * since the last reset. */
+static PyObject *bounds(PyObject *Py_UNUSED(m), PyObject *args) {
+    int reset = 0;
+    if (!PyArg_ParseTuple(args, "|p", &reset))
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (!out)
+        return NULL;
+    for (int b = 0; b < BOUND_BINS; b++)
+        if (bound_hist[b]) {
+            PyObject *pair = Py_BuildValue("(LL)", bin_top(b), bound_hist[b]);
+            if (!pair || PyList_Append(out, pair) < 0) {
+                Py_XDECREF(pair);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(pair);
+        }
+    if (reset)
+        memset(bound_hist, 0, sizeof bound_hist);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"bounds", bounds, METH_VARARGS, "bounds(reset=False): [(bin top ns, chunks)]: how far off each chunk's gap can be."},
+    {NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath", "loadgen's compiled read path.", -1,
+                                     module_methods, NULL, NULL, NULL, NULL};
 
 #define INTERN(var, s)                                                                                                 \
     if (!(var = PyUnicode_InternFromString(s)))                                                                        \
@@ -933,8 +1028,10 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     INTERN(str_chunk_text, "chunk_text");
     INTERN(str_token_ids, "token_ids");
     INTERN(str_done, "done");
+    INTERN(str_warmup, "warmup");
     INTERN(str_blind_ns, "blind_ns");
     INTERN(str_returned_ns, "returned_ns");
+    INTERN(str_floor_ns, "floor_ns");
     if (PyType_Ready(&ConnType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

@@ -5,7 +5,9 @@ Why: on the pure-Python path (aiohttp, `stream.py`) each read costs the interpre
 microseconds before its chunks are counted, so one core read ~265k chunks/s, and a busy loop
 delayed the reads whose times it stamped. Here a read is one C call, the event loop's own reader
 callback, and its time is the kernel's (when the bytes reached the socket), so the loop being
-busy no longer moves a chunk's time (docs/metrics.md, "Chunk times").
+busy no longer moves a chunk's time; only a read holding several events can be late for the
+earlier ones, and each read bounds by how much (`bounds`, the self-check's view on this path;
+docs/metrics.md, "The client's self-check").
 
 It serves plain `http://` servers, which is what a load test talks to; anything else (https, a
 proxy) goes the pure-Python way (`stream.StreamClient`). Events the C reader does not handle go
@@ -351,3 +353,10 @@ def _fail(rec: RequestRecord, kind: str, message: str) -> None:
     if rec.error_type is None:
         rec.error_type = kind
         rec.error_message = message[:500]
+
+
+def bounds(reset: bool = False) -> list[tuple[int, int]]:
+    """[(ns, chunks)]: per measured chunk, how far off the gap ending at it (the TTFT, for a
+    first chunk) can be (the bin's top), over every chunk this process read on the compiled path
+    since the last reset (loadgen/client/_hotpath.c)."""
+    return _hotpath.bounds(reset) if _hotpath is not None else []

@@ -15,25 +15,44 @@ import time
 _monotonic_ns = time.monotonic_ns
 
 
+WAKE_NS = 100_000  # a select() that waited returns within this of the first bytes that came
+
+
 class SelectClock:
     """The event loop's selector, noting when each select() returned: every socket a select
     reports readable had its bytes by then, however long the loop takes to read them all. It
     also notes how long the loop had not looked before that select (`blind_ns`: from the
     previous select's return to this call, the loop running callbacks): bytes that were waiting
     when select was called came at most that long before their time. Every other call goes to
-    the selector it wraps."""
+    the selector it wraps.
+
+    And since when the bytes it reports can have been there (`floor_ns`): a select that found
+    sockets ready at once reports bytes that came after the previous select gathered its own
+    (its return); one that had to wait (it first asks without waiting, which costs a system
+    call only when the loop is idle anyway) reports bytes that came while it waited, the first
+    of which woke it (taken to be within WAKE_NS of its return). The compiled read path bounds
+    how late a chunk's time can be with it."""
 
     def __init__(self, selector) -> None:
         self._selector = selector
         self.returned_ns = 0
         self.blind_ns = 0
+        self.floor_ns = 0
 
     def select(self, timeout=None):
         called = _monotonic_ns()
-        events = self._selector.select(timeout)
-        returned = _monotonic_ns()
+        events = self._selector.select(0)
+        if events or timeout == 0:
+            returned = _monotonic_ns()
+            floor = self.returned_ns or called
+        else:
+            polled = _monotonic_ns()
+            events = self._selector.select(timeout)
+            returned = _monotonic_ns()
+            floor = max(polled, returned - WAKE_NS)
         self.blind_ns = called - self.returned_ns if self.returned_ns else 0
         self.returned_ns = returned
+        self.floor_ns = floor
         return events
 
     def __getattr__(self, name):

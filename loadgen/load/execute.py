@@ -169,6 +169,7 @@ def stream_client(spec: RunSpec, headers: dict, session: aiohttp.ClientSession):
 
     timeout_s = spec.request_timeout_s * spec.time_scale
     if compiled.serves(spec.api_base) and os.environ.get(CLIENT_PATH_ENV, "compiled") != "python":
+        compiled.bounds(reset=True)  # this run's chunks only
         return compiled.CompiledClient(spec.api_base, spec.endpoint, headers, timeout_s, keep_text=spec.keep_text)
     from loadgen.client.stream import StreamClient  # aiohttp: loaded by a real run only
 
@@ -177,11 +178,13 @@ def stream_client(spec: RunSpec, headers: dict, session: aiohttp.ClientSession):
 
 def client_info(client, session: aiohttp.ClientSession) -> dict:
     """Which path measured and where its chunk times were taken (the summary's self-check says
-    both)."""
+    both); on the compiled path, how late each chunk's time can be (`chunk_bound`: [(ns,
+    chunks)], the view the self-check judges there)."""
     from loadgen.client import compiled
 
     if isinstance(client, compiled.CompiledClient):
-        return {"client_path": "compiled", "chunk_times": "kernel_receive" if client.stamped else "select_return"}
+        chunk_times = "kernel_receive" if client.stamped else "select_return"
+        return {"client_path": "compiled", "chunk_times": chunk_times, "chunk_bound": compiled.bounds()}
     from loadgen.client.stream import chunk_times
 
     return {"client_path": "python", "chunk_times": chunk_times(session)}

@@ -78,6 +78,8 @@ def to_emulated(result: RunResult, scale: float) -> RunResult:
     info = dict(result.load_info)
     if info.get("ramp_s") is not None:
         info["ramp_s"] /= scale
+    if info.get("chunk_bound"):
+        info["chunk_bound"] = [(round(ns / scale), n) for ns, n in info["chunk_bound"]]
     if info.get("first_sends_ns"):
         info["first_sends_ns"] = [at(t) for t in info["first_sends_ns"]]
     result.load_info = info

@@ -259,6 +259,7 @@ def summarize(
         chunk_lag=chunks.lag_all(),
         chunk_lag_by_worker={w: chunks.lag(w) for w in chunks.lags if w >= 0},
         lag_worker=lag_worker,
+        chunk_bound=(load_info or {}).get("chunk_bound"),
     )
     check["chunk_times"] = (load_info or {}).get("chunk_times")  # where chunk times were taken
     check["client_path"] = (load_info or {}).get("client_path")  # compiled, or pure Python
