@@ -293,3 +293,123 @@ def test_a_read_is_stamped_when_its_bytes_arrived():
         assert codes[-1] == _hotpath.EOF
     finally:
         c.close()
+
+
+def _raw_server(responses: list[bytes]):
+    """A server on 127.0.0.1 that answers the k-th connection's request with responses[k] as
+    given (then closes it): the HTTP framings a client must read, byte for byte."""
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+
+    def serve():
+        for raw in responses:
+            conn, _ = srv.accept()
+            with conn:
+                conn.recv(65536)
+                if raw:
+                    conn.sendall(raw)
+        srv.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{srv.getsockname()[1]}/v1"
+
+
+def _sse_body() -> bytes:
+    return b"".join(b"data: " + p + b"\n\n" for p in [_chunk(1), _chunk(2, finish="stop"), b"[DONE]"])
+
+
+@pytest.mark.parametrize(
+    "name,raw,error",
+    [
+        ("no body", b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n", "http_503"),
+        (
+            "chunked html",
+            b"HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"13\r\n<h1>Internal</h1> x\r\n0\r\n\r\n",
+            "http_500",
+        ),
+        ("json", b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", "not_streaming"),
+        ("close-delimited", b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + _sse_body(), None),
+        (
+            "content-length",
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(_sse_body())
+            + _sse_body(),
+            None,
+        ),
+        (
+            "100 continue",
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+            + _sse_body(),
+            None,
+        ),
+        ("closed at once", b"", "disconnected"),
+        (
+            "cut off",
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"%x\r\n%s\r\n" % (len(_sse_body()) - 14, _sse_body()[:-14]),
+            "reset",
+        ),
+        ("not http", b"SSH-2.0-OpenSSH_9.2\r\n\r\n", "connection_error"),
+    ],
+)
+def test_the_compiled_client_reads_each_framing(name, raw, error):
+    """Each way a response can be framed (or broken), read by the compiled client from a real
+    socket: recorded as the pure-Python path records it (docs/metrics.md, "Errors"), and quickly:
+    a response that ends is never left to the request's timeout."""
+    import asyncio
+
+    url = _raw_server([raw])
+
+    async def one() -> RequestRecord:
+        client = compiled.CompiledClient(url, "chat", {}, timeout_s=10.0)
+        try:
+            return await client.send(_record(), b'{"stream": true}')
+        finally:
+            await client.close()
+
+    t0 = time.monotonic()
+    rec = asyncio.run(one())
+    assert time.monotonic() - t0 < 5, name
+    assert rec.error_type == error, (name, rec.error_message)
+    if error is None:
+        assert list(rec.chunk_usage) == [1, 2] and rec.finish_reason == "stop" and rec.done
+    if error == "http_500":
+        assert "Internal" in rec.error_message and "<" not in rec.error_message
+
+
+def test_the_compiled_client_keeps_its_connection_alive():
+    """Two requests one after the other go over one connection (the server accepts only one)."""
+    import asyncio
+
+    body = _sse_body()
+    resp = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    resp += b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    import threading
+
+    def serve():
+        conn, _ = srv.accept()
+        with conn:
+            for _ in range(2):
+                conn.recv(65536)
+                conn.sendall(resp)
+            conn.recv(65536)  # until the client closes it
+        srv.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    async def two() -> list[RequestRecord]:
+        client = compiled.CompiledClient(f"http://127.0.0.1:{srv.getsockname()[1]}/v1", "chat", {}, 5.0)
+        try:
+            return [await client.send(_record(), b"{}") for _ in range(2)]
+        finally:
+            await client.close()
+
+    recs = asyncio.run(two())
+    assert [r.error_type for r in recs] == [None, None], [r.error_message for r in recs]
+    assert all(list(r.chunk_usage) == [1, 2] for r in recs)

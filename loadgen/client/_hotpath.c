@@ -670,6 +670,13 @@ static int process(Conn *c, const char *p, Py_ssize_t n) {
             n -= used;
             if (c->state == S_HEAD) /* a 1xx response: the next head follows */
                 continue;
+            if (c->state == S_DONE) { /* a response with no body */
+                if (n > 0)
+                    c->leftover = 1;
+                if (flush(c) < 0)
+                    return -1;
+                return notify(c, N_DONE);
+            }
             if (c->state != S_BODY) {
                 if (n > 0)
                     c->leftover = 1;

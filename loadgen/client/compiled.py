@@ -197,7 +197,7 @@ class _Exchange:
             raise _Failed("reset", "response cut off: the server closed the connection mid-response")
         if self.status is None:
             raise _Failed("disconnected", "server closed the connection before responding: Server disconnected")
-        self.done.set_result(None)
+        self._end()  # closed after a whole response
 
     def _error(self, e: BaseException | None) -> None:
         self.reusable = False
