@@ -341,7 +341,8 @@ def _sse_body() -> bytes:
         ),
         (
             "100 continue",
-            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+            b"HTTP/1.1 100 Continue\r\n\r\n"
+            + b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
             + _sse_body(),
             None,
         ),

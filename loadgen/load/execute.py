@@ -183,8 +183,8 @@ def client_info(client, session: aiohttp.ClientSession) -> dict:
     from loadgen.client import compiled
 
     if isinstance(client, compiled.CompiledClient):
-        chunk_times = "kernel_receive" if client.stamped else "select_return"
-        return {"client_path": "compiled", "chunk_times": chunk_times, "chunk_bound": compiled.bounds()}
+        where = "kernel_receive" if client.stamped else "select_return"
+        return {"client_path": "compiled", "chunk_times": where, "chunk_bound": compiled.bounds()}
     from loadgen.client.stream import chunk_times
 
     return {"client_path": "python", "chunk_times": chunk_times(session)}
