@@ -124,8 +124,9 @@ def run_options(f):
                 type=float,
                 default=4.0,
                 show_default=True,
-                help="Mark the run client_bound when the loop lag over chunk timestamps, or the "
-                "first chunk's read delay (what the client's own delay may add to them), has a p99 over this.",
+                help="Mark the run client_bound when how far off a chunk's time gap can be (the compiled read "
+                "path's own bound; on the pure-Python path the loop lag over chunk timestamps), or the first "
+                "chunk's read delay, has a p99 over this.",
             ),
             options.result_options,
             click.option("--quiet", is_flag=True, help="No progress bar."),
