@@ -132,6 +132,61 @@ SYNTHETIC = [
 ]
 
 
+def adaptive_cases() -> list[dict]:
+    """Batches a step of adaptive verification budgets, with what the emulator decides for each
+    (servers/emulator/verification.py): the 8B profile's EAGLE-3 at k = 5, its cost tables as
+    curves of every size, random confidences, drafts (0 for a prefill or a step without any)
+    and prefill chunks."""
+    import numpy as np
+
+    from servers.emulator import profile as profiles
+    from servers.emulator import verification
+
+    prof = profiles.load("h100-llama-3.1-8b")
+    k, reqs, tokens = 5, 64, 1024
+    tables = verification.cost_tables(prof, prof.drafters["eagle3"], k, reqs, tokens, prof.max_model_len)
+    rng = np.random.default_rng(47)
+    cases = []
+    for _ in range(40):
+        n = int(rng.integers(1, 40))
+        stale = rng.uniform(0.05, 1.0, (n, k)).round(4)
+        now = rng.uniform(0.05, 1.0, (n, k)).round(4)
+        prefill = rng.random(n) < 0.15
+        drafts = np.where(prefill, 0, rng.integers(0, k + 1, n))
+        prompt = rng.integers(20, 200, n)
+        chunk = np.minimum(prompt, rng.integers(1, 200, n))
+        computed = np.where(prefill, 0, prompt + rng.integers(0, 50, n))
+        sched_tokens = np.where(prefill, chunk, 1 + drafts)
+        with_drafts = drafts > 0
+        sampling = int(np.sum(computed + (sched_tokens - drafts) >= prompt))
+        draft_budget = verification.budget(
+            list(stale[with_drafts]), drafts[with_drafts], int((sched_tokens - drafts).sum()), sampling, n, tables
+        )
+        admitted = np.zeros(n, np.int64)
+        admitted[with_drafts] = verification.admit(list(now[with_drafts]), drafts[with_drafts], draft_budget)
+        cases.append(
+            {
+                "draft_curve": [[r, float(tables.draft_ms[r])] for r in range(1, reqs + 1)],
+                "verify_curve": [[t, float(tables.verify_ms[t])] for t in range(tokens + 1)],
+                "max_num_reqs": reqs,
+                "max_batch_tokens": tokens,
+                "stale": stale.tolist(),
+                "now": now.tolist(),
+                "scheduled_drafts": drafts.tolist(),
+                "scheduled_tokens": sched_tokens.tolist(),
+                "computed": computed.tolist(),
+                "prefill_len": prompt.tolist(),
+                "ours": {
+                    "draft": tables.draft_ms.tolist(),
+                    "verify": tables.verify_ms.tolist(),
+                    "budget": draft_budget,
+                    "admitted": admitted.tolist(),
+                },
+            }
+        )
+    return cases
+
+
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory) -> dict:
     """One job for vLLM's Python, asked once (importing vLLM takes 10-15 s on 2 cores): the
@@ -150,6 +205,7 @@ def checked(tmp_path_factory) -> dict:
         "serve_lines": lines,
         "synthetic": [{"k": k, "rates": r, "length": a} for k, r, a in SYNTHETIC],
         "gpu": gpu,
+        "adaptive": adaptive_cases(),
     }
     job = {**sent, "serve_lines": lines + gpu["serve_lines"], "models": gpu["models"]}
     got = vllm_check(tmp_path_factory.mktemp("vllm-side"), job)
@@ -194,3 +250,22 @@ def test_the_gpu_script_lines_pass_vllms_engine_configuration(checked):
     bad = [(" ".join(line["argv"][3:]), err) for line, err in zip(gpu["serve_lines"], checked["gpu_lines"]) if err]
     assert not bad, bad
     assert len(checked["models"]) == 2 and not any(checked["models"]), checked["models"]
+
+
+def test_adaptive_verification_budgets_as_vllm_does(checked):
+    """The emulator's adaptive verification against vLLM's own functions, batch by batch: the
+    cost tables from its curves, the draft budget a step gets and which drafts it admits."""
+    import numpy as np
+
+    cases = checked["sent"]["adaptive"]
+    assert len(checked["adaptive"]) == len(cases)
+    cut = 0
+    for case, theirs in zip(cases, checked["adaptive"], strict=True):
+        assert isinstance(theirs, dict), theirs
+        ours = case["ours"]
+        assert np.allclose(ours["verify"], theirs["verify"], rtol=1e-9)
+        assert np.allclose(ours["draft"][1:], theirs["draft"][1:], rtol=1e-9)
+        assert ours["budget"] == theirs["budget"]
+        assert ours["admitted"] == theirs["admitted"]
+        cut += ours["budget"] < sum(case["scheduled_drafts"])
+    assert 5 <= cut < len(cases)  # the budget binds in some batches, not all

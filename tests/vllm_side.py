@@ -6,9 +6,12 @@ imported by the suite: checks what loadgen and its emulator produce against vLLM
 INPUT: {"responses": [{"model": "CompletionStreamResponse", "obj": {...}}, ...],
         "serve_lines": [["vllm", "serve", MODEL, FLAGS...] | {"argv": [...], "engine_config": true}, ...],
         "synthetic": [{"k": 3, "rates": [...] | null, "length": 2.5 | null}, ...],
-        "models": [local model directory, ...]}
+        "models": [local model directory, ...],
+        "adaptive": [{"draft_curve", "verify_curve", "max_num_reqs", "max_batch_tokens", "stale",
+                      "now", "scheduled_drafts", "scheduled_tokens", "computed", "prefill_len"}, ...]}
 OUTPUT: {"vllm": version, "responses": [error or null, ...], "serve_lines": [...],
-         "synthetic": [rates or error, ...], "models": [error or null, ...]}
+         "synthetic": [rates or error, ...], "models": [error or null, ...],
+         "adaptive": [{"draft", "verify", "budget", "tokens", "admitted"} or error, ...]}
 """
 
 from __future__ import annotations
@@ -125,6 +128,65 @@ def synthetic(items: list[dict]) -> list:
     return out
 
 
+def adaptive(items: list[dict]) -> list:
+    """Adaptive verification as vLLM computes it (vllm/v1/worker/gpu/spec_decode/
+    adaptive_verification.py): per item, the cost tables from the curves, the draft budget
+    (AdaptiveVerificationManager.get_num_tokens, on a manager holding only what that method
+    reads) and the admitted drafts per request (_assign_draft_token_budget, uncompiled)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+    from vllm.v1.worker.gpu.spec_decode import adaptive_verification as av
+
+    out: list[object] = []
+    for item in items:
+        try:
+            draft, verify = av.build_cost_tables_from_curves(
+                [tuple(p) for p in item["draft_curve"]],
+                [tuple(p) for p in item["verify_curve"]],
+                item["max_num_reqs"],
+                item["max_batch_tokens"],
+            )
+            stale, now = np.array(item["stale"], np.float32), np.array(item["now"], np.float32)
+            n, k = stale.shape
+            ids = [f"r{i}" for i in range(n)]
+            mgr = object.__new__(av.AdaptiveVerificationManager)
+            mgr.cost_tables = (draft, verify)
+            mgr.num_speculative_steps = k
+            mgr.num_bonus_tokens = 1
+            mgr._max_total_logits = 1 << 30
+            mgr._stale_idx = 0
+            mgr._stale_confidences = [SimpleNamespace(np=stale)]
+            mgr.req_states = SimpleNamespace(
+                req_id_to_index={r: i for i, r in enumerate(ids)},
+                num_computed_tokens_np=np.array(item["computed"], np.int64),
+                prefill_len=SimpleNamespace(np=np.array(item["prefill_len"], np.int64)),
+            )
+            scheduled = item["scheduled_drafts"]
+            tokens = mgr.get_num_tokens(
+                dict(zip(ids, item["scheduled_tokens"])), {r: [0] * d for r, d in zip(ids, scheduled) if d}
+            )
+            budget = mgr._batch_budget[2]
+            capacities = torch.tensor(scheduled, dtype=torch.int32)
+            if 0 < budget < sum(scheduled):
+                av._assign_draft_token_budget(torch.from_numpy(now), torch.arange(n), capacities, budget, k)
+            elif budget == 0:
+                capacities.zero_()
+            out.append(
+                {
+                    "draft": draft.tolist(),
+                    "verify": verify.tolist(),
+                    "budget": budget,
+                    "tokens": tokens,
+                    "admitted": capacities.tolist(),
+                }
+            )
+        except Exception as e:  # noqa: BLE001
+            out.append(f"error: {type(e).__name__}: {e}")
+    return out
+
+
 def main() -> None:
     with open(sys.argv[1]) as f:
         job = json.load(f)
@@ -138,6 +200,7 @@ def main() -> None:
                 "serve_lines": serve_lines(job.get("serve_lines", [])),
                 "synthetic": synthetic(job.get("synthetic", [])),
                 "models": models(job.get("models", [])),
+                "adaptive": adaptive(job.get("adaptive", [])),
             }
         )
     )

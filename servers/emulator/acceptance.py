@@ -68,8 +68,16 @@ def acceptance_lengths(n: int, k: int, p: RegimeParams, rng: np.random.Generator
     k <= DEPTH, min(acceptance_lengths(n, DEPTH), k + 1), as one model proposing more or fewer
     drafts would. So a run at one k and a run at another see the same text being easy or hard,
     and an exact trace (`acceptance_lengths(n, DEPTH)`) predicts both."""
+    return acceptance_draws(n, k, p, rng)[0]
+
+
+def acceptance_draws(n: int, k: int, p: RegimeParams, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """`acceptance_lengths`, and for each of the n + max(k, DEPTH) positions the chance that a
+    first draft for it is right (its stretch's rate; a later draft's is that times
+    `depth_factor`): what a calibrated drafter's confidence in its draft would be
+    (servers/emulator/verification.py). The same draws as `acceptance_lengths`."""
     if n <= 0 or k <= 0:
-        return np.ones(max(n, 0), dtype=np.int16)
+        return np.ones(max(n, 0), dtype=np.int16), np.zeros(max(n, 0), dtype=np.float32)
     d = max(k, DEPTH)
     easy = _regimes(n + d, p, rng)
     rate = np.where(easy, p.easy_accept, p.hard_accept)
@@ -77,7 +85,7 @@ def acceptance_lengths(n: int, k: int, p: RegimeParams, rng: np.random.Generator
     depth[0] = 1.0
     window = np.lib.stride_tricks.sliding_window_view(rate, d)[:n]
     right = rng.random((n, d)) < window * depth
-    return np.minimum(1 + np.cumprod(right, axis=1).sum(axis=1), k + 1).astype(np.int16)
+    return np.minimum(1 + np.cumprod(right, axis=1).sum(axis=1), k + 1).astype(np.int16), rate.astype(np.float32)
 
 
 def trace_stats(acc_lens, ks=(1, 3, 5), depth: int = 5) -> dict:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servers.emulator import content, ngram
-from servers.emulator.acceptance import DEPTH, acceptance_lengths
+from servers.emulator.acceptance import DEPTH, acceptance_draws
 from servers.emulator.ngram import NgramIndex
 from servers.emulator.profile import Profile
 from servers.emulator.spec import SpecConfig
@@ -97,7 +97,7 @@ class Drafting:
         elif self.suffix is not None:
             self.suffix.start(seq.request_id, seq.prompt)
         elif self.conditional is None:
-            seq.acc = acceptance(
+            seq.acc, seq.confidence = acceptance_and_confidence(
                 self.profile, self.seed, spec.method, len(seq.output), spec.k, prompt_text, seq.kind, seq.reasoning_end
             )
         if self.conditional is not None:
@@ -114,6 +114,16 @@ class Drafting:
             self.suffix.extend(seq.request_id, new_tokens)
             return self.suffix.propose(seq.request_id, k) if k > 0 else []
         return max(k, 0)
+
+    def confidence(self, seq, k: int) -> np.ndarray | None:
+        """The conditional chance of each of the sequence's next k drafts being accepted, as a
+        calibrated drafter would estimate it (adaptive verification's input); None for n-gram
+        and suffix, which have no draft probabilities."""
+        if self.conditional is not None:
+            return np.asarray(self.conditional[:k], dtype=np.float64)
+        if seq.confidence is None:
+            return None
+        return confidence(seq.confidence, seq.emitted, k)
 
     def accepted(self, seq, drafts: int) -> int:
         """How many of the sequence's `drafts` drafts the target accepts."""
@@ -150,17 +160,42 @@ def acceptance(
     every k (acceptance.py), so the same request is as easy at any k. A thinking model's first
     `thinking` positions (its thought) are drawn with the drafter's thinking parameters, the
     answer's after them with its kind's."""
+    return acceptance_and_confidence(profile, seed, method, n, k, prompt_text, kind, thinking)[0]
+
+
+def acceptance_and_confidence(
+    profile: Profile, seed: int, method: str, n: int, k: int, prompt_text: str, kind: str, thinking: int = 0
+) -> tuple[np.ndarray, list[tuple[int, np.ndarray, float]]]:
+    """`acceptance`, and what a calibrated drafter's confidence in each draft would be: per
+    part of the output (the thought, the answer), (its first position, each position's chance
+    that a first draft for it is right, the factor for every later draft) (`confidence`)."""
     acc_rng = content.rng_for(seed, "acceptance\0" + prompt_text)
     if thinking <= 0:
-        return acceptance_lengths(n, k, profile.acceptance(method, kind), acc_rng)
+        params = profile.acceptance(method, kind)
+        acc, rate = acceptance_draws(n, k, params, acc_rng)
+        return acc, [(0, rate, params.depth_factor)]
     head = min(thinking, n)
     think_rng = content.rng_for(seed, "acceptance-thinking\0" + prompt_text)
-    return np.concatenate(
-        [
-            acceptance_lengths(head, k, profile.acceptance(method, "thinking"), think_rng),
-            acceptance_lengths(n - head, k, profile.acceptance(method, kind), acc_rng),
-        ]
-    )
+    think, answer = profile.acceptance(method, "thinking"), profile.acceptance(method, kind)
+    acc_think, rate_think = acceptance_draws(head, k, think, think_rng)
+    acc_answer, rate_answer = acceptance_draws(n - head, k, answer, acc_rng)
+    parts = [(0, rate_think, think.depth_factor), (head, rate_answer, answer.depth_factor)]
+    return np.concatenate([acc_think, acc_answer]), parts
+
+
+def confidence(parts: list[tuple[int, np.ndarray, float]], pos: int, k: int) -> np.ndarray:
+    """The conditional chance that each of k drafts from output position `pos` is accepted
+    once the ones before it were: the draws' own probabilities (acceptance.acceptance_draws)."""
+    start, rate, depth = parts[0]
+    for part in parts[1:]:
+        if pos >= part[0]:
+            start, rate, depth = part
+    i = pos - start
+    out = np.zeros(k, dtype=np.float64)
+    window = rate[i : i + k]
+    out[: len(window)] = window
+    out[1:] *= depth
+    return out
 
 
 def exact_trace(profile: Profile, spec: SpecConfig | None, seed: int, seq, prompt_text: str) -> dict:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from servers.emulator import content
+from servers.emulator import content, verification
 from servers.emulator.counters import EngineStats
 from servers.emulator.drafting import Drafting, RequestSD, exact_trace
 from servers.emulator.ngram import NgramIndex
@@ -71,6 +71,13 @@ class Sequence:
     drafts: list[int] | int = 0  # drafts proposed for the next step (tokens, or a count)
     beyond: list[int] = field(default_factory=list)  # the model's next tokens past max_tokens (no stream shows them)
     acc: np.ndarray | None = None  # model drafter: tokens a step at each position yields
+    confidence: list | None = None  # ... and each draft's chance (drafting.acceptance_and_confidence)
+    # adaptive verification: the confidences of the drafts proposed for the next step, and of
+    # the step before's (what vLLM's host has when it sets the budget: 1.0 for a new request);
+    # the drafts the scheduler scheduled in the step being applied (before the budget cut them)
+    conf_now: np.ndarray | None = None
+    conf_before: np.ndarray | None = None
+    scheduled_drafts: int = 0
     ngram: NgramIndex | None = None
     rng: np.random.Generator | None = None  # synthetic acceptance's draws
     sd: RequestSD | None = None  # per-request SD metrics, when the server reports them
@@ -156,6 +163,19 @@ class Engine:
         # k per batch size (num_speculative_tokens_per_batch_size), None: always spec.k
         self._k_by_batch = spec.k_by_batch(cfg.max_num_seqs) if spec is not None and spec.schedule else None
         self._step_k = spec.k if spec is not None else 0  # the drafts the step being applied proposes
+        # adaptive verification (verification.py): the cost curves vLLM profiles at start-up
+        self.notes: list[str] = []  # what the server says at start-up about its configuration
+        self._av: verification.CostTables | None = None
+        if spec is not None and spec.adaptive_verification:
+            if spec.method in ("ngram", "suffix"):
+                self.notes.append(
+                    f"enable_adaptive_verification does not apply to {spec.method}: its drafts carry no "
+                    "probabilities to budget by (vLLM's n-gram speculator has no such flag); every draft is verified"
+                )
+            else:
+                self._av = verification.cost_tables(
+                    profile, self.drafter, spec.k, cfg.max_num_seqs, cfg.max_num_batched_tokens, self.max_model_len
+                )
 
     # -- requests ---------------------------------------------------------------------------
     def submit(
@@ -345,12 +365,37 @@ class Engine:
             budget -= n
         if not batch:
             return None
+        if self._av is not None:
+            self._budget(batch)
         batched = sum(n for _, n in batch)
         kv = sum(seq.computed + n for seq, n in batch)
         verify = self.profile.forward.time(kv, batched)
         duration = verify + self.profile.step_overhead + self._drafting_time(batch, kv, verify)
         self._gauges()
         return Step(batch, duration, batched, now)
+
+    def _budget(self, batch: list[tuple[Sequence, int]]) -> None:
+        """Adaptive verification: the step verifies the drafts its budget admits (in place);
+        each request keeps how many the scheduler scheduled, which is what vLLM counts."""
+        with_drafts = [
+            i for i, (seq, n) in enumerate(batch) if n > 1 and seq.emitted and seq.computed == seq.context - 1
+        ]
+        if not with_drafts:
+            return
+        scheduled = np.array([batch[i][1] - 1 for i in with_drafts], dtype=np.int64)
+        non_draft = sum(n for _, n in batch) - int(scheduled.sum())
+        sampling = len(batch)  # every request samples but a prefill chunk short of its prompt's end
+        sampling -= sum(1 for seq, n in batch if not seq.emitted and seq.computed + n < seq.context)
+        k = int(scheduled.max())
+        stale = [_padded(batch[i][0].conf_before, k) for i in with_drafts]
+        now = [_padded(batch[i][0].conf_now, k) for i in with_drafts]
+        draft_budget = verification.budget(stale, scheduled, non_draft, sampling, len(batch), self._av)  # type: ignore[arg-type]
+        admitted = verification.admit(now, scheduled, draft_budget)
+        for i, d, a in zip(with_drafts, scheduled.tolist(), admitted.tolist()):
+            seq, n = batch[i]
+            seq.scheduled_drafts = d
+            self._kv_used -= d - a
+            batch[i] = (seq, 1 + a)
 
     def _cached(self, seq: Sequence) -> int:
         """Prompt tokens the prefix cache holds for a request being admitted (0 when it resumes
@@ -390,7 +435,8 @@ class Engine:
             if seq.computed < seq.context:
                 continue  # a prefill chunk; more to come
             if decoding:
-                accepted = self._verify(seq, n - 1)
+                accepted = self._verify(seq, n - 1, seq.scheduled_drafts)
+                seq.scheduled_drafts = 0
                 seq.computed -= (n - 1) - accepted  # rejected drafts' KV is freed
                 self._kv_used -= (n - 1) - accepted
                 count = accepted + 1
@@ -401,18 +447,21 @@ class Engine:
         return emissions
 
     # -- internals --------------------------------------------------------------------------
-    def _verify(self, seq: Sequence, drafts: int) -> int:
-        """How many of the drafts the target accepts, and count them."""
-        if drafts <= 0:
+    def _verify(self, seq: Sequence, drafts: int, scheduled: int = 0) -> int:
+        """How many of the drafts the target accepts, and count them as vLLM's scheduler does:
+        the drafts it scheduled (`scheduled`, when adaptive verification verified fewer), a step
+        with none (k = 0) not at all."""
+        scheduled = max(scheduled, drafts)
+        if scheduled <= 0:
             return 0
-        accepted = self._accepted(seq, drafts)
+        accepted = self._accepted(seq, drafts) if drafts > 0 else 0
         if seq.finish_reason != "length":  # the model's end of sequence: no draft after it is accepted
             accepted = min(accepted, seq.remaining - 1)
         if seq.sd is not None:
-            seq.sd.observe(drafts, accepted)
+            seq.sd.observe(scheduled, accepted)
         stats = self.stats
         stats.spec_drafts += 1
-        stats.spec_draft_tokens += drafts
+        stats.spec_draft_tokens += scheduled
         stats.spec_accepted_tokens += accepted
         per_pos = stats.spec_accepted_per_pos
         if accepted > len(per_pos):
@@ -459,6 +508,9 @@ class Engine:
             return
         k = max(0, min(self._step_k, self.max_model_len - 1 - seq.context))
         seq.drafts = self.drafting.propose(seq, new_tokens, k)  # type: ignore[union-attr]
+        if self._av is not None:  # what the host has when it budgets the next step: these, a step late
+            seq.conf_before = seq.conf_now
+            seq.conf_now = self.drafting.confidence(seq, k)  # type: ignore[union-attr]
 
     def _finish(self, seq: Sequence, now: float) -> None:
         seq.finished = True
@@ -498,3 +550,12 @@ class Engine:
         s = self.stats
         s.running, s.waiting = len(self.running), len(self.waiting)
         s.kv_usage = self._kv_used / self.kv_capacity
+
+
+def _padded(conf: np.ndarray | None, k: int) -> np.ndarray:
+    """A request's confidences over k slots: 1.0 where none were noted (vLLM's start for a new
+    request, and the slots a smaller k left)."""
+    out = np.ones(k, dtype=np.float64)
+    if conf is not None:
+        out[: min(k, len(conf))] = conf[:k]
+    return out

@@ -39,6 +39,9 @@ class SpecConfig:
     suffix_max_cached_requests: int = 10000
     suffix_max_spec_factor: float = 1.0
     suffix_min_token_prob: float = 0.1
+    # vLLM's enable_adaptive_verification: a per-step verification budget over the batch
+    # (servers/emulator/verification.py)
+    adaptive_verification: bool = False
 
     @property
     def label(self) -> str:
@@ -47,9 +50,11 @@ class SpecConfig:
             if self.synthetic_rates is not None
             else ""
         )
+        adaptive = " adaptive verification" if self.adaptive_verification else ""
         if self.schedule:
-            return f"{self.method} k by batch size " + ",".join(f"{a}-{b}:{k}" for a, b, k in self.schedule) + synthetic
-        return f"{self.method} k={self.k}{synthetic}"
+            ranges = ",".join(f"{a}-{b}:{k}" for a, b, k in self.schedule)
+            return f"{self.method} k by batch size {ranges}{synthetic}{adaptive}"
+        return f"{self.method} k={self.k}{synthetic}{adaptive}"
 
     @property
     def conditional_rates(self) -> tuple[float, ...] | None:
@@ -175,7 +180,11 @@ def parse(text: str | None) -> SpecConfig | None:
     if lo > hi:
         raise SpecError(f"--speculative-config: prompt_lookup_min {lo} > prompt_lookup_max {hi}")
     schedule = cfg.get("num_speculative_tokens_per_batch_size")
+    adaptive = cfg.get("enable_adaptive_verification", False)
+    if not isinstance(adaptive, bool):
+        raise SpecError(f"--speculative-config: enable_adaptive_verification must be true or false, got {adaptive!r}")
     return SpecConfig(
+        adaptive_verification=adaptive,
         method=method,
         k=k,
         model=model,
