@@ -73,6 +73,8 @@ def simulate(**o) -> None:
     )
     out = options.prepare_output(o, "simulate")
     done = api.simulate(job)
+    for message in done.result.engine.notes:  # what the configuration does not do, as the server says it
+        options.note(f"note: {message}")
     spec = job.sim.spec
     click.echo(
         f"Simulated {len(done.frame)} requests on {job.sim.profile} "

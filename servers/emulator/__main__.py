@@ -184,6 +184,8 @@ def engine_for(args) -> tuple[Engine, list[str]]:
         raise ValueError(str(e)) from None
     except OSError as e:
         raise ValueError(f"cannot write --acceptance-traces {args.acceptance_traces!r}: {e.strerror or e}") from None
+    for note in engine.notes:
+        log.warning("%s", note)
     if args.tensor_parallel_size != prof.tensor_parallel_size:
         log.warning(
             "--tensor-parallel-size %d, but profile %s models tensor parallel %d; its timings are for that",
