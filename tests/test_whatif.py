@@ -461,3 +461,79 @@ def test_a_sweep_with_token_ids_makes_cells_loadgen_traces_reads(tmp_path):
     res = cli(*argv, "--virtual", "--token-ids", "--output", str(tmp_path / "virtual"))
     assert res.returncode == 2 and "--token-ids does not apply to --virtual" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def _traces(n: int = 40, seed: int = 5) -> list[Trace]:
+    """EAGLE traces of 60 tokens with bursty acceptance (0 to 6 drafts accepted per position)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        acc = np.minimum(1 + rng.integers(0, 7, 60), 60 - np.arange(60))
+        out.append(Trace(f"r{i}", list(range(20)), list(range(100, 160)), {"eagle": Acceptance(acc, censored_at=16)}))
+    return out
+
+
+def test_steps_decided_as_served_are_the_planned_steps_when_the_rule_is_fixed_k():
+    """The live replay (k looked up per step; servers/emulator/replay.py's Live) with one k at
+    every batch size serves exactly what the planned fixed-k replay serves."""
+    from loadgen.whatif import evaluate as ev
+
+    traces = _traces()
+    planned = _policy("eagle k=3", ("eagle",), (3,))
+    live = ev.schedule_policy("eagle", [[1, 256, 3]], 256)
+    for p, q in zip(*(ev.evaluate(traces, PROFILE, [1, 8], [x], requests=40) for x in (planned, live))):
+        assert q.output_tok_s == pytest.approx(p.output_tok_s, rel=1e-12)
+        assert (q.tokens_per_step, q.drafts_per_step) == pytest.approx((p.tokens_per_step, p.drafts_per_step))
+
+
+def test_adaptive_verification_keeps_every_draft_that_is_always_accepted():
+    """Traces where every draft is accepted: each draft's confidence is 1, every one is worth
+    verifying, and adaptive verification serves what fixed k serves."""
+    from loadgen.whatif import evaluate as ev
+
+    traces = [
+        Trace(t.id, t.prompt_token_ids, t.generated_token_ids, {"eagle": _every_position_accepts(16, 60)})
+        for t in _traces(10)
+    ]
+    av = ev.adaptive_verification("eagle", 4, traces)
+    assert av.live is not None and av.live.confidence == (1.0, 1.0, 1.0, 1.0)
+    fixed = _policy("eagle k=4", ("eagle",), (4,))
+    for a, f in zip(*(ev.evaluate(traces, PROFILE, [1, 16], [x], requests=20) for x in (av, fixed))):
+        assert a.output_tok_s == pytest.approx(f.output_tok_s, rel=1e-12)
+
+
+def test_whatif_serves_adaptive_verification_and_the_schedule_and_their_share_of_the_oracle(tmp_path):
+    """`loadgen whatif` beside fixed k and the oracles: vLLM's adaptive verification (its
+    budget binds under load: fewer tokens a step than fixed k of the same drafts) and the k
+    schedule it derives, served; every row with its share of the best oracle at its batch size."""
+    from tests.conftest import cli
+
+    path = tmp_path / "traces.jsonl"
+    write(path, _traces())
+    res = cli(
+        "whatif",
+        str(path),
+        "--profile",
+        PROFILE,
+        "--drafters",
+        "eagle",
+        "--batch",
+        "1,32",
+        "--k",
+        "1,3,5",
+        "--output",
+        str(tmp_path / "out"),
+    )
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((tmp_path / "out" / "whatif.json").read_text())
+    rows = {(r["policy"], r["batch"]): r for r in doc["results"]}
+    av = rows["eagle k=5 adaptive verification", 32]
+    assert av["kind"] == "adaptive_verification" and av["realisable"]
+    assert av["tokens_per_step"] < rows["eagle k=5", 32]["tokens_per_step"]
+    assert av["drafts_per_step"] == pytest.approx(rows["eagle k=5", 32]["drafts_per_step"], rel=0.05)
+    sched = [r for r in doc["results"] if r["kind"] == "schedule"]
+    assert len(sched) == 2 and all(r["speedup"] for r in sched)
+    for r in doc["results"]:
+        best = max(x["output_tok_s"] for x in doc["results"] if x["batch"] == r["batch"] and not x["realisable"])
+        assert r["oracle_share"] == pytest.approx(r["output_tok_s"] / best)
+    assert "of oracle" in res.stdout and "adaptive verification" in res.stdout

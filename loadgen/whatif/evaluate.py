@@ -27,7 +27,7 @@ from loadgen.whatif.acceptance_traces import Trace
 from loadgen.whatif.policies import Step
 from servers.emulator import profile as profiles
 from servers.emulator.engine import Engine, EngineConfig
-from servers.emulator.replay import ReplayEngine
+from servers.emulator.replay import Live, ReplayEngine
 from workloads import Request
 
 START = 1  # served, the prefill writes output position 0; decoding steps start after it
@@ -40,10 +40,13 @@ class WhatIfError(ValueError):
 @dataclass(frozen=True)
 class Policy:
     name: str
-    kind: str  # none | fixed | oracle | combination | adaptive | hybrid
+    kind: str  # none | fixed | oracle | combination | adaptive | hybrid | adaptive_verification | schedule
     realisable: bool  # a server could run it without knowing the future
     plan: Callable[[Trace], list[Step]]
     price_as: str | None = None  # charge every drafter at this one's price
+    # steps decided as the engine serves (servers/emulator/replay.py's Live): k by the batch's
+    # size, vLLM's adaptive verification; `plan` is then unused
+    live: Live | None = None
 
 
 @dataclass
@@ -101,6 +104,39 @@ def _hybrid(m: str, k_max: int) -> Callable[[Trace], list]:
     return lambda t: policies.hybrid(
         "ngram", t.drafters["ngram"], m, t.drafters[m], k_ngram=k_max, k_model=3, start=START
     )
+
+
+def confidences(traces: list[Trace], method: str, k: int) -> tuple[float, ...]:
+    """Per draft position j < k, the chance a draft there is accepted once the ones before it
+    were, over every position of every trace with room for k drafts after it: what vLLM's
+    online acceptance estimator learns from its per-position terms (adaptive verification's
+    confidences, when the draft's own probability says nothing more)."""
+    acc = [t.drafters[method].acc_len for t in traces]
+    rows = np.concatenate([a[: max(0, len(a) - k - 1)] for a in acc]) if acc else np.zeros(0)
+    out = []
+    for j in range(k):
+        reached = np.sum(rows >= j + 1)
+        out.append(float(np.sum(rows >= j + 2) / reached) if reached else 0.0)
+    return tuple(out)
+
+
+def adaptive_verification(method: str, k: int, traces: list[Trace]) -> Policy:
+    """vLLM's adaptive verification of `method`'s k drafts a step (not for n-gram, whose drafts
+    carry no probabilities, as in vLLM)."""
+    live = Live(method, k, adaptive=True, confidence=confidences(traces, method, k))
+    return Policy(f"{method} k={k} adaptive verification", "adaptive_verification", True, _fixed(method, k), live=live)
+
+
+def schedule_policy(method: str, ranges: list[list[int]], max_num_seqs: int) -> Policy:
+    """`method` at k by batch size (`ranges`: num_speculative_tokens_per_batch_size), each
+    step's k looked up from the requests it scheduled as vLLM's scheduler does."""
+    from servers.emulator.spec import SpecConfig
+
+    k = max(1, max(r[2] for r in ranges))
+    schedule = tuple((int(a), int(b), int(kk)) for a, b, kk in ranges)
+    by_batch = SpecConfig(method, k, schedule=schedule).k_by_batch(max_num_seqs)
+    name = f"{method} k by batch size " + ",".join(f"{a}-{b}:{kk}" for a, b, kk in ranges)
+    return Policy(name, "schedule", True, _fixed(method, k), live=Live(method, k, k_by_batch=tuple(by_batch)))
 
 
 def candidates(
@@ -186,16 +222,22 @@ def evaluate(
     served = [t for t in traces if len(t.generated_token_ids) >= 1]
     if not served:
         raise WhatIfError("no trace has generated tokens")
-    plans = {p.name: [[(s.drafter, s.drafts, s.emitted) for s in p.plan(t)] for t in served] for p in chosen}
+    plans = {
+        p.name: [[(s.drafter, s.drafts, s.emitted) for s in p.plan(t)] for t in served] for p in chosen if not p.live
+    }
     # per trace and policy: (steps, drafts, tokens emitted), for the per-step means
     totals = {
         name: np.array([(len(pl), sum(d for _, d, _ in pl), sum(e for _, _, e in pl)) for pl in trace_plans])
         for name, trace_plans in plans.items()
     }
     counts = {b: requests or max(len(served), 4 * b) for b in batches}
+    by_name = {p.name: p for p in chosen}
     jobs = [(b, p.name, p.price_as) for b in batches for p in chosen]
     served_at = _run_all(
-        jobs, lambda b, name, price_as: _serve(prof, served, plans[name], b, counts[b], engine, price_as)
+        jobs,
+        lambda b, name, price_as: _serve(
+            prof, served, plans.get(name, []), b, counts[b], engine, price_as, by_name[name].live
+        ),
     )
     out: list[Outcome] = []
     for batch in batches:
@@ -203,8 +245,11 @@ def evaluate(
         baseline = None
         base_phases: tuple = (None, None)
         for p in chosen:
-            tok_s, tpot, phase_tpot = served_at[(batch, p.name, p.price_as)]
-            steps, drafts, emitted = totals[p.name][np.arange(count) % len(served)].sum(axis=0)
+            tok_s, tpot, phase_tpot, live_steps = served_at[(batch, p.name, p.price_as)]
+            if p.live is not None:  # decided as served: the engine's own count of its steps
+                steps, drafts, emitted = live_steps
+            else:
+                steps, drafts, emitted = totals[p.name][np.arange(count) % len(served)].sum(axis=0)
             if p.kind == "none":
                 baseline, base_phases = tok_s, phase_tpot
             out.append(
@@ -252,12 +297,20 @@ def _run_all(jobs: list[tuple], work: Callable) -> dict:
 
 
 def _serve(
-    prof, traces: list[Trace], plans: list[list], batch: int, count: int, cfg: EngineConfig, price_as: str | None
-) -> tuple[float, float | None, tuple[float | None, float | None]]:
+    prof,
+    traces: list[Trace],
+    plans: list[list],
+    batch: int,
+    count: int,
+    cfg: EngineConfig,
+    price_as: str | None,
+    live: Live | None = None,
+) -> tuple[float, float | None, tuple[float | None, float | None], tuple[int, int, int]]:
     """Output tokens per second (and mean TPOT, ms; and mean TPOT thinking and answering, for
     traces of a reasoning model) of `count` requests served closed loop by `batch` users, each
-    request the next trace in turn with its plan."""
-    engine = ReplayEngine(prof, cfg, price_as=price_as)
+    request the next trace in turn with its plan (or, `live`, its steps decided as served); and
+    the engine's decoding steps, drafts scheduled and tokens they emitted."""
+    engine = ReplayEngine(prof, cfg, price_as=price_as, live=live)
     reqs = (
         Request(id=str(i), prompt="", max_tokens=len(traces[i % len(traces)].generated_token_ids), workload="traces")
         for i in range(count)
@@ -267,6 +320,19 @@ def _serve(
         assert isinstance(eng, ReplayEngine)  # the engine handed to simulate() below
         i = int(req.id)
         t = traces[i % len(traces)]
+        if live is not None:
+            a = t.drafters[live.drafter]
+            eng.submit_live(
+                req.id,
+                t.prompt_token_ids,
+                t.generated_token_ids,
+                a.acc_len,
+                offered=a.proposed,
+                arrival=t_send,
+                sink=sink,
+                reasoning_end=t.reasoning_end,
+            )
+            return
         eng.submit_plan(
             req.id,
             t.prompt_token_ids,
@@ -289,7 +355,10 @@ def _serve(
     tpot = s["tpot_ms"].get("mean") if s["tpot_ms"] else None
     ph = s.get("phases") or {}
     thinking, answering = ((ph.get(k) or {}).get("mean") for k in ("tpot_reasoning_ms", "tpot_answer_ms"))
-    return float(s["output_throughput_tok_s"]), tpot, (thinking, answering)
+    st = engine.stats
+    decode_steps = int(st.itl.count)  # every emission after a request's first
+    live_steps = (decode_steps, int(st.spec_draft_tokens), int(st.generation_tokens - len(frame)))
+    return float(s["output_throughput_tok_s"]), tpot, (thinking, answering), live_steps
 
 
 def best_realisable(outcomes: list[Outcome]) -> dict[int, Outcome]:

@@ -75,10 +75,18 @@ def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> 
             outcomes = offline.evaluate(
                 loaded, job.profile, list(job.batches), chosen, requests=job.requests, seed=job.seed, progress=progress
             )
+            notes.append(
+                "adaptive verification and the k schedule decide each step as the batch is served: "
+                "evaluated under the closed protocol only (--protocol closed)"
+            )
         else:
+            # vLLM's adaptive verification beside fixed k (model drafters: n-gram's drafts carry no
+            # probabilities to budget by), then the k schedule the fixed-k results give, each served
+            chosen += [ev.adaptive_verification(m, max(job.ks), loaded) for m in methods if m != "ngram"]
             outcomes = ev.evaluate(
                 loaded, job.profile, list(job.batches), chosen, requests=job.requests, progress=progress
             )
+            outcomes += _schedules_served(loaded, job, methods, outcomes, progress)
     except (profiles.ProfileError, TraceError, ev.WhatIfError) as e:
         raise LoadgenError(str(e)) from None
     wall = time.monotonic() - wall
@@ -103,6 +111,25 @@ def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> 
             ) from None
     deployments = _deployments(job, doc, prof) if job.schedule else {}
     return WhatIf(doc, len(chosen), wall, notes, deployments)
+
+
+def _schedules_served(loaded, job: WhatIfJob, methods: list[str], outcomes: list, progress) -> list:
+    """Each drafter's k schedule (from these fixed-k results, loadgen/whatif/schedule.py), served
+    as vLLM serves it: each step's k from the requests it scheduled. Speedups against the no
+    speculation already served."""
+    from dataclasses import asdict, replace
+
+    from loadgen.whatif import evaluate as ev
+    from loadgen.whatif.schedule import MAX_BATCH, schedules
+    from servers.emulator import profile as profiles
+
+    found = schedules([asdict(o) for o in outcomes], methods, profiles.load(job.profile).models[0])
+    chosen = [ev.schedule_policy(m, s["ranges"], MAX_BATCH) for m, s in found.items() if s["ranges"]]
+    if not chosen:
+        return []
+    served = ev.evaluate(loaded, job.profile, list(job.batches), chosen, requests=job.requests, progress=progress)
+    base = {o.batch: o.output_tok_s for o in outcomes if o.kind == "none"}
+    return [replace(o, speedup=o.output_tok_s / base[o.batch] if base.get(o.batch) else None) for o in served]
 
 
 def _deployments(job: WhatIfJob, doc: dict, prof) -> dict:

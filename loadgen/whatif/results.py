@@ -98,6 +98,10 @@ def to_json(
     best = best_realisable(outcomes)
     caps = oracle_caps(methods, oracle_depth)
     results = [asdict(o) for o in outcomes]
+    top = _best_oracles(outcomes)
+    for r in results:  # each policy's share of the best oracle's throughput at its batch size
+        o = top.get(r["batch"])
+        r["oracle_share"] = r["output_tok_s"] / o.output_tok_s if o is not None and o.output_tok_s else None
     return {
         "source": source,
         "profile": profile,
@@ -113,6 +117,15 @@ def to_json(
         "gap": gap(outcomes),
         "notes": notes(traces, methods, caps, ks),
     }
+
+
+def _best_oracles(outcomes: list[Outcome]) -> dict[int, Outcome]:
+    """Per batch size, the oracle (policy no server can run) with the highest throughput."""
+    top: dict[int, Outcome] = {}
+    for o in outcomes:
+        if not o.realisable and (o.batch not in top or o.output_tok_s > top[o.batch].output_tok_s):
+            top[o.batch] = o
+    return top
 
 
 def gap(outcomes: list[Outcome]) -> dict:
@@ -155,14 +168,15 @@ def render(doc: dict) -> str:
         lines += [
             "",
             f"Batch {batch} ({rows[0]['requests']} {unit}):",
-            f"  {'policy':{width}s}  {'tok/s':>9s}  {'speedup':>7s}  {'tok/step':>8s}  {'drafts/step':>11s}"
-            + (f"  {'thinking':>8s}  {'answering':>9s}" if phased else ""),
+            f"  {'policy':{width}s}  {'tok/s':>9s}  {'speedup':>7s}  {'of oracle':>9s}  {'tok/step':>8s}  "
+            f"{'drafts/step':>11s}" + (f"  {'thinking':>8s}  {'answering':>9s}" if phased else ""),
         ]
         for r in rows:
             mark = " <- best realisable" if r["policy"] == best else ("" if r["realisable"] else " (oracle)")
             phases = f"  {x(r.get('thinking_speedup')):>8s}  {x(r.get('answering_speedup')):>9s}" if phased else ""
+            share = f"{r['oracle_share']:.0%}" if r.get("oracle_share") is not None else "-"
             lines.append(
-                f"  {r['policy']:{width}s}  {r['output_tok_s']:9,.0f}  {x(r['speedup']):>7s}  "
+                f"  {r['policy']:{width}s}  {r['output_tok_s']:9,.0f}  {x(r['speedup']):>7s}  {share:>9s}  "
                 f"{r['tokens_per_step']:8.2f}  {r['drafts_per_step']:11.2f}{phases}{mark}"
             )
     if doc.get("gap"):

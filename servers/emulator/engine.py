@@ -78,6 +78,7 @@ class Sequence:
     conf_now: np.ndarray | None = None
     conf_before: np.ndarray | None = None
     scheduled_drafts: int = 0
+    offered: np.ndarray | None = None  # a replayed n-gram request: the drafts its lookup has, per position
     ngram: NgramIndex | None = None
     rng: np.random.Generator | None = None  # synthetic acceptance's draws
     sd: RequestSD | None = None  # per-request SD metrics, when the server reports them

@@ -20,18 +20,80 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
+from dataclasses import dataclass
 
+import numpy as np
+
+from servers.emulator import verification
 from servers.emulator.engine import Engine, EngineConfig, EngineError, Sequence
 from servers.emulator.profile import Profile
 
 
+@dataclass(frozen=True)
+class Live:
+    """Steps decided as the engine serves, not planned: `drafter` proposes k drafts a step (k
+    from the batch size: `k_by_batch[min(B, len - 1)]`, vLLM's num_speculative_tokens_per_batch_size
+    lookup, or `k` throughout), and with `adaptive` the step's verification budget
+    (verification.py) decides how many of them are verified, each draft's confidence the
+    per-position conditional acceptance `confidence` (what vLLM's online estimator learns from
+    its per-position terms alone). A step emits min(acceptance at its position, verified + 1)."""
+
+    drafter: str
+    k: int
+    k_by_batch: tuple[int, ...] | None = None
+    adaptive: bool = False
+    confidence: tuple[float, ...] = ()
+
+
 class ReplayEngine(Engine):
-    def __init__(self, profile: Profile, cfg: EngineConfig = EngineConfig(), *, price_as: str | None = None) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        cfg: EngineConfig = EngineConfig(),
+        *,
+        price_as: str | None = None,
+        live: Live | None = None,
+    ) -> None:
         super().__init__(profile, None, cfg)
         self.prefix_cache = None  # a trace's token ids are not the emulated words: no prefix caching
         if price_as is not None and price_as not in profile.drafters:
             raise EngineError(f"profile {profile.name!r} has no {price_as} drafter to price steps at")
         self.price_as = price_as
+        self.live = live
+        if live is not None:
+            if live.drafter not in profile.drafters:
+                raise EngineError(f"profile {profile.name!r} has no {live.drafter} drafter")
+            self.drafter = profile.drafters[live.drafter]
+            if live.adaptive:
+                self._av = verification.cost_tables(
+                    profile, self.drafter, live.k, cfg.max_num_seqs, cfg.max_num_batched_tokens, self.max_model_len
+                )
+            self._conf = np.asarray(live.confidence, dtype=np.float64)
+
+    def submit_live(
+        self,
+        request_id: str,
+        prompt: list[int],
+        output: list[int],
+        acceptance: Seq[int] | np.ndarray,
+        *,
+        offered: Seq[int] | np.ndarray | None = None,
+        arrival: float,
+        sink: Callable | None = None,
+        reasoning_end: int = 0,
+    ) -> Sequence:
+        """A request whose steps the engine's `live` rule decides: `acceptance`, per output
+        position, the tokens a step starting there would emit with enough drafts; `offered`,
+        an n-gram drafter's: the drafts its lookup has at each position (none: as many as asked)."""
+        if self.live is None:
+            raise EngineError("this engine replays plans: give it live= to decide steps as it serves")
+        seq = self.submit_plan(request_id, prompt, output, [("", 0, 1)] * (len(output) - 1), arrival=arrival, sink=sink)
+        seq.plan = None
+        seq.acc = np.asarray(acceptance, dtype=np.int64)
+        seq.offered = None if offered is None else np.asarray(offered, dtype=np.int64)
+        if reasoning_end:
+            seq.reasoning_end, seq.thinking = reasoning_end, max(reasoning_end - 2, 0)
+        return seq
 
     def submit_plan(
         self,
@@ -78,17 +140,38 @@ class ReplayEngine(Engine):
             seq.reasoning_end, seq.thinking = reasoning_end, max(reasoning_end - 2, 0)
         return self._enqueue(seq)
 
-    def _next_step(self, seq: Sequence):
-        """The plan step a sequence that emits now will take next (None: it ends)."""
+    def _next_step(self, seq: Sequence, k: int = 0, n: int = 1):
+        """The plan step a sequence that emits now will take next (None: it ends); a live
+        request's: its drafter at k (`k`: the batch's), as far as the tokens left after this
+        step (of `n` tokens: it emits as many as the trace accepts of them) allow."""
+        if seq.plan is None and self.live is not None:
+            pos = seq.emitted + (min(int(seq.acc[seq.emitted]), n) if seq.emitted else 1)  # type: ignore[index]
+            drafts = min(k, len(seq.output) - 1 - pos)
+            if seq.offered is not None and drafts > 0:
+                drafts = min(drafts, int(seq.offered[pos]))
+            return (self.live.drafter, drafts, 0) if drafts > 0 else None
         i, plan = seq.step_no + 1, seq.plan or []
         return plan[i] if i < len(plan) else None
 
+    def _live_k(self, requests: int) -> int:
+        """k after a step of `requests` scheduled requests (the live rule's)."""
+        live = self.live
+        if live is None:
+            return 0
+        kb = live.k_by_batch
+        return kb[min(requests, len(kb) - 1)] if kb else live.k
+
+    def commit(self, step, now: float):
+        self._step_k = self._live_k(len(step.batch))  # the drafts proposed after this step
+        return super().commit(step, now)
+
     def _drafting_time(self, batch, kv: int, verify: float) -> float:
         groups: dict[str, list[int]] = {}
+        k = self._live_k(len(batch))
         for seq, n in batch:
             if seq.computed + n < seq.context:
                 continue  # a prefill chunk: it does not emit yet
-            nxt = self._next_step(seq)
+            nxt = self._next_step(seq, k, n)
             if nxt is not None and nxt[0] and nxt[1] > 0:  # priced as one drafter: one group
                 groups.setdefault(self.price_as or nxt[0], []).append(nxt[1])
         # a request whose drafter had nothing to offer (an n-gram miss) verifies no drafts: it
@@ -100,6 +183,8 @@ class ReplayEngine(Engine):
 
     def _accepted(self, seq: Sequence, drafts: int) -> int:
         plan = seq.plan
+        if plan is None:  # live: the acceptance at its position, of the drafts verified
+            return min(int(seq.acc[seq.emitted]) - 1, drafts)  # type: ignore[index]  # a live request has it
         assert plan is not None  # a replayed request has its plan
         emitted = plan[seq.step_no][2]
         accepted = min(emitted - 1, drafts)
@@ -110,6 +195,15 @@ class ReplayEngine(Engine):
         return accepted
 
     def _propose(self, seq: Sequence, new_tokens: list[int]) -> None:
+        if seq.plan is None and self.live is not None:
+            drafts = min(self._step_k, seq.remaining - 1)  # no draft past its last token
+            if seq.offered is not None:  # an n-gram lookup offers what it matched, at most
+                drafts = min(drafts, int(seq.offered[seq.emitted]))
+            seq.drafts = max(0, drafts)
+            if self._av is not None:
+                seq.conf_before = seq.conf_now
+                seq.conf_now = self._conf
+            return
         seq.step_no += 1
         plan = seq.plan or []
         step = plan[seq.step_no] if seq.step_no < len(plan) else None
