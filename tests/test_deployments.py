@@ -42,10 +42,22 @@ SPEC_FIELDS = {
     "prompt_lookup_max",
     "rejection_sample_method",
     "synthetic_acceptance_rates",
+    "num_speculative_tokens_per_batch_size",
+    "enable_adaptive_verification",
 }
 # The study's matrix (paper.md): variants per target model.
 STUDY = {
-    "llama-3.1-8b": {"baseline", "ngram", "ngram-k5", "eagle", "eagle3"},
+    # with vLLM's controls for verification that does not pay (docs/whatif.md, issue 47)
+    "llama-3.1-8b": {
+        "baseline",
+        "ngram",
+        "ngram-k5",
+        "eagle",
+        "eagle3",
+        "eagle3-k5",
+        "eagle3-schedule",
+        "eagle3-adaptive",
+    },
     "llama-3-70b": {"baseline", "ngram", "ngram-k5", "eagle", "draft_model"},
     "qwen3-8b": {"baseline", "ngram", "ngram-k5", "eagle3", "draft_model"},
     "glm-4.5-air": {"baseline", "ngram", "ngram-k5", "mtp"},
@@ -89,7 +101,12 @@ def test_the_catalog_is_the_studys_matrix_with_documented_flags():
                 continue
             cfg = json.loads(argv[argv.index("--speculative-config") + 1])
             assert set(cfg) <= SPEC_FIELDS
-            assert cfg["num_speculative_tokens"] == {"ngram-k5": 5, "suffix": 24}.get(v, 3)
+            assert cfg["num_speculative_tokens"] == {
+                "ngram-k5": 5,
+                "suffix": 24,
+                "eagle3-k5": 5,
+                "eagle3-adaptive": 5,
+            }.get(v, 3)
             if cfg["method"] == "ngram":
                 assert (cfg["prompt_lookup_min"], cfg["prompt_lookup_max"]) == (3, 7)
     eagle70 = render(load("llama-3-70b"), "eagle").argv

@@ -132,6 +132,15 @@ SYNTHETIC = [
 ]
 
 
+# k by batch size as the emulator reads it (servers/emulator/spec.py): gaps, a tail, caps, a k = 0
+SCHEDULES = [
+    ([[1, 32, 3], [33, 128, 2], [129, 256, 1]], 256, 3),
+    ([[1, 4, 5], [9, 16, 2]], 64, 4),
+    ([[1, 2, 3], [3, 256, 0]], 256, 3),
+    ([[5, 8, 2]], 16, 3),  # does not start at 1: refused
+]
+
+
 def adaptive_cases() -> list[dict]:
     """Batches a step of adaptive verification budgets, with what the emulator decides for each
     (servers/emulator/verification.py): the 8B profile's EAGLE-3 at k = 5, its cost tables as
@@ -206,6 +215,7 @@ def checked(tmp_path_factory) -> dict:
         "synthetic": [{"k": k, "rates": r, "length": a} for k, r, a in SYNTHETIC],
         "gpu": gpu,
         "adaptive": adaptive_cases(),
+        "schedules": [{"schedule": s, "max_batch": b, "k": k} for s, b, k in SCHEDULES],
     }
     job = {**sent, "serve_lines": lines + gpu["serve_lines"], "models": gpu["models"]}
     got = vllm_check(tmp_path_factory.mktemp("vllm-side"), job)
@@ -269,3 +279,17 @@ def test_adaptive_verification_budgets_as_vllm_does(checked):
         assert ours["admitted"] == theirs["admitted"]
         cut += ours["budget"] < sum(case["scheduled_drafts"])
     assert 5 <= cut < len(cases)  # the budget binds in some batches, not all
+
+
+def test_k_by_batch_size_is_looked_up_as_vllm_looks_it_up(checked):
+    for (schedule, max_batch, k), theirs in zip(SCHEDULES, checked["schedules"], strict=True):
+        try:
+            ours = parse(
+                json.dumps(
+                    {"method": "ngram", "num_speculative_tokens": k, "num_speculative_tokens_per_batch_size": schedule}
+                )
+            ).k_by_batch(max_batch)
+        except SpecError as e:
+            assert isinstance(theirs, str) and theirs.startswith("error"), (schedule, str(e))
+            continue
+        assert ours == theirs, schedule

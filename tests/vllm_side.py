@@ -83,6 +83,8 @@ def serve_lines(lines: list[list[str]]) -> list[str | None]:
             args = parser.parse_args(argv[1:])
             if "--speculative-config" in argv and not isinstance(args.speculative_config, dict):
                 raise ValueError("--speculative-config did not parse into a dict")
+            if "--speculative-config" in argv:  # every key a field of vLLM's config class, as it checks them
+                _speculative_fields(args.speculative_config)
             if full:  # a local model: vLLM builds its whole engine config (every check it makes)
                 from vllm.engine.arg_utils import EngineArgs
 
@@ -93,6 +95,36 @@ def serve_lines(lines: list[list[str]]) -> list[str | None]:
             out.append(f"argparse exit {e.code}")
         except Exception as e:  # noqa: BLE001
             out.append(f"{type(e).__name__}: {e}".splitlines()[0][:400])
+    return out
+
+
+def _speculative_fields(cfg: dict) -> None:
+    """The speculative config's keys are SpeculativeConfig's fields, and a k schedule passes
+    vLLM's own validation (validate_and_normalize_dynamic_sd_schedule)."""
+    import dataclasses
+
+    from vllm.config.speculative import SpeculativeConfig
+
+    fields = {f.name for f in dataclasses.fields(SpeculativeConfig)}
+    unknown = sorted(set(cfg) - fields)
+    if unknown:
+        raise ValueError(f"speculative config keys vLLM's SpeculativeConfig does not have: {', '.join(unknown)}")
+    if "num_speculative_tokens_per_batch_size" in cfg:
+        from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
+
+        validate_and_normalize_dynamic_sd_schedule(cfg["num_speculative_tokens_per_batch_size"])
+
+
+def schedules(items: list[dict]) -> list:
+    """vLLM's dense k-by-batch-size lookup (build_dynamic_sd_schedule_lookup) of each schedule."""
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    out: list[object] = []
+    for item in items:
+        try:
+            out.append(build_dynamic_sd_schedule_lookup(item["schedule"], item["max_batch"], item["k"]))
+        except ValueError as e:
+            out.append(f"error: {e}")
     return out
 
 
@@ -201,6 +233,7 @@ def main() -> None:
                 "synthetic": synthetic(job.get("synthetic", [])),
                 "models": models(job.get("models", [])),
                 "adaptive": adaptive(job.get("adaptive", [])),
+                "schedules": schedules(job.get("schedules", [])),
             }
         )
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadgen.report import decision, goodput, interactive, overtime, phases, plots, tables, whatif
+from loadgen.report import controls, decision, goodput, interactive, overtime, phases, plots, tables, whatif
 from loadgen.report.numbers import num, short
 from loadgen.report.render import Section, markdown, page
 from loadgen.results import store
@@ -242,6 +242,12 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
     closed = sw.cells[sw.cells["mode"] == "closed"] if len(sw.cells) and "mode" in sw.cells else sw.cells.iloc[:0]
     doc, what_notes = whatif.load(sw.root, sw.model, sorted({int(v) for v in closed.get("level", [])}))
     notes += what_notes
+    ctl = controls.table(sw.ok, sw.manifest, doc)  # vLLM's SD controls against fixed k and the oracle
+    if len(ctl) and not sw.single:
+        sections[0].lead += controls.sentences(ctl)
+        sections[0].tables.append(("SD controls against the best fixed k and the oracle", ctl, "controls.csv"))
+        paths["controls"] = out / "controls.csv"
+        store.atomic(paths["controls"], lambda tmp: ctl.to_csv(tmp, index=False))
     if doc is not None:
         section, wide, fig["whatif"] = whatif.section(doc, out, page_has_plotly=bool(sections[0].chart))
         sections.append(section)
