@@ -93,7 +93,13 @@ def test_the_deployment_file_loads_and_renders_the_schedule(tmp_path):
         schedule.deployment_toml("meta-llama/Llama-3.1-8B-Instruct", "eagle", config, [1, 3, 5], description="test")
     )
     dep = load(str(path))
-    assert list(dep.variants) == ["baseline", "eagle-k1", "eagle-k3", "eagle-k5", "eagle-schedule"]
+    assert list(dep.variants) == ["baseline", "eagle-k1", "eagle-k3", "eagle-k5", "eagle-schedule", "eagle-adaptive"]
+    assert dep.variants["eagle-adaptive"].speculative_config == {
+        "method": "eagle",
+        "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+        "num_speculative_tokens": 5,
+        "enable_adaptive_verification": True,
+    }
     line = " ".join(render(dep, "eagle-schedule").argv)
     assert '"num_speculative_tokens_per_batch_size":[[1,8,5],[9,256,2]]' in line
     emulated = render(dep.with_engine("emulator"), "eagle-schedule")
@@ -146,5 +152,5 @@ def test_whatif_schedule_writes_a_deployment_to_sweep(tmp_path):
         f"eagle: --speculative-config '{json.dumps(sched['speculative_config'], separators=(',', ':'))}'" in res.stdout
     )
     dep = load(str(out / "schedule-eagle.toml"))
-    assert list(dep.variants) == ["baseline", "eagle-k1", "eagle-k3", "eagle-schedule"]
+    assert list(dep.variants) == ["baseline", "eagle-k1", "eagle-k3", "eagle-schedule", "eagle-adaptive"]
     assert dep.variants["eagle-schedule"].speculative_config == sched["speculative_config"]

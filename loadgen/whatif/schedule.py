@@ -105,7 +105,8 @@ def _toml(value) -> str:
 def deployment_toml(
     model: str, method: str, config: dict, ks: list[int], *, description: str, max_num_seqs: int = MAX_BATCH
 ) -> str:
-    """A deployment file: no speculation, `method` at each fixed k in `ks`, and the schedule."""
+    """A deployment file: no speculation, `method` at each fixed k in `ks`, the schedule, and
+    (a model drafter) the largest k with vLLM's adaptive verification."""
     fixed = {k: val for k, val in config.items() if k != "num_speculative_tokens_per_batch_size"}
     dep = catalog_deployment(model)  # its GPUs and flags, when the catalog serves the model
     lines = [
@@ -125,6 +126,9 @@ def deployment_toml(
             "",
         ]
     lines += [f"[variants.{method}-schedule]", f"speculative_config = {_toml(config)}", ""]
+    if method not in ("ngram", "suffix"):  # vLLM budgets verification for drafters with probabilities only
+        adaptive = {**fixed, "num_speculative_tokens": max(ks), "enable_adaptive_verification": True}
+        lines += [f"[variants.{method}-adaptive]", f"speculative_config = {_toml(adaptive)}", ""]
     return "\n".join(lines)
 
 
