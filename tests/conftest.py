@@ -267,6 +267,7 @@ LONG = (
     "test_llamacpp.py",
     "test_ray.py",
     "test_current_sd_sweep.py",
+    "test_controls.py",  # a virtual sweep, traces and a report; a sweep over HTTP: ~40 s
     "test_sweep.py",
     "test_network_faults.py",
 )
