@@ -137,15 +137,7 @@ _HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encodin
 
 def _compiled(reads: list[bytes], times: list[int], rec: RequestRecord) -> str | None:
     """The compiled reader's: the head, then the framed body read by read."""
-    codes: list[int] = []
-
-    def notify(code: int) -> None:
-        codes.append(code)
-        if code == _hotpath.HEAD:
-            conn.begin_body(_hotpath.CHUNKED, 0, True)
-
-    conn = _hotpath.Conn(-1, notify)
-    conn.begin(rec, functools.partial(on_event, rec), _parse_block)
+    conn, codes = _reader(rec)
     for data, t in zip(reads, times):
         conn.feed(data, t)
         if _hotpath.ERROR in codes:
@@ -209,18 +201,24 @@ def _dechunk_by_read(reads: list[bytes], head_len: int) -> list[bytes]:
     return [bytes(b) for b in out]
 
 
-def test_framing_errors_and_heads_that_straddle_reads():
-    rec = _record()
+def _reader(rec: RequestRecord, fd: int = -1):
+    """A C reader for `rec` whose response comes chunked as an event stream, and the codes it
+    notified."""
     codes: list[int] = []
-    conn = None
 
     def notify(code):
         codes.append(code)
         if code == _hotpath.HEAD:
             conn.begin_body(_hotpath.CHUNKED, 0, True)
 
-    conn = _hotpath.Conn(-1, notify)
+    conn = _hotpath.Conn(fd, notify)
     conn.begin(rec, functools.partial(on_event, rec), _parse_block)
+    return conn, codes
+
+
+def test_framing_errors_and_heads_that_straddle_reads():
+    rec = _record()
+    conn, codes = _reader(rec)
     for i in range(len(_HEAD)):  # a byte a read
         conn.feed(_HEAD[i : i + 1], i + 1)
     assert codes == [_hotpath.HEAD] and conn.t_head == len(_HEAD)
@@ -246,17 +244,8 @@ def test_a_read_is_stamped_when_its_bytes_arrived():
     c, s = _pair()
     try:
         rec = _record()
-        codes: list[int] = []
-        conn = None
-
-        def notify(code):
-            codes.append(code)
-            if code == _hotpath.HEAD:
-                conn.begin_body(_hotpath.CHUNKED, 0, True)
-
-        conn = _hotpath.Conn(c.fileno(), notify)
+        conn, codes = _reader(rec, c.fileno())
         assert conn.stamped
-        conn.begin(rec, functools.partial(on_event, rec), _parse_block)
         compiled.bounds(reset=True)
         s.sendall(_HEAD)
         time.sleep(0.01)

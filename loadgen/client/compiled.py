@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from loadgen.client.bodies import ENDPOINTS
 from loadgen.client.events import error_message, on_event, page_text
-from loadgen.client.record import RequestRecord
+from loadgen.client.record import RequestRecord, ended, fail, timed_out
 from loadgen.client.selectclock import SelectClock, install
 from loadgen.client.sse import StreamFault, _parse_block
 
@@ -314,45 +314,29 @@ class CompiledClient:
                     raise _Failed("disconnected", f"server closed the connection before responding: {e}") from None
                 await ex.done
         except _Failed as f:
-            _fail(rec, f.kind, f.message)
+            fail(rec, f.kind, f.message)
         except StreamFault as f:
-            _fail(rec, f.kind, f.message)
+            fail(rec, f.kind, f.message)
         except TimeoutError:
-            if not rec.done:  # a server that sent [DONE] but never closed is not a failure
-                _fail(
-                    rec,
-                    "timeout",
-                    f"no complete response within {self.timeout_s:g} s ({len(rec.chunk_t_ns)} chunks received)",
-                )
+            timed_out(rec, self.timeout_s)
         except asyncio.CancelledError:
-            _fail(rec, "cancelled", "run interrupted")
+            fail(rec, "cancelled", "run interrupted")
             raise
         except Exception as e:  # a bug in the client must not end the run: record it
-            _fail(rec, "client_exception", f"{type(e).__name__}: {e}")
+            fail(rec, "client_exception", f"{type(e).__name__}: {e}")
         finally:
             if not rec.t_end_ns:
                 rec.t_end_ns = _monotonic_ns()
             if conn is not None:
                 done = ex is not None and ex.done.done() and not ex.done.cancelled() and ex.done.exception() is None
                 self.pool.release(conn, done and ex.reusable and not self.close_after)  # type: ignore[union-attr]
-        if rec.ok:
-            if not rec.done:
-                _fail(rec, "missing_done", "stream ended without 'data: [DONE]'")
-            elif not rec.chunk_t_ns:
-                _fail(rec, "empty_completion", "stream completed with no tokens")
-        return rec
+        return ended(rec, rec.t_end_ns)
 
 
 def _connect_failure(e: OSError, where: str) -> _Failed:
     if isinstance(e, ConnectionRefusedError) or e.errno == errno.ECONNREFUSED:
         return _Failed("connection_refused", f"Cannot connect to host {where} [{e.strerror or e}]")
     return _Failed("connection_error", f"Cannot connect to host {where} [{e.strerror or e}]")
-
-
-def _fail(rec: RequestRecord, kind: str, message: str) -> None:
-    if rec.error_type is None:
-        rec.error_type = kind
-        rec.error_message = message[:500]
 
 
 def bounds(reset: bool = False) -> list[tuple[int, int]]:

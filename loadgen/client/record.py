@@ -76,3 +76,30 @@ class RequestRecord:
         """How late the client sent it, beyond any intended wait for a concurrency slot
         (its own time to build and write the request included)."""
         return self.t_send_ns - self.t_scheduled_ns - self.queue_delay_ns
+
+
+def fail(rec: RequestRecord, kind: str, message: str) -> None:
+    """Record the request's first failure (docs/metrics.md, "Errors"); later ones are effects."""
+    if rec.error_type is None:
+        rec.error_type = kind
+        rec.error_message = message[:500]
+
+
+def timed_out(rec: RequestRecord, timeout_s: float) -> None:
+    """The request's time limit passed: a failure unless the stream had ended ([DONE] came and
+    the server did not close)."""
+    if not rec.done:
+        fail(rec, "timeout", f"no complete response within {timeout_s:g} s ({len(rec.chunk_t_ns)} chunks received)")
+
+
+def ended(rec: RequestRecord, now_ns: int) -> RequestRecord:
+    """The request is over (on either read path): its end time, and a stream that went well at
+    the transport level but is not a whole answer recorded as the failure it is."""
+    if not rec.t_end_ns:
+        rec.t_end_ns = now_ns
+    if rec.ok:
+        if not rec.done:
+            fail(rec, "missing_done", "stream ended without 'data: [DONE]'")
+        elif not rec.chunk_t_ns:
+            fail(rec, "empty_completion", "stream completed with no tokens")
+    return rec

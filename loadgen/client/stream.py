@@ -32,7 +32,7 @@ from yarl import URL
 
 from loadgen.client.bodies import ENDPOINTS
 from loadgen.client.events import error_message, on_event, on_events, page_text
-from loadgen.client.record import RequestRecord
+from loadgen.client.record import RequestRecord, ended, fail, timed_out
 from loadgen.client.selectclock import install, read_time
 from loadgen.client.sse import SSEDecoder, StreamFault
 
@@ -178,7 +178,7 @@ class StreamClient:
                     if resp.status != 200:
                         await _http_error(rec, resp)
                     elif "text/event-stream" not in resp.headers.get("Content-Type", ""):
-                        _fail(
+                        fail(
                             rec,
                             "not_streaming",
                             "response is not text/event-stream "
@@ -187,32 +187,22 @@ class StreamClient:
                     else:
                         await self._read_stream(rec, resp)
         except StreamFault as f:
-            _fail(rec, f.kind, f.message)
+            fail(rec, f.kind, f.message)
         except TimeoutError:
-            if not rec.done:  # a server that sent [DONE] but never closed is not a failure
-                _fail(
-                    rec,
-                    "timeout",
-                    f"no complete response within {self.timeout_s:g} s ({len(rec.chunk_t_ns)} chunks received)",
-                )
+            timed_out(rec, self.timeout_s)
         except aiohttp.ClientError as e:
-            _fail(rec, *_classify(e, mid_response=rec.status is not None))
+            fail(rec, *_classify(e, mid_response=rec.status is not None))
         except ConnectionResetError as e:
-            _fail(rec, "reset", f"connection reset: {e}")
+            fail(rec, "reset", f"connection reset: {e}")
         except asyncio.CancelledError:
-            _fail(rec, "cancelled", "run interrupted")
+            fail(rec, "cancelled", "run interrupted")
             raise
         except Exception as e:  # a bug in the client must not end the run: record it
-            _fail(rec, "client_exception", f"{type(e).__name__}: {e}")
+            fail(rec, "client_exception", f"{type(e).__name__}: {e}")
         finally:
             if not rec.t_end_ns:
                 rec.t_end_ns = _monotonic_ns()
-        if rec.ok:
-            if not rec.done:
-                _fail(rec, "missing_done", "stream ended without 'data: [DONE]'")
-            elif not rec.chunk_t_ns:
-                _fail(rec, "empty_completion", "stream completed with no tokens")
-        return rec
+        return ended(rec, rec.t_end_ns)
 
     async def _read_stream(self, rec: RequestRecord, resp: aiohttp.ClientResponse) -> None:
         content = resp.content
@@ -273,12 +263,6 @@ async def _read_buffered(rec: RequestRecord, content: aiohttp.StreamReader, deco
         rec.t_end_ns = t or _monotonic_ns()
 
 
-def _fail(rec: RequestRecord, kind: str, message: str) -> None:
-    if rec.error_type is None:
-        rec.error_type = kind
-        rec.error_message = message[:500]
-
-
 def _classify(e: aiohttp.ClientError, mid_response: bool) -> tuple[str, str]:
     """Error type and message for a transport failure."""
     if isinstance(e, aiohttp.ClientConnectorError):
@@ -304,4 +288,4 @@ async def _http_error(rec: RequestRecord, resp: aiohttp.ClientResponse) -> None:
         message = error_message(json.loads(text))
     except ValueError:
         message = page_text(text) or resp.reason or ""
-    _fail(rec, f"http_{resp.status}", f"HTTP {resp.status}: {message[:300]}")
+    fail(rec, f"http_{resp.status}", f"HTTP {resp.status}: {message[:300]}")
