@@ -118,7 +118,7 @@ class _Exchange:
                 self._eof()
             else:
                 self._error(self.conn.reader.error)
-        except BaseException as e:  # a bug here must end this request, not the loop's callback
+        except Exception as e:  # a bug here must end this request, not the loop's callback
             self.done.set_exception(e)
 
     def _head(self) -> None:
@@ -143,6 +143,8 @@ class _Exchange:
         if "chunked" in headers.get("transfer-encoding", "").lower():
             mode, length = _hotpath.CHUNKED, 0
         elif "content-length" in headers:
+            if not headers["content-length"].isdigit():
+                raise _Failed("connection_error", f"invalid Content-Length: {headers['content-length'][:40]!r}")
             mode, length = _hotpath.LENGTH, int(headers["content-length"])
         elif status in (204, 304):
             mode, length = 0, 0
@@ -230,19 +232,32 @@ class Pool:
                 return conn
             conn.close()
         loop = asyncio.get_running_loop()
-        if self._addr is None:
+        if self._addr is None:  # each address the name has, in order, until one connects
             infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
-            self._family, *_, self._addr = infos[0]
-        sock = socket.socket(self._family, socket.SOCK_STREAM)
+            last: OSError | None = None
+            for family, *_, addr in infos:
+                try:
+                    sock = await self._connect(loop, family, addr)
+                except OSError as e:
+                    last = e
+                    continue
+                self._family, self._addr = family, addr  # the next connections go straight there
+                return _Connection(sock, loop, self)
+            raise last or OSError(f"no address for {self.host}")
+        return _Connection(await self._connect(loop, self._family, self._addr), loop, self)
+
+    @staticmethod
+    async def _connect(loop, family, addr) -> socket.socket:
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                await loop.sock_connect(sock, self._addr)
+                await loop.sock_connect(sock, addr)
         except BaseException:
             sock.close()
             raise
-        return _Connection(sock, loop, self)
+        return sock
 
     def release(self, conn: _Connection, reusable: bool) -> None:
         conn.exchange = None
