@@ -248,3 +248,38 @@ def test_a_sweep_of_gemma_with_real_weights(gemma):
     assert 0 <= sd["accepted_tokens"] <= sd["draft_tokens"], keys[1]
     rec = summaries[keys[1]]["acceptance_client"]["reconciliation"]
     assert rec["coalesced"]["tokens"] > 0 and rec["stream_accepted_tokens"] > sd["accepted_tokens"]
+
+
+def test_steps_that_draft_nothing_count_nothing_and_the_counts_still_agree(vllm, tmp_path):
+    """vLLM's k by batch size on its CPU build (num_speculative_tokens_per_batch_size), the
+    tiny Llama drafting for itself at k = 3 up to two requests a step and k = 0 beyond: at 4
+    users most steps draft nothing, and vLLM counts them nowhere (its spec-decode counters and
+    per-request metrics hold the steps that drafted); the client's accepted drafts by the written
+    rule still equal vLLM's counter (issue 47; the emulator counts likewise, tests/test_adaptive.py)."""
+    src = (REPO / "servers" / "deployments" / "tiny-llama-vllm-cpu.toml").read_text()
+    dep = tmp_path / "k0.toml"
+    dep.write_text(
+        src[: src.index("[variants.baseline]")]
+        + """[variants.self-draft-k0]
+args = ["--per-request-spec-decode-metrics", "summary"]
+
+[variants.self-draft-k0.speculative_config]
+method = "draft_model"
+model = "local:tiny-llama"
+num_speculative_tokens = 3
+num_speculative_tokens_per_batch_size = [[1, 2, 3], [3, 256, 0]]
+"""
+    )
+    out = tmp_path / "sweep"
+    res = subprocess.run(
+        on_one_core(sweep_argv(str(dep), "self-draft-k0", out)), capture_output=True, text=True, cwd=REPO, timeout=600
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    table, summaries = cell_figures(out)
+    steps = {}
+    for key, summary in summaries.items():
+        sd = check_counters(out, key, summary)
+        steps[key] = (summary["acceptance_client"]["decode_steps"], sd["drafts"])
+    one, four = steps["self-draft-k0/code-edit/c1"], steps["self-draft-k0/code-edit/c4"]
+    assert one[0] == one[1]  # one request a step: every step drafted
+    assert four[1] < four[0] / 2  # four: most steps drafted nothing, and were not counted
