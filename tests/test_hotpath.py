@@ -112,8 +112,8 @@ def _reads(data: bytes, rng: random.Random) -> list[bytes]:
     return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
 
 
-def _record(**kw) -> RequestRecord:
-    return RequestRecord(index=0, request_id="r", warmup=False, t_scheduled_ns=0, **kw)
+def _record(index: int = 0, **kw) -> RequestRecord:
+    return RequestRecord(index=index, request_id="r", warmup=False, t_scheduled_ns=0, **kw)
 
 
 def _python(reads: list[bytes], times: list[int], rec: RequestRecord) -> str | None:
@@ -403,3 +403,36 @@ def test_the_compiled_client_keeps_its_connection_alive():
     recs = asyncio.run(two())
     assert [r.error_type for r in recs] == [None, None], [r.error_message for r in recs]
     assert all(list(r.chunk_usage) == [1, 2] for r in recs)
+
+
+def test_connections_leave_nothing_behind():
+    """300 requests, each on a connection of its own (Connection: close, as llama.cpp's server
+    wants): no connection object outlives its close (a reader holds its owner's callback, a cycle
+    the garbage collector must be able to see)."""
+    import asyncio
+    import gc
+
+    from servers.embedded import canned_server
+
+    body = json.dumps(
+        {
+            "model": "canned",
+            "prompt": "hi",
+            "max_tokens": 5,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+    ).encode()
+
+    async def run(url: str) -> list[RequestRecord]:
+        client = compiled.CompiledClient(url + "/v1", "completions", {"Connection": "close"}, 10.0)
+        try:
+            return [await client.send(_record(index=i), body) for i in range(300)]
+        finally:
+            await client.close()
+
+    with canned_server("--pacing-ms", "0") as srv:
+        recs = asyncio.run(run(srv.url))
+    assert all(r.ok for r in recs)
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, compiled._Connection)]

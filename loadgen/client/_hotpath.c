@@ -152,7 +152,31 @@ static int Conn_init(Conn *c, PyObject *args, PyObject *kw) {
     return 0;
 }
 
+/* The garbage collector's view: a connection's owner holds it and it holds its owner's
+ * callback (a cycle), so it must be traversable to be freed. */
+static int Conn_traverse(Conn *c, visitproc visit, void *arg) {
+    Py_VISIT(c->notify);
+    Py_VISIT(c->clock);
+    Py_VISIT(c->error);
+    Py_VISIT(c->rec);
+    Py_VISIT(c->slow);
+    Py_VISIT(c->parse_block);
+    Py_VISIT(c->t_arr);
+    Py_VISIT(c->u_arr);
+    Py_VISIT(c->c_arr);
+    return 0;
+}
+
+static int Conn_clear(Conn *c) {
+    conn_clear_rec(c);
+    Py_CLEAR(c->notify);
+    Py_CLEAR(c->clock);
+    Py_CLEAR(c->error);
+    return 0;
+}
+
 static void Conn_dealloc(Conn *c) {
+    PyObject_GC_UnTrack(c);
     conn_clear_rec(c);
     Py_CLEAR(c->notify);
     Py_CLEAR(c->clock);
@@ -636,6 +660,8 @@ static Py_ssize_t on_framed(Conn *c, const char *p, Py_ssize_t n) {
 }
 
 static int notify(Conn *c, int code) {
+    if (!c->notify) /* closed */
+        return 0;
     PyObject *r = PyObject_CallFunction(c->notify, "i", code);
     if (!r)
         return -1;
@@ -721,7 +747,7 @@ static void fail(Conn *c) {
 
 static long long loop_time(Conn *c, long long now) {
     /* when the loop's select() returned, as the Python path stamps (no kernel times) */
-    if (c->clock == Py_None)
+    if ((!c->clock || c->clock == Py_None))
         return now;
     PyObject *v = PyObject_GetAttr(c->clock, str_returned_ns);
     long long t = v ? PyLong_AsLongLong(v) : -1;
@@ -745,7 +771,7 @@ static int account(Conn *c, long long k, int first, long long t, long long prev)
     long long bound = 0;
     if (k > 1 || partial) {
         long long floor = prev;
-        if (c->clock != Py_None) {
+        if ((c->clock && c->clock != Py_None)) {
             PyObject *v = PyObject_GetAttr(c->clock, str_floor_ns);
             long long f = v ? PyLong_AsLongLong(v) : -1;
             Py_XDECREF(v);
@@ -914,6 +940,13 @@ static PyObject *Conn_finish(Conn *c, PyObject *Py_UNUSED(ignored)) {
     Py_RETURN_NONE;
 }
 
+/* close(): the connection is over: every reference dropped (its owner's callback too). */
+static PyObject *Conn_close(Conn *c, PyObject *Py_UNUSED(ignored)) {
+    Conn_clear(c);
+    c->state = S_DONE;
+    Py_RETURN_NONE;
+}
+
 /* release(): the record let go (the request ended); the connection may serve another. */
 static PyObject *Conn_release(Conn *c, PyObject *Py_UNUSED(ignored)) {
     conn_clear_rec(c);
@@ -951,6 +984,7 @@ static PyMethodDef Conn_methods[] = {
     {"expect_head", (PyCFunction)Conn_expect_head, METH_NOARGS, "A 1xx head was read: the next head follows."},
     {"finish", (PyCFunction)Conn_finish, METH_NOARGS, "The body ends here (EOF of a close-delimited body)."},
     {"release", (PyCFunction)Conn_release, METH_NOARGS, "Let go of the record."},
+    {"close", (PyCFunction)Conn_close, METH_NOARGS, "The connection is over: drop every reference."},
     {NULL},
 };
 
@@ -976,7 +1010,9 @@ static PyTypeObject ConnType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "loadgen.client._hotpath.Conn",
     .tp_basicsize = sizeof(Conn),
     .tp_dealloc = (destructor)Conn_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Conn_traverse,
+    .tp_clear = (inquiry)Conn_clear,
     .tp_doc = "One HTTP/1.1 connection's reads: kernel-stamped, decoded and counted in C.",
     .tp_methods = Conn_methods,
     .tp_members = Conn_members,

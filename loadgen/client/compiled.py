@@ -87,7 +87,7 @@ class _Connection:
             except (ValueError, OSError):
                 pass
             self.sock.close()
-            self.reader.release()
+            self.reader.close()  # its callback is this object's: no cycle left behind
 
 
 class _Exchange:
