@@ -13,6 +13,7 @@ import json
 import pandas as pd
 
 from loadgen.report.numbers import short
+from loadgen.report.tables import EVEN
 
 COLUMNS = [
     "workload",
@@ -106,9 +107,16 @@ def table(ok: pd.DataFrame, manifest: dict, whatif: dict | None) -> pd.DataFrame
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def _verdict(ratio: float) -> str:
+    """A control against the best fixed k: it pays, costs, or is even (within the report's
+    EVEN, the margin under which it calls two throughputs the same)."""
+    return "pays" if ratio > 1 + EVEN else ("costs" if ratio < 1 - EVEN else "even")
+
+
 def sentences(t: pd.DataFrame, unit_of=lambda mode: "users" if mode == "closed" else "requests/s") -> list[str]:
     """Per workload and drafter: at each level the best of fixed k and the controls (with its
-    share of the oracle where known), and each control against the best fixed k there."""
+    share of the oracle where known), and each control against the best fixed k there: pays,
+    costs or even (within 2%, the report's margin for the same)."""
     out: list[str] = []
     if t.empty:
         return out
@@ -118,7 +126,7 @@ def sentences(t: pd.DataFrame, unit_of=lambda mode: "users" if mode == "closed" 
             best = lv[lv["best"]].iloc[0]
             share = f", {best['oracle_share']:.0%} of {drafter}'s oracle" if pd.notna(best["oracle_share"]) else ""
             controls = "; ".join(
-                f"{r['control']} {r['vs_best_fixed']:.2f}x" + (" (pays)" if r["vs_best_fixed"] > 1.0 else "")
+                f"{r['control']} {r['vs_best_fixed']:.2f}x ({_verdict(r['vs_best_fixed'])})"
                 for _, r in lv[lv["control"] != "fixed"].iterrows()
             )
             parts.append(
