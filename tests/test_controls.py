@@ -6,7 +6,6 @@ nothing (k = 0 by batch size), over HTTP: the client's accepted drafts equal the
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 
@@ -75,8 +74,9 @@ def test_a_sweep_of_the_controls_ends_with_the_best_per_level_and_its_share_of_t
 
 def test_steps_that_draft_nothing_leave_the_client_and_the_server_agreeing(tmp_path):
     """k = 0 past two requests a step: at 4 users most steps draft nothing, and count nothing
-    (as vLLM counts them); the client's accepted drafts by the written rule still equal the
-    server's counter in every cell, and its per-request counts sum to it."""
+    (as vLLM counts them; tests/test_vllm_cpu.py checks real vLLM so); the client's accepted
+    drafts by the written rule still equal the server's counter, and its per-request counts sum
+    to it."""
     dep = tmp_path / "k0.toml"
     dep.write_text(
         """description = "EAGLE-3 with k = 0 past two requests a step"
@@ -103,10 +103,12 @@ num_speculative_tokens_per_batch_size = [[1, 2, 3], [3, 256, 0]]
         "sweep",
         "--servers",
         str(dep),
+        "--variants",
+        "eagle3-k0",
         "--workloads",
         "chat,output=fixed:64",
         "--concurrency",
-        "1,4",
+        "4",
         "--num-requests",
         "12",
         "--time-scale",
@@ -118,16 +120,12 @@ num_speculative_tokens_per_batch_size = [[1, 2, 3], [3, 256, 0]]
     )
     assert res.returncode == 0, res.stderr
     assert server_pids() <= before
-    seen_zero = False
-    for level in ("c1", "c4"):
-        s = json.loads((out / "cells" / "eagle3-k0" / "chat" / level / "summary.json").read_text())
-        rec = s["acceptance_client"]["reconciliation"]
-        assert rec["exact"] is True, rec
-        assert rec["server_per_request"] == rec["server_counter"] == rec["accepted_tokens"]
-        sd = s["spec_decode"]
-        reported = s["acceptance_client"]["server_reported"]
-        assert reported["spec_steps"] == sd["drafts"]  # verify steps: those that drafted
-        steps = s["acceptance_client"]["decode_steps"]
-        seen_zero |= steps > sd["drafts"]  # steps that drafted nothing
-    assert seen_zero
-    assert Path(out / "manifest.json").is_file()
+    s = json.loads((out / "cells" / "eagle3-k0" / "chat" / "c4" / "summary.json").read_text())
+    rec = s["acceptance_client"]["reconciliation"]
+    assert rec["exact"] is True, rec
+    assert rec["server_per_request"] == rec["server_counter"] == rec["accepted_tokens"]
+    sd = s["spec_decode"]
+    reported = s["acceptance_client"]["server_reported"]
+    assert reported["spec_steps"] == sd["drafts"]  # verify steps: those that drafted
+    # most steps had 3 or 4 requests and drafted nothing; the last ones, with 2 or 1, drafted
+    assert 0 < sd["drafts"] < s["acceptance_client"]["decode_steps"] / 2
