@@ -35,6 +35,9 @@ def test_a_sweep_of_the_controls_ends_with_the_best_per_level_and_its_share_of_t
         str(out),
     )
     assert res.returncode == 0, res.stderr
+    res = cli("report", str(out))  # without traces: the best per level, and how to get the oracle
+    assert res.returncode == 0, res.stderr
+    assert "The oracle's share needs this workload's acceptance traces" in (out / "report" / "report.md").read_text()
     # the oracle: the emulator's exact traces of the same workload, where the report finds them
     res = run_cli(
         "simulate",

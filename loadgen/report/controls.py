@@ -134,4 +134,11 @@ def sentences(t: pd.DataFrame, unit_of=lambda mode: "users" if mode == "closed" 
                 f"tok/s{share}); against the best fixed k: {controls}"
             )
         out.append(f"On {workload}, {drafter}'s controls: " + "; ".join(parts) + ".")
+    if t["oracle_share"].isna().all():
+        out.append(
+            "The oracle's share needs this workload's acceptance traces beside the results: "
+            "DIR/traces.jsonl (on the emulator: loadgen simulate ... --acceptance-traces DIR/traces.jsonl; "
+            "from a real server: loadgen sweep --token-ids, then loadgen traces), and loadgen report again "
+            "(docs/whatif.md)."
+        )
     return out
