@@ -70,6 +70,7 @@ def test_a_sweep_of_the_controls_ends_with_the_best_per_level_and_its_share_of_t
         assert sentence in lead
         assert f"{best['oracle_share']:.0%} of eagle3's oracle" in lead
     assert "adaptive verification" in lead and "k by batch size" in lead
+    assert "The oracle's share needs" not in lead
     for _, r in ctl[ctl["control"] != "fixed"].iterrows():  # each control judged against the best fixed k
         verdict = "pays" if r["vs_best_fixed"] > 1.02 else ("costs" if r["vs_best_fixed"] < 0.98 else "even")
         assert f"{r['control']} {r['vs_best_fixed']:.2f}x ({verdict})" in lead
