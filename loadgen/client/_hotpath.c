@@ -98,7 +98,7 @@ typedef struct {
     /* the record */
     PyObject *rec, *slow, *parse_block;
     PyObject *t_arr, *u_arr, *c_arr;
-    int python_only, all_slow, need_prompt, done, usage_dirty, had_chunks, warmup;
+    int python_only, all_slow, need_prompt, done, usage_dirty, warmup;
     long long last, usage;
     long long lt[LOCAL_CHUNKS], lu[LOCAL_CHUNKS], lc[LOCAL_CHUNKS];
     int nloc;
@@ -115,7 +115,7 @@ static char rbuf[READ_SIZE];
 
 static PyObject *str_frombytes, *str_usage_completion_tokens, *str_prompt_tokens, *str_finish_reason,
     *str_read_delay_ns, *str_chunk_usage, *str_chunk_phase, *str_chunk_t_ns, *str_chunk_chars, *str_chunk_text,
-    *str_token_ids, *str_done, *str_warmup, *str_blind_ns, *str_returned_ns, *str_floor_ns;
+    *str_token_ids, *str_done, *str_warmup, *str_returned_ns, *str_floor_ns;
 
 static long long mono_ns(void) {
     struct timespec ts;
@@ -224,10 +224,6 @@ static int resync(Conn *c) {
         return -1;
     c->done = PyObject_IsTrue(v);
     Py_DECREF(v);
-    Py_ssize_t n = PySequence_Length(c->t_arr);
-    if (n < 0)
-        return -1;
-    c->had_chunks = n > 0;
     return 0;
 }
 
@@ -271,11 +267,6 @@ static long long bin_top(int b) {
     return ((long long)(8 + sub + 1) << (e - 3)) - 1;
 }
 
-static int first_chunk(Conn *c) {
-    c->had_chunks = 1;
-    return 0;
-}
-
 /* The chunks noted since the last flush, appended to the record's arrays. */
 static int flush(Conn *c) {
     if (!c->rec)
@@ -283,8 +274,6 @@ static int flush(Conn *c) {
     if (c->nloc) {
         if (extend(c->t_arr, c->lt, c->nloc) < 0 || extend(c->u_arr, c->lu, c->nloc) < 0 ||
             extend(c->c_arr, c->lc, c->nloc) < 0)
-            return -1;
-        if (!c->had_chunks && first_chunk(c) < 0)
             return -1;
         c->nloc = 0;
     }
@@ -312,11 +301,7 @@ static int slow_event(Conn *c, const char *p, Py_ssize_t n) {
     Py_ssize_t after = PySequence_Length(c->t_arr);
     if (after < 0)
         return -1;
-    if (after > before) {
-        c->nchunks += after - before;
-        if (before == 0 && first_chunk(c) < 0)
-            return -1;
-    }
+    c->nchunks += after - before;
     return 0;
 }
 
@@ -1072,7 +1057,6 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     INTERN(str_token_ids, "token_ids");
     INTERN(str_done, "done");
     INTERN(str_warmup, "warmup");
-    INTERN(str_blind_ns, "blind_ns");
     INTERN(str_returned_ns, "returned_ns");
     INTERN(str_floor_ns, "floor_ns");
     if (PyType_Ready(&ConnType) < 0)

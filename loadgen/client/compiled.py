@@ -93,14 +93,13 @@ class _Connection:
 class _Exchange:
     """One request on one connection, from its bytes to the end of its response."""
 
-    __slots__ = ("rec", "conn", "done", "reusable", "status", "sse", "mode", "reason")
+    __slots__ = ("rec", "conn", "done", "reusable", "status", "mode", "reason")
 
     def __init__(self, rec: RequestRecord, conn: _Connection) -> None:
         self.rec, self.conn = rec, conn
         self.done: asyncio.Future = conn.loop.create_future()
         self.reusable = False
         self.status: int | None = None
-        self.sse = False
         self.mode = 0
         self.reason = ""
 
@@ -165,7 +164,6 @@ class _Exchange:
             self.reusable = False
             raise _Failed("connection_error", f"unasked-for Content-Encoding: {headers['content-encoding']}")
         else:
-            self.sse = True
             reader.begin_body(mode, length, True)
 
     def _end(self) -> None:
