@@ -150,3 +150,22 @@ def test_the_first_chunks_read_delay_bounds_what_a_busy_loop_added(tmp_path, bus
     else:
         assert late_ms < 5 and delay_ms < 5
     assert late_ms <= delay_ms + 2  # the read delay bounds the client's part of the TTFT
+
+
+def test_an_unknown_read_path_is_one_line(tmp_path):
+    with canned_server() as srv:
+        res = run_cli(
+            "run",
+            "--base-url",
+            srv.url,
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "2",
+            "--output-len",
+            "4",
+            "--quiet",
+            env={"LOADGEN_CLIENT_PATH": "rust"},
+        )
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
+    assert "LOADGEN_CLIENT_PATH='rust': give compiled (the default) or python" in res.stderr

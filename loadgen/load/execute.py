@@ -22,6 +22,7 @@ import numpy as np
 
 from loadgen.client.bodies import build_body, stream_options
 from loadgen.client.record import RequestRecord
+from loadgen.errors import LoadgenError
 from loadgen.executors import Feed, Item, Share, closed_loop, open_loop
 from loadgen.executors.conversation import Think, conversing
 from loadgen.load.looplag import LoopLagMonitor
@@ -168,7 +169,10 @@ def stream_client(spec: RunSpec, headers: dict, session: aiohttp.ClientSession):
     from loadgen.client import compiled
 
     timeout_s = spec.request_timeout_s * spec.time_scale
-    if compiled.serves(spec.api_base) and os.environ.get(CLIENT_PATH_ENV, "compiled") != "python":
+    path = os.environ.get(CLIENT_PATH_ENV, "compiled")
+    if path not in ("compiled", "python"):
+        raise LoadgenError(f"{CLIENT_PATH_ENV}={path!r}: give compiled (the default) or python")
+    if path == "compiled" and compiled.serves(spec.api_base):
         compiled.bounds(reset=True)  # this run's chunks only
         return compiled.CompiledClient(spec.api_base, spec.endpoint, headers, timeout_s, keep_text=spec.keep_text)
     from loadgen.client.stream import StreamClient  # aiohttp: loaded by a real run only
