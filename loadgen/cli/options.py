@@ -79,7 +79,34 @@ def load_options(f):
     return shape_options(f)
 
 
+def sampling_options(f):
+    """--temperature, --top-p, --top-k, --sampling-seed: what every request asks of the sampler
+    (loadgen.options.SamplingOptions); run, check, simulate, sweep and capacity take them."""
+    for opt in reversed(
+        [
+            click.option(
+                "--temperature",
+                type=float,
+                default=None,
+                help="Every request's temperature [the workload's temperature=, else 0: greedy, "
+                "whatever the server's default].",
+            ),
+            click.option("--top-p", type=float, default=None, help="Every request's top_p [the server's default]."),
+            click.option("--top-k", type=int, default=None, help="Every request's top_k [the server's default]."),
+            click.option(
+                "--sampling-seed",
+                type=int,
+                default=None,
+                help="Every request's sampling seed (the body's `seed`; --seed orders the workload).",
+            ),
+        ]
+    ):
+        f = opt(f)
+    return f
+
+
 def workload_options(f):
+    f = sampling_options(f)
     for opt in reversed(
         [
             click.option(

@@ -13,13 +13,14 @@ from loadgen.cli import options
 from loadgen.cli.app import EXIT_INTERRUPTED, Failure, main
 from loadgen.shapes.options import flags as shape_flags
 from servers.deployments import ENGINES, DeploymentError
+from servers.deployments.catalog import available as catalog_names
 
 
 @main.command()
 @click.option(
     "--servers",
-    help="Deployment: a catalog name (llama-3.1-8b, llama-3-70b, qwen3-8b, "
-    "glm-4.5-air) or a TOML file. Without it: the embedded emulator (docs/sweep.md).",
+    help=f"Deployment: a catalog name ({', '.join(catalog_names())}) or a TOML file. Without it: the "
+    "embedded emulator (docs/sweep.md).",
 )
 @click.option(
     "--engine",
@@ -44,6 +45,7 @@ from servers.deployments import ENGINES, DeploymentError
     help="Comma-separated workloads; a key=value piece is an "
     "option of the one before (chat,code-edit,output=fixed:128) [default: chat,code-edit].",
 )
+@options.sampling_options
 @click.option(
     "--concurrency",
     help="Closed-loop levels: 1..256 (powers of two), lists 1,4,16, or both [default: 1..256; embedded: 1..64].",

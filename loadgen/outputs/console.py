@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from loadgen.config import sampling_label
 from loadgen.shapes import label_of
 
 _ROWS = (
@@ -45,6 +46,8 @@ def render(summary: dict) -> str:
         + (f", {summary['cancelled']} cancelled" if summary["cancelled"] else "")
         + f" in {summary['duration_s']:.1f} s  ({_load(cfg)}; model {cfg['model']} at {cfg['base_url']})"
     ]
+    if cfg.get("sampling"):
+        lines.append(f"Sampling: {sampling_label(cfg['sampling'])}")
     scale = summary.get("time_scale") or 1.0
     if scale != 1.0:
         lines.append(

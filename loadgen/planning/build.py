@@ -8,7 +8,7 @@ from pathlib import Path
 
 from loadgen.errors import LoadgenError
 from loadgen.load.timescale import TimeScaleError, parse_scale
-from loadgen.options import SweepOptions, extra_body
+from loadgen.options import SweepOptions, extra_body, with_sampling
 from loadgen.planning.plan import Plan, PlanError, labels, levels, servers, split_workloads
 from loadgen.shapes import Shape
 from loadgen.shapes import options as shape_options
@@ -128,7 +128,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
     gpus = _ints(o.gpus, "--gpus") if o.gpus else list(range(dep.tensor_parallel_size))
     if len(gpus) < dep.tensor_parallel_size:
         raise LoadgenError(f"--gpus {o.gpus}: deployment {dep.name!r} needs {dep.tensor_parallel_size} GPUs per server")
-    specs = _fit_answers(specs, dep, o.data_dir)
+    specs = _fit_answers([with_sampling(spec, o) for spec in specs], dep, o.data_dir)
     names = [_open(spec, o.data_dir).name for spec in specs]
     if o.virtual:
         _check_virtual(o, dep)
@@ -147,7 +147,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         levels=lv,
         num_requests=o.num_requests,
         duration_s=o.duration,
-        warmup=preset.warmup if o.warmup is None else o.warmup,
+        warmup=(preset.warmup if dep.warmup is None else dep.warmup) if o.warmup is None else o.warmup,
         seed=o.seed,
         endpoint=o.endpoint,
         arrival=arrival,
@@ -162,8 +162,8 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         port=o.port,
         baseline=o.baseline,
         llama_server=_command(o.llama_server),
-        min_requests=preset.min_requests,
-        per_user=preset.per_user,
+        min_requests=dep.min_requests or preset.min_requests,
+        per_user=dep.requests_per_user or preset.per_user,
         workers=o.workers,
         metrics_interval_s=1.0 if o.metrics_interval is None else o.metrics_interval,
         time_scale=time_scale,

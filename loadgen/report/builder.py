@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.config import sampling_label
 from loadgen.report import controls, decision, goodput, interactive, overtime, phases, plots, tables, whatif
 from loadgen.report.numbers import num, short
 from loadgen.report.render import Section, markdown, page
@@ -258,10 +259,25 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
     title = f"loadgen report: {dep.get('name', sw.root.name)} on {dep.get('engine', '?')}"
     if sw.single:
         title = f"loadgen report: the run in {sw.root.name} ({dep.get('model') or 'its server'})"
+    title += f"; sampling: {sampling_of(sw)}"
     md, html_path = out / "report.md", out / "report.html"
     store.atomic(md, lambda tmp: Path(tmp).write_text(markdown(title, sections, out)))
     store.atomic(html_path, lambda tmp: Path(tmp).write_text(page(title, sections)))
     return Built(out, html_path, md, [p for p in fig.values() if p], paths, notes)
+
+
+def sampling_of(sw: Sweep) -> str:
+    """The sampling the cells' requests asked for, in a few words (the report's header): one
+    phrase where every cell asked the same, else each workload's."""
+    by_workload: dict[str, str] = {}
+    for _, row in sw.cells.iterrows():
+        s = sw.summaries.get(row["path"]) if "path" in row else None
+        if s is not None:
+            by_workload.setdefault(str(row["workload"]), sampling_label((s.get("config") or {}).get("sampling")))
+    said = set(by_workload.values())
+    if len(said) <= 1:
+        return next(iter(said), "not recorded")
+    return "; ".join(f"{w}: {label}" for w, label in by_workload.items())
 
 
 def _single_sentence(sw: Sweep) -> str:

@@ -16,7 +16,7 @@ from loadgen.load.timescale import TimeScaleError, parse_scale
 from loadgen.load.workload import WorkloadRef
 from loadgen.measures import slo
 from loadgen.measures.tokens import TokenizerError, load_tokenizer
-from loadgen.options import LoadOptions, RunOptions, WorkloadOptions, extra_body
+from loadgen.options import LoadOptions, RunOptions, WorkloadOptions, extra_body, with_sampling
 from loadgen.run.measurement import RunJob
 from loadgen.run.target import Note, Target
 from loadgen.shapes import Shape
@@ -83,6 +83,7 @@ def workload(o: WorkloadOptions, tokenizer=None, note: Note = lambda _: None, lo
             )
         base = "synthetic:random" if spec == "synthetic" else spec
         spec = base + "".join(f",{k}={v}" for k, v in shorthand.items() if f"{k}=" not in base)
+    spec = with_sampling(spec, o)
     try:
         w = open_workload(spec, data_dir=o.data_dir, skip_bad=o.skip_bad, category=o.category, tokenizer=tokenizer)
     except WorkloadError as e:

@@ -58,6 +58,7 @@ class Simulated:
             clock=configs.clock(result.run.t0_ns, None, "virtual"),
             simulated=True,
             profile=sim.profile,
+            extra_body=sim.extra_body or None,
             speculative_config=job.spec_json,
             client_rtt_ms=sim.client_rtt_s * 1e3,
             engine={

