@@ -77,7 +77,12 @@ def test_rendered_commands_match_the_golden_file():
 def test_the_catalog_is_the_studys_matrix_with_documented_flags():
     assert {name: set(load(name).variants) for name in vllm_deployments()} == STUDY
     # docs/llamacpp.md, docs/vllm-cpu.md
-    assert set(available()) - set(STUDY) == {"gemma3-270m-llamacpp", "tiny-llama-vllm-cpu", "gemma-3-270m-vllm-cpu"}
+    assert set(available()) - set(STUDY) == {
+        "gemma3-270m-llamacpp",
+        "tiny-llama-vllm-cpu",
+        "gemma-3-270m-vllm-cpu",
+        "qwen2.5-coder-1.5b-vllm-cpu",
+    }
     for name in vllm_deployments():
         dep = load(name)
         for v in dep.variants:

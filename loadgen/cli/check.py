@@ -11,6 +11,7 @@ import click
 from loadgen import api
 from loadgen.cli.app import EXIT_USAGE, Failure, main
 from loadgen.cli.run import run_and_print, run_options
+from servers.deployments.catalog import available as catalog_names
 
 EXIT_SLO_FAILED = 1
 
@@ -38,7 +39,11 @@ def report(suites: dict[str, list], junit: Path | None, as_json: bool) -> None:
 
 @main.command()
 @run_options
-@click.option("--servers", help="Start this catalog deployment's --variant for the check (instead of --base-url).")
+@click.option(
+    "--servers",
+    help=f"Start this deployment's --variant for the check (instead of --base-url): a catalog name "
+    f"({', '.join(catalog_names())}) or a TOML file.",
+)
 @click.option("--variant", help="The variant of --servers to start.")
 @click.option(
     "--engine",
