@@ -9,7 +9,7 @@ draft path, not in the model.
     python3 bench/self_draft.py gemma-3-270m --all-global          # every layer global attention
     python3 bench/self_draft.py qwen2.5-coder-0.5b                 # a model without sliding windows
     python3 bench/self_draft.py gemma-3-270m --draft gemma-3-270m-draft
-    python3 bench/self_draft.py gemma-3-270m --fix                 # with the draft's window refreshed
+    python3 bench/self_draft.py gemma-3-270m --temperature 1       # sampled, as vLLM's default would
 
 Each configuration starts its own `LLM` (about a minute on 2 cores); the local models are made
 first where missing (servers/localmodels).
@@ -38,24 +38,6 @@ def counters(llm) -> dict[str, float]:
     return out
 
 
-def refresh_window() -> None:
-    """The fix tried (`--fix`), in this process: vLLM's CPU attention builds the draft's attention
-    metadata from a builder made for the draft's first layer alone (llm_base_proposer.py: each
-    later layer is appended to the group's `layer_names` after the builder took its sliding
-    window from the one it was given), so every draft layer is scheduled with layer 0's window.
-    Here the builder takes its window again once its group has grown."""
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionMetadataBuilder
-
-    build = CPUAttentionMetadataBuilder.build
-
-    def fixed(self, *args, **kwargs):
-        if getattr(self, "_window_of", None) != len(self.layer_names):
-            self.window_size, self._window_of = self._group_sliding_window(), len(self.layer_names)
-        return build(self, *args, **kwargs)
-
-    CPUAttentionMetadataBuilder.build = fixed
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="a local model (servers/localmodels): gemma-3-270m, qwen2.5-coder-0.5b, ...")
@@ -63,15 +45,12 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy [0]; vLLM's server default is 1")
     ap.add_argument("--all-global", action="store_true", help="serve every layer as global attention (hf_overrides)")
     ap.add_argument("--long", type=int, default=0, help="prepend this many words to every prompt")
-    ap.add_argument("--fix", action="store_true", help="refresh the draft's sliding window (refresh_window)")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process: --fix reaches it
-    if args.fix:
-        refresh_window()
     from servers import localmodels
 
     target = str(localmodels.ensure(localmodels.PREFIX + args.model))
@@ -90,6 +69,7 @@ def main() -> None:
         max_model_len=2048,
         enforce_eager=True,
         enable_prefix_caching=False,
+        disable_log_stats=False,  # vLLM's counters, read below
         disable_hybrid_kv_cache_manager=hybrid,
         hf_overrides=overrides or None,
         speculative_config={
@@ -102,13 +82,15 @@ def main() -> None:
     started = time.monotonic() - t0
     filler = " ".join(["lorem"] * args.long)
     prompts = [f"{filler}\n{p}" if filler else p for p in PROMPTS]
-    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=args.tokens, ignore_eos=True))
+    outs = llm.generate(
+        prompts, SamplingParams(temperature=args.temperature, max_tokens=args.tokens, ignore_eos=True, seed=0)
+    )
     c = counters(llm)
     drafted, accepted = c.get("draft_tokens", 0), c.get("accepted_tokens", 0)
     print(
-        f"{args.model} drafted by {args.draft or 'itself'}, {args.dtype}, k {args.k}"
+        f"{args.model} drafted by {args.draft or 'itself'}, {args.dtype}, k {args.k}, temperature {args.temperature:g}"
         f"{', every layer global' if args.all_global else ''}{f', prompts +{args.long} words' if args.long else ''}"
-        f"{', --disable-hybrid-kv-cache-manager' if hybrid else ''}{', fixed' if args.fix else ''}: "
+        f"{', --disable-hybrid-kv-cache-manager' if hybrid else ''}: "
         f"started in {started:.0f} s; "
         f"{accepted:.0f} of {drafted:.0f} drafts accepted ({accepted / drafted:.1%})"
         if drafted

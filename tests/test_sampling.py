@@ -25,7 +25,7 @@ def test_a_data_set_that_sets_no_temperature_is_sent_greedy_and_options_win():
     assert said["temperature"] == 0.0 and said["temperature_from"].startswith("loadgen's default")
     asked = open_workload("code-edit,temperature=0.7,top_p=0.8,top_k=20,seed=3", data_dir=str(DATA_DIR))
     assert all(r.sampling == {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "seed": 3} for r in asked.requests(5, 0))
-    assert asked.describe()["sampling"]["temperature_from"] == "the workload (temperature=)"
+    assert asked.describe()["sampling"]["temperature_from"] == "the workload (temperature= or --temperature)"
     # a generator's own temperature (the synthetic kinds: 0) is the request's; the option wins over it
     assert next(open_workload("synthetic:chat").requests(1, 0)).sampling == {"temperature": 0.0}
     assert next(open_workload("synthetic:chat,temperature=1").requests(1, 0)).sampling == {"temperature": 1.0}
@@ -33,7 +33,7 @@ def test_a_data_set_that_sets_no_temperature_is_sent_greedy_and_options_win():
     t1 = open_workload("synthetic:random,temperature=1").describe()["sampling"]
     assert t1["server_decides"] == ["top_p", "top_k", "seed"]
     assert sampling_label(t1) == (
-        "temperature 1; the server's default top_p, top_k, seed (from the workload (temperature=))"
+        "temperature 1; the server's default top_p, top_k, seed (from the workload (temperature= or --temperature))"
     )
 
 
@@ -107,3 +107,16 @@ def test_every_request_says_its_sampling_over_http(server, tmp_path):
     assert bodies(trace, 8) == [{"temperature": 0.3}] * 4  # --extra-body is merged last, and says so
     said = json.loads((tmp_path / "extra" / "summary.json").read_text())["config"]["sampling"]
     assert said["temperature"] == 0.3 and said["temperature_from"] == "--extra-body"
+
+
+def test_a_trace_replay_sends_the_command_lines_sampling(server, tmp_path):
+    """--trace with no --workload: random words, the trace's lengths, and --temperature all the same."""
+    trace = tmp_path / "trace.jsonl"
+    url = server("--step-ms", "1", "--ttft-ms", "1", "--trace", str(trace))
+    conv = DATA_DIR / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+    args = ["--trace", f"azure:{conv}", "--trace-window", "2", "--trace-speed", "4", "--num-requests", "3"]
+    res = run_cli("run", "--base-url", url, *args, "--temperature", "0.9", "--quiet", "--output", str(tmp_path / "o"))
+    assert res.returncode == 0, res.stderr
+    assert bodies(trace) == [{"temperature": 0.9}] * 3
+    said = json.loads((tmp_path / "o" / "summary.json").read_text())["config"]["sampling"]
+    assert said["temperature"] == 0.9 and said["temperature_from"] == "the workload (temperature= or --temperature)"

@@ -78,7 +78,7 @@ class Workload:
         out: dict = {k: None for k in ("temperature", "top_p", "top_k", "seed")}
         out.update({**own, **given})
         if "temperature" in given:
-            decided = "the workload (temperature=)"
+            decided = "the workload (temperature= or --temperature)"
         elif "temperature" in own:
             decided = "the workload's requests"
         else:

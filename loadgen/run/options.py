@@ -23,6 +23,7 @@ from loadgen.shapes import Shape
 from loadgen.shapes import options as shape_options
 from workloads import Workload, WorkloadError, open_workload
 from workloads.fitting import trace_requests
+from workloads.spec import Sampling
 
 
 def _spec_fields() -> tuple[str, ...]:
@@ -110,7 +111,10 @@ def _trace_workload(o: WorkloadOptions, load: Any, tokenizer, note: Note) -> Wor
         note(f"note: skipped {trace.skipped} bad lines of {source} (first: {trace.bad[0]})")
     for what, n in trace.repairs.items():
         note(f"note: {n} lines of {source}: {what}")
-    return fit_to_trace(load, content, tokenizer)
+    fitted = fit_to_trace(load, content, tokenizer)
+    if content is None:  # random words: the command line's sampling, if any, applies all the same
+        fitted.sampling = open_workload(with_sampling("synthetic:random", o)).sampling
+    return fitted
 
 
 def fit_to_trace(load: Any, content: Workload | None, tokenizer=None) -> Workload:
@@ -125,6 +129,7 @@ def fit_to_trace(load: Any, content: Workload | None, tokenizer=None) -> Workloa
         f"{source}, text from {text}",
         make=lambda seed: trace_requests(part, content, seed=seed, tokenizer=tokenizer),
         exact=SimpleNamespace(exact=True) if tokenizer is not None else None,
+        sampling=content.sampling if content is not None else Sampling(),  # the text's workload's
     )
 
 
