@@ -114,7 +114,7 @@ def test_a_trace_replay_sends_the_command_lines_sampling(server, tmp_path):
     trace = tmp_path / "trace.jsonl"
     url = server("--step-ms", "1", "--ttft-ms", "1", "--trace", str(trace))
     conv = DATA_DIR / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
-    args = ["--trace", f"azure:{conv}", "--trace-window", "2", "--trace-speed", "4", "--num-requests", "3"]
+    args = ["--trace", f"azure:{conv}", "--trace-window", "60", "--trace-speed", "20", "--num-requests", "3"]
     res = run_cli("run", "--base-url", url, *args, "--temperature", "0.9", "--quiet", "--output", str(tmp_path / "o"))
     assert res.returncode == 0, res.stderr
     assert bodies(trace) == [{"temperature": 0.9}] * 3

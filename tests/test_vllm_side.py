@@ -202,8 +202,8 @@ def checked(tmp_path_factory) -> dict:
     emulator's responses, every catalog vLLM serve line, the synthetic-acceptance cases, and what
     bench/gpu_vllm.py --check-lines asks. Returns what was sent ("sent") and vLLM's answer to each."""
     _need_vllm()
-    lines = [  # the CPU deployments' too: their k by batch size is checked as the GPU catalog's is
-        list(render(load(name), v).argv)
+    lines = [  # the CPU deployments' too (their `vllm` is the one beside this Python: named as on a GPU)
+        ["vllm", *render(load(name), v).argv[1:]]
         for name in available()
         if load(name).engine in ("vllm", "vllm-cpu")
         for v in load(name).variants
