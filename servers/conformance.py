@@ -5,7 +5,8 @@ client could see (docs/emulator.md, "Conformance with real vLLM").
     python -m servers.conformance --urls A B --model M --modes summary   # two servers already running
 
 What is compared, per probe: the status code; the JSON's fields and their types (values only
-where a client acts on them: finish reasons, token counts, error types and codes); a stream's
+where a client acts on them: finish reasons, token counts, error types and codes; in a stream,
+how its cumulative usage counts tokens chunk by chunk, continuous usage included); a stream's
 order of chunk kinds (role, content, finish, usage, [DONE]) and each kind's fields; /metrics'
 vLLM families by name, type and label names. Text, ids and times differ by nature and are not
 compared. Each difference is one line `probe | where | what`; its first two parts are the key
@@ -174,6 +175,30 @@ def _kind(event: dict) -> str:
     return "+".join(dict.fromkeys(parts)) or "empty"
 
 
+def _counting(counts: list[tuple[str, int]]) -> str:
+    """How a stream's cumulative usage.completion_tokens counts its tokens, chunk by chunk, as a
+    client reads it (loadgen counts each chunk's tokens as the rise of this count): whether each
+    chunk with text rises by at least one and any other stays put, where it ends, and whether a
+    final usage-only chunk repeats the last count. The rises themselves (how many tokens each
+    chunk carries) are the engine's steps: compared by the tests of each engine, not here."""
+    last, rules = 0, set()
+    for kind, n in counts:
+        if n < last:
+            rules.add("falls")
+        elif "content" in kind and n == last:
+            rules.add("a text chunk without a token")
+        elif "content" not in kind and n != last and kind != "usage":
+            rules.add(f"a {kind} chunk with tokens")
+        last = n if kind != "usage" else last
+    finals = [n for kind, n in counts if kind == "usage"]
+    if len(finals) == len(counts):
+        return f"final usage only: {finals[-1]}"
+    end = f"ends at {last}" + (
+        f", final usage {'=' if finals[-1] == last else '!='} the last chunk's" if finals else ""
+    )
+    return "per chunk: " + (", ".join(sorted(rules)) or "rises with every text chunk") + f"; {end}"
+
+
 def request(url: str, p: Probe) -> Seen:
     u = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port, timeout=TIMEOUT_S)
@@ -195,6 +220,7 @@ def request(url: str, p: Probe) -> Seen:
         except (ValueError, AttributeError):
             seen.error = data[:200].decode(errors="replace")
     if p.stream and r.status == 200:
+        counts: list[tuple[str, int]] = []  # (kind, usage.completion_tokens) of each chunk with usage
         for block in data.decode().split("\n\n"):
             if not block.strip():
                 continue
@@ -204,6 +230,8 @@ def request(url: str, p: Probe) -> Seen:
             else:
                 event = json.loads(payload)
                 kind = _kind(event)
+                if isinstance(n := (event.get("usage") or {}).get("completion_tokens"), int):
+                    counts.append((kind, n))
                 values: dict[str, set[str]] = {}
                 _walk(event, "", seen.kind_shapes.setdefault(kind, {}), values, p.values)
                 if kind in ("usage", "finish", "content+finish"):  # the end's values, not each chunk's
@@ -211,6 +239,8 @@ def request(url: str, p: Probe) -> Seen:
                         seen.values.setdefault(f"{kind}:{path}", set()).update(v)
             if not seen.kinds or seen.kinds[-1] != kind:
                 seen.kinds.append(kind)
+        if p.values and counts:
+            seen.values["stream:usage.completion_tokens"] = {_counting(counts)}
         return seen
     try:
         body = json.loads(data)

@@ -154,6 +154,13 @@ def test_bad_deployment_files_are_one_clear_line(tmp_path):
         'model = "m"\n[variants.a]\nspeculative_config = '
         '{ method = "magic", num_speculative_tokens = 3 }\n': "method 'magic'",
         'model = "m"\n[variants.a]\nspeculative_config = { method = "ngram" }\n': "num_speculative_tokens",
+        # vLLM's controls, checked at load as vLLM checks them (not by every cell's failing server)
+        'model = "m"\n[variants.a]\nspeculative_config = { method = "ngram", num_speculative_tokens = 3, '
+        "num_speculative_tokens_per_batch_size = [[1, 4, 3], [4, 8, 1]] }\n": "ranges must be non-overlapping",
+        'model = "m"\n[variants.a]\nspeculative_config = { method = "ngram", num_speculative_tokens = 3, '
+        "num_speculative_tokens_per_batch_size = [[2, 8, 3]] }\n": "first batch-size range must start at 1",
+        'model = "m"\n[variants.a]\nspeculative_config = { method = "ngram", num_speculative_tokens = 3, '
+        'enable_adaptive_verification = "yes" }\n': "enable_adaptive_verification must be true or false, got 'yes'",
         'model = "m"\ncolour = 1\n[variants.a]\n': "unknown keys colour",
         # every declared key is checked by its declaration (servers/deployments/model.py)
         'model = "m"\nstartup_timeout_s = "slow"\n[variants.a]\n': "startup_timeout_s must be a number > 0",

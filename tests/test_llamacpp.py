@@ -138,7 +138,13 @@ def test_what_the_client_measured_agrees_with_the_servers_counters(deployment, v
             if variant == "baseline":
                 assert sd["drafts"] == 0 and sd["accepted_tokens"] == 0
                 assert frame["server_accepted_tokens"].isna().all()  # no timings.draft_n without drafts
-                assert client["steps_source"] == "chunks" and client["accepted_tokens"] == 0
+                # every chunk its own step, but for a client (or llama-server's writer thread) that
+                # fell a step behind on a busy core: two chunks that come together read as a burst
+                # (docs/metrics.md, steps' limits; once in CI, beside the real pair's vLLM test).
+                # A few such at most: a detector that split steps wrongly would find dozens
+                gaps = num * (tokens - 1)
+                assert client["accepted_tokens"] <= 0.03 * gaps, (client["accepted_tokens"], gaps)
+                assert (frame["steps_source"] == "bursts").sum() <= client["accepted_tokens"]
                 continue
             # the scraped window holds exactly these requests: per-request counts add up to it
             reported = client["server_reported"]

@@ -590,3 +590,18 @@ def test_a_virtual_sweep_simulates_every_cell_as_loadgen_simulate_does(tmp_path)
     assert "every cell was simulated in virtual time" in (out / "report" / "report.md").read_text()
     dry = cli("sweep", "--virtual", "--dry-run")
     assert dry.returncode == 0 and "virtual time: every cell simulated" in dry.stdout
+
+
+def test_a_deployment_with_bad_controls_is_refused_before_any_server(tmp_path):
+    """A schedule vLLM would refuse (overlapping batch-size ranges): one line at load, exit 2,
+    not a sweep whose every cell's server fails to start (exit 1)."""
+    dep = tmp_path / "bad.toml"
+    dep.write_text(
+        'model = "meta-llama/Llama-3.1-8B-Instruct"\nengine = "emulator"\n[variants.a]\n'
+        'speculative_config = { method = "ngram", num_speculative_tokens = 3, '
+        "num_speculative_tokens_per_batch_size = [[1, 4, 3], [4, 8, 1]] }\n"
+    )
+    res = cli("sweep", "--servers", str(dep), "--concurrency", "1", "--output", str(tmp_path / "out"))
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0, res.stderr
+    assert "variant 'a'" in res.stderr and "ranges must be non-overlapping" in res.stderr, res.stderr
+    assert not (tmp_path / "out" / "servers").exists()

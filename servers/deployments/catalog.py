@@ -42,6 +42,7 @@ from servers.deployments import llamacpp, machine
 from servers.deployments.model import ENGINES, METHODS, Deployment, Launch, Variant
 from servers.deployments.render import BY_ENGINE, vllm
 from servers.deployments.schema import DeploymentError, check, fail, keys
+from servers.emulator import spec as sd_config
 
 __all__ = ["ENGINES", "VLLM_PORT", "Deployment", "DeploymentError", "Launch", "Variant"]
 
@@ -83,6 +84,10 @@ def _spec(where: str, cfg: dict | None) -> dict | None:
     k = cfg.get("num_speculative_tokens")
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         fail(where, "speculative_config needs num_speculative_tokens, an integer >= 1")
+    try:  # k by batch size and adaptive verification: refused here, not by every cell's server
+        sd_config.controls(cfg)
+    except sd_config.SpecError as e:
+        fail(where, "speculative_config's " + str(e).removeprefix("--speculative-config: "))
     return dict(cfg)
 
 

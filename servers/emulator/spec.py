@@ -121,6 +121,17 @@ def _schedule(value) -> tuple[tuple[int, int, int], ...]:
     return tuple(out)
 
 
+def controls(cfg: dict) -> tuple[tuple[tuple[int, int, int], ...] | None, bool]:
+    """vLLM's controls of a speculative config, checked as vLLM checks them: k by batch size
+    (None when not given) and adaptive verification. The emulator's parse and the deployment
+    catalog's load both call this, so a bad control is refused before any server starts."""
+    schedule = cfg.get("num_speculative_tokens_per_batch_size")
+    adaptive = cfg.get("enable_adaptive_verification", False)
+    if not isinstance(adaptive, bool):
+        raise SpecError(f"--speculative-config: enable_adaptive_verification must be true or false, got {adaptive!r}")
+    return (None if schedule is None else _schedule(schedule)), adaptive
+
+
 def _positive_int(cfg: dict, key: str, default=None) -> int | None:
     v = cfg.get(key, default)
     if v is None:
@@ -179,10 +190,7 @@ def parse(text: str | None) -> SpecConfig | None:
         lo = hi
     if lo > hi:
         raise SpecError(f"--speculative-config: prompt_lookup_min {lo} > prompt_lookup_max {hi}")
-    schedule = cfg.get("num_speculative_tokens_per_batch_size")
-    adaptive = cfg.get("enable_adaptive_verification", False)
-    if not isinstance(adaptive, bool):
-        raise SpecError(f"--speculative-config: enable_adaptive_verification must be true or false, got {adaptive!r}")
+    schedule, adaptive = controls(cfg)
     return SpecConfig(
         adaptive_verification=adaptive,
         method=method,
@@ -190,7 +198,7 @@ def parse(text: str | None) -> SpecConfig | None:
         model=model,
         prompt_lookup_min=lo,
         prompt_lookup_max=hi,
-        schedule=None if schedule is None else _schedule(schedule),
+        schedule=schedule,
         synthetic_rates=_synthetic(cfg, k),
         **suffix,
     )
