@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from servers.emulator import profile as profiles
@@ -115,8 +114,9 @@ def test_k_zero_steps_count_no_speculation():
 
 
 def test_the_cost_tables_grow_as_vllm_profiles_them():
+    # the tables against vLLM's own build_cost_tables_from_curves: tests/test_vllm_side.py
+    # (test_adaptive_verification_budgets_as_vllm_does); here, what the profile's physics says
     t = verification.cost_tables(PROFILE, PROFILE.drafters["eagle3"], 5, 256, 8192, PROFILE.max_model_len)
-    assert (np.diff(t.verify_ms) >= 0).all() and (np.diff(t.draft_ms) >= 0).all()
     # each profiled token up to max_num_seqs is a request at 8192 tokens of context: the curve
     # is steep there (a request's KV read), flat past it (a token's compute)
     assert t.verify_ms[33] - t.verify_ms[32] > 10 * (t.verify_ms[301] - t.verify_ms[300])

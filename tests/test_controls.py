@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
+from loadgen.report import controls
 from tests.conftest import cli, run_cli, server_pids
 
 VARIANTS = "baseline,eagle3,eagle3-k5,eagle3-schedule,eagle3-adaptive"
@@ -63,17 +65,14 @@ def test_a_sweep_of_the_controls_ends_with_the_best_per_level_and_its_share_of_t
     for level, g in ctl.groupby("level"):
         best = g[g["best"]].iloc[0]
         assert best["output_throughput_tok_s"] == g["output_throughput_tok_s"].max()
-        fixed = g[g["control"] == "fixed"]["output_throughput_tok_s"].max()
-        assert (g["vs_best_fixed"] - g["output_throughput_tok_s"] / fixed).abs().max() < 1e-9
         assert 0.3 < best["oracle_share"] <= 1.05  # the drafter's oracle bounds what it can do
         sentence = f"at {level} users {best['variant']} is best"
         assert sentence in lead
         assert f"{best['oracle_share']:.0%} of eagle3's oracle" in lead
     assert "adaptive verification" in lead and "k by batch size" in lead
     assert "The oracle's share needs" not in lead
-    for _, r in ctl[ctl["control"] != "fixed"].iterrows():  # each control judged against the best fixed k
-        verdict = "pays" if r["vs_best_fixed"] > 1.02 else ("costs" if r["vs_best_fixed"] < 0.98 else "even")
-        assert f"{r['control']} {r['vs_best_fixed']:.2f}x ({verdict})" in lead
+    # each control's figure and verdict against the best fixed k: worked by hand in
+    # test_the_controls_table_and_its_verdicts_on_a_hand_worked_sweep
 
 
 def test_steps_that_draft_nothing_leave_the_client_and_the_server_agreeing(tmp_path):
@@ -133,3 +132,51 @@ num_speculative_tokens_per_batch_size = [[1, 2, 3], [3, 256, 0]]
     assert reported["spec_steps"] == sd["drafts"]  # verify steps: those that drafted
     # most steps had 3 or 4 requests and drafted nothing; the last ones, with 2 or 1, drafted
     assert 0 < sd["drafts"] < s["acceptance_client"]["decode_steps"] / 2
+
+
+def _argv(spec: dict | None) -> dict:
+    return {"argv": ["vllm", "serve", "m"] + (["--speculative-config", json.dumps(spec)] if spec else [])}
+
+
+def test_the_controls_table_and_its_verdicts_on_a_hand_worked_sweep():
+    """Four EAGLE-3 servers at one level, their throughputs chosen by hand: k 3 at 100 tok/s and
+    k 5 at 120 (the best fixed k: 120), k by batch size at 150 (150/120 = 1.25, pays), adaptive
+    verification at 119 (0.99: within the 2% margin, even); an oracle of 200 tok/s at 4 users
+    in the what-if makes the best (k by batch size) 75% of it. An n-gram server with no
+    control and the baseline stay out."""
+    eagle = {"method": "eagle3", "model": "d", "num_speculative_tokens": 3}
+    manifest = {
+        "servers": {
+            "baseline": _argv(None),
+            "ngram": _argv({"method": "ngram", "num_speculative_tokens": 3}),
+            "k3": _argv(eagle),
+            "k5": _argv({**eagle, "num_speculative_tokens": 5}),
+            "schedule": _argv({**eagle, "num_speculative_tokens_per_batch_size": [[1, 2, 5], [3, 256, 1]]}),
+            "adaptive": _argv({**eagle, "enable_adaptive_verification": True}),
+        }
+    }
+    tok_s = {"baseline": 90.0, "ngram": 95.0, "k3": 100.0, "k5": 120.0, "schedule": 150.0, "adaptive": 119.0}
+    ok = pd.DataFrame(
+        [
+            {"workload": "code", "mode": "closed", "level": 4, "variant": v, "output_throughput_tok_s": t}
+            for v, t in tok_s.items()
+        ]
+    )
+    whatif = {"results": [{"kind": "oracle", "policy": "eagle3 oracle", "batch": 4, "output_tok_s": 200.0}]}
+    t = controls.table(ok, manifest, whatif).set_index("variant")
+    assert sorted(t.index) == ["adaptive", "k3", "k5", "schedule"]
+    assert dict(t["control"]) == {
+        "k3": "fixed",
+        "k5": "fixed",
+        "schedule": "k by batch size",
+        "adaptive": "adaptive verification",
+    }
+    assert t.loc["schedule", "vs_best_fixed"] == pytest.approx(1.25)
+    assert t.loc["adaptive", "vs_best_fixed"] == pytest.approx(119 / 120)
+    assert t.loc["k3", "vs_best_fixed"] == pytest.approx(100 / 120)
+    assert list(t.index[t["best"]]) == ["schedule"] and t.loc["schedule", "oracle_share"] == pytest.approx(0.75)
+    (line, *_) = controls.sentences(t.reset_index())
+    assert line == (
+        "On code, eagle3's controls: at 4 users schedule is best (150 tok/s, 75% of eagle3's oracle); "
+        "against the best fixed k: k by batch size 1.25x (pays); adaptive verification 0.99x (even)."
+    )

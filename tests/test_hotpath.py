@@ -10,6 +10,8 @@ import json
 import os
 import random
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -18,6 +20,7 @@ from loadgen.client import compiled
 from loadgen.client.events import on_event, on_events
 from loadgen.client.record import RequestRecord
 from loadgen.client.sse import SSEDecoder, StreamFault, _parse_block
+from tests.conftest import REPO
 
 if not compiled.available():
     why = "the compiled path was not built (no C compiler)"
@@ -313,6 +316,9 @@ def _raw_server(responses: list[bytes]):
     return f"http://127.0.0.1:{srv.getsockname()[1]}/v1"
 
 
+_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
 def _sse_body() -> bytes:
     return b"".join(b"data: " + p + b"\n\n" for p in [_chunk(1), _chunk(2, finish="stop"), b"[DONE]"])
 
@@ -350,31 +356,113 @@ def _sse_body() -> bytes:
             "reset",
         ),
         ("not http", b"SSH-2.0-OpenSSH_9.2\r\n\r\n", "connection_error"),
+        # chunked framing as strict as aiohttp's parser: a size, optional spaces and ;extension, CRLF
+        ("chunk extension", _CHUNKED + b"%x ;a=b\r\n%s\r\n0\r\n\r\n" % (len(_sse_body()), _sse_body()), None),
+        (
+            "empty size line",
+            _CHUNKED + b"%x\r\n%s\r\n\r\n0\r\n\r\n" % (len(_sse_body()), _sse_body()),
+            "connection_error",
+        ),
+        (
+            "size then junk",
+            _CHUNKED + b"%x zzz\r\n%s\r\n0\r\n\r\n" % (len(_sse_body()), _sse_body()),
+            "connection_error",
+        ),
+        ("bare LF", _CHUNKED + b"%x\n%s\n0\n\n" % (len(_sse_body()), _sse_body()), "connection_error"),
+        # the bare LFs llhttp lets pass: after chunk data (between two chunks) and ending the trailer
+        (
+            "data then LF",
+            _CHUNKED
+            + b"64\r\n%s\n%x\r\n%s\r\n0\r\n\r\n" % (_sse_body()[:100], len(_sse_body()) - 100, _sse_body()[100:]),
+            None,
+        ),
+        ("trailer then LF", _CHUNKED + b"%x\r\n%s\r\n0\r\nX-T: 1\n\n" % (len(_sse_body()), _sse_body()), None),
     ],
 )
-def test_the_compiled_client_reads_each_framing(name, raw, error):
-    """Each way a response can be framed (or broken), read by the compiled client from a real
-    socket: recorded as the pure-Python path records it (docs/metrics.md, "Errors"), and quickly:
-    a response that ends is never left to the request's timeout."""
-    import asyncio
-
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_both_read_paths_read_each_framing_alike(name, raw, error, path):
+    """Each way a response can be framed (or broken), read from a real socket by the compiled
+    client and by the pure-Python one (aiohttp's parser): the same error type on both
+    (docs/metrics.md, "Errors"), and quickly: a response that ends is never left to the
+    request's timeout."""
     url = _raw_server([raw])
-
-    async def one() -> RequestRecord:
-        client = compiled.CompiledClient(url, "chat", {}, timeout_s=10.0)
-        try:
-            return await client.send(_record(), b'{"stream": true}')
-        finally:
-            await client.close()
-
     t0 = time.monotonic()
-    rec = asyncio.run(one())
+    rec = _send(url, path)
     assert time.monotonic() - t0 < 5, name
     assert rec.error_type == error, (name, rec.error_message)
     if error is None:
         assert list(rec.chunk_usage) == [1, 2] and rec.finish_reason == "stop" and rec.done
     if error == "http_500":
         assert "Internal" in rec.error_message and "<" not in rec.error_message
+
+
+def _send(url: str, path: str, timeout_s: float = 10.0) -> RequestRecord:
+    """One streamed request on the compiled path or the pure-Python one (aiohttp)."""
+    import asyncio
+
+    from loadgen.client.stream import StreamClient, make_session
+
+    async def one() -> RequestRecord:
+        if path == "compiled":
+            client = compiled.CompiledClient(url, "chat", {}, timeout_s=timeout_s)
+            try:
+                return await client.send(_record(), b'{"stream": true}')
+            finally:
+                await client.close()
+        session = make_session(None)
+        try:
+            return await StreamClient(session, url, "chat", {}, timeout_s).send(_record(), b'{"stream": true}')
+        finally:
+            await session.close()
+
+    return asyncio.run(one())
+
+
+_NEVER_ENDS = """
+import resource, sys
+from tests.test_hotpath import _send
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+rec = _send(sys.argv[1], sys.argv[2], timeout_s=60.0)
+grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(rec.error_type, grew // 1024, rec.error_message)
+"""
+
+
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_an_event_that_never_ends_fails_its_request_in_bounded_memory(path):
+    """A server that streams 64 MiB of one SSE event that never ends: the request fails as
+    malformed once the event passes the bound (sse.MAX_EVENT, 8 MiB; the C path's own), and the
+    client's peak memory grows by a few times that, not by what the server sent (its own process:
+    the server here is this one)."""
+    import threading
+
+    from loadgen.client import sse
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+
+    def serve():
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(65536)
+            try:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\ndata: ")
+                block = b"x" * (1 << 20)
+                for _ in range(64):
+                    conn.sendall(block)
+            except OSError:
+                pass  # the client gave up on it, as it should
+        srv.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.getsockname()[1]}/v1"
+    res = subprocess.run(
+        [sys.executable, "-c", _NEVER_ENDS, url, path], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    kind, grew_mib, message = res.stdout.split(" ", 2)
+    assert kind == "malformed_sse" and f"over {sse.MAX_EVENT >> 20} MiB" in message, res.stdout + res.stderr
+    assert int(grew_mib) < 4 * (sse.MAX_EVENT >> 20), res.stdout  # not the 64 MiB sent
 
 
 def test_the_compiled_client_keeps_its_connection_alive():
@@ -443,3 +531,11 @@ def test_connections_leave_nothing_behind():
     assert all(r.ok for r in recs)
     gc.collect()
     assert not [o for o in gc.get_objects() if isinstance(o, compiled._Connection)]
+
+
+def test_a_negative_length_is_refused_with_its_exception():
+    """Every error path of the C reader sets its exception: a body length below 0 (which the
+    framing would otherwise take as bytes to read) is a ValueError, not a bare -1."""
+    conn = _hotpath.Conn(-1, lambda code: None, None)
+    with pytest.raises(ValueError, match="negative length -5"):
+        conn.begin_body(_hotpath.LENGTH, -5, True)

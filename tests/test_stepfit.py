@@ -145,4 +145,6 @@ def test_the_cpu_profile_bench_fits_and_replays_a_sweep_of_the_emulator(tmp_path
     assert fitted.forward.per_batched_token == pytest.approx(PROFILE.forward.per_batched_token, rel=0.02)
     assert "ngram" in fitted.drafters and fitted.step_overhead == 0.0
     rows = [x for x in res.stdout.splitlines() if x.startswith("| ngram |")]
-    assert len(rows) == 2 and all(abs(float(x.split("|")[5].strip().rstrip("%"))) < 10 for x in rows)
+    # replayed on the fitted profile, each cell's throughput within 2% of the measured (the bench's
+    # own check line holds it to 10%; docs/performance.md, "The emulator against vLLM's CPU engine", quotes this bound)
+    assert len(rows) == 2 and all(abs(float(x.split("|")[5].strip().rstrip("%"))) < 2 for x in rows)

@@ -163,14 +163,18 @@ def synthetic(items: list[dict]) -> list:
 def adaptive(items: list[dict]) -> list:
     """Adaptive verification as vLLM computes it (vllm/v1/worker/gpu/spec_decode/
     adaptive_verification.py): per item, the cost tables from the curves, the draft budget
-    (AdaptiveVerificationManager.get_num_tokens, on a manager holding only what that method
-    reads) and the admitted drafts per request (_assign_draft_token_budget, uncompiled)."""
+    (AdaptiveVerificationManager.get_num_tokens) and the admitted drafts per request
+    (AdaptiveVerificationManager.reallocate_drafts, vLLM's own handling of a budget of 0, of one
+    that covers every draft and of one that binds), on a manager holding only what those two
+    methods read, on CPU tensors; its torch.compile'd ranking replaced by the same function
+    uncompiled (vLLM's `_assign_draft_token_budget`), which compiles nothing here."""
     from types import SimpleNamespace
 
     import numpy as np
     import torch
     from vllm.v1.worker.gpu.spec_decode import adaptive_verification as av
 
+    av._assign_draft_token_budget_compiled = av._assign_draft_token_budget
     out: list[object] = []
     for item in items:
         try:
@@ -195,23 +199,24 @@ def adaptive(items: list[dict]) -> list:
                 num_computed_tokens_np=np.array(item["computed"], np.int64),
                 prefill_len=SimpleNamespace(np=np.array(item["prefill_len"], np.int64)),
             )
+            mgr._confidence_probs = torch.from_numpy(now)
+            mgr._batch_draft_capacity = torch.empty(n, dtype=torch.int32)
+            mgr.query_start_loc = torch.zeros(n + 1, dtype=torch.int32)
+            mgr._num_non_draft_tokens = torch.empty(n, dtype=torch.int32)
+            mgr._cu_num_logits = torch.empty(n + 1, dtype=torch.int32)
             scheduled = item["scheduled_drafts"]
             tokens = mgr.get_num_tokens(
                 dict(zip(ids, item["scheduled_tokens"])), {r: [0] * d for r, d in zip(ids, scheduled) if d}
             )
-            budget = mgr._batch_budget[2]
-            capacities = torch.tensor(scheduled, dtype=torch.int32)
-            if 0 < budget < sum(scheduled):
-                av._assign_draft_token_budget(torch.from_numpy(now), torch.arange(n), capacities, budget, k)
-            elif budget == 0:
-                capacities.zero_()
+            cu_logits, _, budget = mgr.reallocate_drafts(ids, torch.arange(n))
+            admitted = (torch.diff(cu_logits) - mgr.num_bonus_tokens).tolist()
             out.append(
                 {
                     "draft": draft.tolist(),
                     "verify": verify.tolist(),
                     "budget": budget,
                     "tokens": tokens,
-                    "admitted": capacities.tolist(),
+                    "admitted": admitted,
                 }
             )
         except Exception as e:  # noqa: BLE001

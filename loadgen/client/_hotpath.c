@@ -50,7 +50,26 @@ enum { S_IDLE = 0, S_HEAD, S_BODY, S_DONE };
 /* how the body is framed */
 enum { B_CHUNKED = 1, B_LENGTH = 2, B_CLOSE = 3 };
 /* chunked framing */
-enum { C_SIZE = 0, C_EXT, C_SIZE_LF, C_DATA, C_DATA_CR, C_DATA_LF, C_TRAILER_START, C_TRAILER_LINE, C_TRAILER_LF };
+/* chunked framing, as strict as aiohttp's parser (llhttp): hex digits, optional spaces, an
+ * optional ;extension, CRLF. An empty size line, a size followed by anything else (`1 zzz`) and
+ * a size line of digits ended by a bare LF are framing errors; the bare LFs llhttp lets pass (after
+ * an extension, after chunk data, in the trailer) pass here too (tests/test_hotpath.py, both
+ * paths, over real sockets). */
+enum {
+    C_SIZE = 0,
+    C_SIZE_WS,
+    C_EXT,
+    C_SIZE_LF,
+    C_DATA,
+    C_DATA_CR,
+    C_DATA_LF,
+    C_TRAILER_START,
+    C_TRAILER_LINE,
+    C_TRAILER_LF
+};
+/* An SSE event larger than this fails its request as malformed: a server that never ends an
+ * event must not make the client hold (and rescan) all it sends. loadgen/client/sse.py's bound. */
+#define MAX_EVENT (8 * 1024 * 1024)
 
 typedef struct {
     char *p;
@@ -92,6 +111,7 @@ typedef struct {
     /* the response in progress */
     int state, mode, sse, cstate;
     long long remaining; /* chunked: bytes left in this chunk; length: bytes left in the body */
+    int ndigits;         /* chunked: hex digits read of the size line */
     Buf head, body, pending;
     int leftover;        /* bytes came after the body ended: the connection cannot be reused */
     PyObject *error;     /* the exception that ended the response (N_ERROR) */
@@ -112,6 +132,9 @@ typedef struct {
 /* One receive buffer for every connection: a read is processed whole before the call returns
  * (what must outlive it is copied), so 256 streams need not hold 64 MiB between reads. */
 static char rbuf[READ_SIZE];
+/* the body broke HTTP's framing; an SSE event outgrew MAX_EVENT (loadgen.client.compiled maps
+ * them to the records' connection_error and malformed_sse) */
+static PyObject *FramingError, *EventTooLarge;
 
 static PyObject *str_frombytes, *str_usage_completion_tokens, *str_prompt_tokens, *str_finish_reason,
     *str_read_delay_ns, *str_chunk_usage, *str_chunk_phase, *str_chunk_t_ns, *str_chunk_chars, *str_chunk_text,
@@ -501,6 +524,11 @@ static int on_sse(Conn *c, const char *data, Py_ssize_t n) {
         lines = 0;
     }
     Py_ssize_t rest = end - s;
+    if (rest > MAX_EVENT) { /* an event that never ends: the request fails, the buffer is let go */
+        b->len = 0;
+        PyErr_Format(EventTooLarge, "an SSE event over %d MiB without its blank line", MAX_EVENT >> 20);
+        return -1;
+    }
     if (rest && s != b->p)
         memmove(b->p, s, rest);
     b->len = rest;
@@ -514,8 +542,6 @@ static int on_body(Conn *c, const char *data, Py_ssize_t n) {
         return buf_add(&c->body, data, n < MAX_BODY - c->body.len ? n : MAX_BODY - c->body.len);
     return 0;
 }
-
-static PyObject *FramingError;
 
 static PyObject *fault(const char *msg) {
     PyErr_SetString(FramingError, msg);
@@ -560,20 +586,32 @@ static Py_ssize_t on_framed(Conn *c, const char *p, Py_ssize_t n) {
                     return -1;
                 }
                 c->remaining = c->remaining * 16 + h;
-            } else if (ch == ';' || ch == ' ' || ch == '\t') {
+                c->ndigits++;
+            } else if (c->ndigits && ch == ';') {
                 c->cstate = C_EXT;
-            } else if (ch == '\r') {
+            } else if (c->ndigits && (ch == ' ' || ch == '\t')) {
+                c->cstate = C_SIZE_WS;
+            } else if (c->ndigits && ch == '\r') {
                 c->cstate = C_SIZE_LF;
-            } else if (ch == '\n') {
-                c->cstate = c->remaining ? C_DATA : C_TRAILER_START;
             } else {
-                fault("invalid character in chunk size");
+                fault(c->ndigits ? "invalid character in chunk size" : "empty chunk size");
                 return -1;
             }
             i++;
             break;
         }
-        case C_EXT:
+        case C_SIZE_WS:
+            if (ch == ';')
+                c->cstate = C_EXT;
+            else if (ch == '\r')
+                c->cstate = C_SIZE_LF;
+            else if (ch != ' ' && ch != '\t') {
+                fault("invalid character in chunk size");
+                return -1;
+            }
+            i++;
+            break;
+        case C_EXT: /* an extension's line may end in a bare LF: llhttp lets it pass */
             if (ch == '\r')
                 c->cstate = C_SIZE_LF;
             else if (ch == '\n')
@@ -598,12 +636,13 @@ static Py_ssize_t on_framed(Conn *c, const char *p, Py_ssize_t n) {
                 c->cstate = C_DATA_CR;
             break;
         }
-        case C_DATA_CR:
+        case C_DATA_CR: /* a bare LF here aiohttp's parser accepts too */
             if (ch == '\r')
                 c->cstate = C_DATA_LF;
-            else if (ch == '\n')
+            else if (ch == '\n') {
                 c->cstate = C_SIZE;
-            else {
+                c->ndigits = 0;
+            } else {
                 fault("chunk data not followed by CRLF");
                 return -1;
             }
@@ -615,9 +654,10 @@ static Py_ssize_t on_framed(Conn *c, const char *p, Py_ssize_t n) {
                 return -1;
             }
             c->cstate = C_SIZE;
+            c->ndigits = 0;
             i++;
             break;
-        case C_TRAILER_START:
+        case C_TRAILER_START: /* trailer lines may end in a bare LF, as llhttp lets them */
             if (ch == '\r')
                 c->cstate = C_TRAILER_LF;
             else if (ch == '\n')
@@ -718,6 +758,8 @@ static int process(Conn *c, const char *p, Py_ssize_t n) {
 
 static void fail(Conn *c) {
     PyObject *type, *value, *tb;
+    if (!PyErr_Occurred()) /* every path that fails sets its exception; one that did not is named */
+        PyErr_SetString(PyExc_SystemError, "loadgen's compiled reader failed without setting an exception");
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     if (tb && value)
@@ -783,15 +825,18 @@ static int account(Conn *c, long long k, int first, long long t, long long prev)
 /* read(): the event loop's reader callback. One receive, kernel-stamped, then its bytes.
  * Failures go to notify, never out of this call. */
 static PyObject *Conn_read(Conn *c, PyObject *Py_UNUSED(ignored)) {
-    char control[CMSG_SPACE(sizeof(struct timespec))];
+    union { /* aligned for struct cmsghdr, as CMSG_FIRSTHDR's reads need */
+        char buf[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } control;
     struct iovec iov = {rbuf, READ_SIZE};
     struct msghdr msg;
     memset(&msg, 0, sizeof msg);
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
     if (c->stamped) {
-        msg.msg_control = control;
-        msg.msg_controllen = sizeof control;
+        msg.msg_control = control.buf;
+        msg.msg_controllen = sizeof control.buf;
     }
     ssize_t r;
     do
@@ -814,7 +859,8 @@ static PyObject *Conn_read(Conn *c, PyObject *Py_UNUSED(ignored)) {
     long long kernel = 0, now = mono_ns();
     if (c->stamped)
         for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
-            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS &&
+                cm->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) { /* a whole stamp, not a cut one */
                 struct timespec ts;
                 memcpy(&ts, CMSG_DATA(cm), sizeof ts);
                 kernel = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
@@ -902,9 +948,12 @@ static PyObject *Conn_begin_body(Conn *c, PyObject *args) {
     long long length;
     if (!PyArg_ParseTuple(args, "iLp", &mode, &length, &sse))
         return NULL;
+    if (mode == B_LENGTH && length < 0) /* never reaches the framing below as a "length" */
+        return PyErr_Format(PyExc_ValueError, "begin_body: a negative length %lld", length);
     c->sse = sse;
     c->mode = mode;
     c->cstate = C_SIZE;
+    c->ndigits = 0;
     c->remaining = mode == B_LENGTH ? length : 0;
     c->state = (mode == 0 || (mode == B_LENGTH && length == 0)) ? S_DONE : S_BODY;
     Py_RETURN_NONE;
@@ -1066,7 +1115,11 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
         return NULL;
     FramingError = PyErr_NewExceptionWithDoc("loadgen.client._hotpath.FramingError",
                                              "The response's HTTP framing is broken.", PyExc_ValueError, NULL);
-    if (!FramingError || PyModule_AddObjectRef(m, "FramingError", FramingError) < 0 ||
+    EventTooLarge = PyErr_NewExceptionWithDoc("loadgen.client._hotpath.EventTooLarge",
+                                              "An SSE event outgrew the bound on one event.", PyExc_ValueError, NULL);
+    if (!FramingError || !EventTooLarge || PyModule_AddObjectRef(m, "FramingError", FramingError) < 0 ||
+        PyModule_AddObjectRef(m, "EventTooLarge", EventTooLarge) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_EVENT", MAX_EVENT) < 0 ||
         PyModule_AddObjectRef(m, "Conn", (PyObject *)&ConnType) < 0 || PyModule_AddIntConstant(m, "HEAD", N_HEAD) ||
         PyModule_AddIntConstant(m, "DONE", N_DONE) || PyModule_AddIntConstant(m, "EOF", N_EOF) ||
         PyModule_AddIntConstant(m, "ERROR", N_ERROR) || PyModule_AddIntConstant(m, "CHUNKED", B_CHUNKED) ||

@@ -211,6 +211,8 @@ class _Exchange:
             raise _Failed("connection_error", f"{type(e).__name__}: {e}")
         if _hotpath is not None and isinstance(e, _hotpath.FramingError):
             raise _Failed("connection_error", f"malformed HTTP response: {e}")
+        if _hotpath is not None and isinstance(e, _hotpath.EventTooLarge):
+            raise StreamFault("malformed_sse", str(e))  # as loadgen/client/sse.py's bound says it
         raise e if e is not None else _Failed("client_exception", "the reader failed without an error")
 
 
