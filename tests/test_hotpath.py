@@ -257,6 +257,7 @@ def test_a_read_is_stamped_when_its_bytes_arrived():
         conn, codes = _reader(rec, c.fileno())
         assert conn.stamped
         compiled.bounds(reset=True)
+        compiled.stamps(reset=True)
         s.sendall(_HEAD)
         time.sleep(0.01)
         conn.read()
@@ -287,11 +288,45 @@ def test_a_read_is_stamped_when_its_bytes_arrived():
         assert bins.pop(0) == 1 and sum(bins.values()) == 2
         (late,) = bins
         assert t_second - t_read <= late <= time.monotonic_ns() - t_read
+        assert compiled.stamps() == {"kernel_receive": 2, "select_return": 0}  # the reads with chunks
         s.close()
         conn.read()
         assert codes[-1] == _hotpath.EOF
     finally:
         c.close()
+
+
+def test_a_read_without_the_kernels_stamp_is_bounded_by_what_is_known():
+    """The socket option on, but no stamp comes with the read (here: the option turned off
+    after the reader asked for it): the chunk's time is the read's, 20 ms after the write, and
+    its bound is not 0 but the time since the connection's previous read (what is known of when
+    the bytes came); the read counts as timed at select(), not by the kernel."""
+    c, s = _pair()
+    try:
+        rec = _record()
+        conn, codes = _reader(rec, c.fileno())
+        assert conn.stamped
+        c.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMPNS", 35), 0)
+        compiled.bounds(reset=True)
+        compiled.stamps(reset=True)
+        s.sendall(_HEAD)
+        time.sleep(0.01)
+        conn.read()
+        event = b"data: " + _chunk(1) + b"\n\n"
+        t_before = time.monotonic_ns()
+        s.sendall(b"%x\r\n%s\r\n" % (len(event), event))
+        time.sleep(0.02)
+        conn.read()
+        assert list(rec.chunk_usage) == [1] and rec.chunk_t_ns[0] >= t_before + 20_000_000
+        # late by up to the time since the previous read: at least the 20 ms slept
+        assert 20_000_000 <= rec.read_delay_ns <= time.monotonic_ns() - t_before + 10_000_000
+        (late,) = dict(compiled.bounds())
+        assert late >= 20_000_000
+        assert compiled.stamps() == {"kernel_receive": 0, "select_return": 1}
+        assert compiled.chunk_times(compiled.stamps()) == "select_return"
+    finally:
+        c.close()
+        s.close()
 
 
 def _raw_server(responses: list[bytes]):

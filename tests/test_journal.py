@@ -420,3 +420,34 @@ def test_the_journal_takes_under_a_kilobyte_a_request_of_128_chunks(tmp_path):
     assert len(frame) >= 100 and (frame["completion_tokens"] == 128).all()
     size = journal.path_for(tmp_path, 0).stat().st_size
     assert size / len(frame) < 1000, f"{size / len(frame):.0f} bytes a request"
+
+
+def test_summarize_judges_the_client_as_the_run_did(tmp_path):
+    """A run rebuilt from its journal keeps how its client measured (each process's end record):
+    the read path, where chunk times came from, and on the compiled path how far off each
+    chunk's gap can be; so its self-check is the run's own, not one without those views."""
+    with canned_server("--ttft-ms", "2", "--pacing-ms", "1") as srv:
+        res = run_cli(
+            "run",
+            "--base-url",
+            srv.url,
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "20",
+            "--input-len",
+            "16",
+            "--output-len",
+            "16",
+            "--quiet",
+            "--output",
+            str(tmp_path),
+        )
+    assert res.returncode == 0, res.stderr
+    ran = json.loads((tmp_path / "summary.json").read_text())["self_check"]
+    res = cli("summarize", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    again = json.loads((tmp_path / "summary.json").read_text())["self_check"]
+    assert ran["client_path"] in ("compiled", "python")
+    keys = ["client_path", "chunk_times", "client_bound", "chunk_time_reads", "chunk_bound_ms", "read_delay_ms"]
+    assert {k: again.get(k) for k in keys} == {k: ran.get(k) for k in keys}

@@ -30,7 +30,7 @@ from loadgen.executors import Share
 from loadgen.load.execute import ErrorRate, RunResult, RunSpec, execute, session_for
 from loadgen.load.scrape import RunWindow
 from loadgen.load.workload import WorkloadRef
-from loadgen.outputs.journal import Journal, Relay, path_for
+from loadgen.outputs.journal import Journal, Relay, end_of, path_for
 
 START_MARGIN_S = 1.0  # from naming the start to it: the calls must reach every node first
 
@@ -212,7 +212,7 @@ async def execute_on_ray(
                         results[w] = shift(result, delta[w])
                         if relayed:
                             journal(w, batches, lags)
-                            journals.pop(w).close({"interrupted": result.interrupted})
+                            journals.pop(w).close(end_of(result.interrupted, result.load_info))
                     except Exception as e:  # the actor died (its node lost, its process killed)
                         kept = "its requests journaled by then are kept" if relayed else "its requests are lost"
                         lost[w] = f"worker {w} on {infos[w]['host']} was lost mid-run ({type(e).__name__}); {kept}"

@@ -302,6 +302,7 @@ def merge(
     where: set = set()
     paths: set = set()
     bound: dict[int, int] = {}
+    reads: dict[str, int] = {}
     for w in sorted(results):
         r = results[w]
         records.extend(r.records)
@@ -313,6 +314,8 @@ def merge(
         paths.add(r.load_info.get("client_path"))
         for ns, n in r.load_info.get("chunk_bound") or ():
             bound[ns] = bound.get(ns, 0) + n
+        for how, n in (r.load_info.get("chunk_time_reads") or {}).items():
+            reads[how] = reads.get(how, 0) + n
     records.sort(key=lambda rec: rec.index)
     load_info = {
         "ramp_s": (max(firsts) - min(firsts)) / 1e9 if firsts else None,
@@ -323,6 +326,8 @@ def merge(
     }
     if bound:
         load_info["chunk_bound"] = sorted(bound.items())
+    if reads:
+        load_info["chunk_time_reads"] = reads
     if stopped_early:
         load_info["stopped_early"] = stopped_early
     join = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731

@@ -275,6 +275,9 @@ static int set_ll(PyObject *o, PyObject *name, long long v) {
  * exact below 8 ns, then 8 to an octave (read back as the bin's top: at most 1/8 over). */
 #define BOUND_BINS (8 + 61 * 8)
 static long long bound_hist[BOUND_BINS];
+/* the reads that held token chunks, process-wide: [0] timed at select()'s return (no kernel
+ * stamp came), [1] by the kernel's receive stamp; what the self-check reports as chunk_times */
+static long long reads_by_stamp[2];
 
 static int bound_bin(long long v) {
     if (v < 8)
@@ -793,10 +796,10 @@ static long long loop_time(Conn *c, long long now) {
  * and after the select before the one that reported the read. A gap measured between two times
  * late by e1 <= b1 and e2 <= b2 is off by at most max(b1, b2): the histogram holds that per
  * chunk, so its percentiles bound the ITL's error; the first chunk's is the request's read delay. */
-static int account(Conn *c, long long k, int first, long long t, long long prev) {
+static int account(Conn *c, long long k, int first, long long t, long long prev, int stamped) {
     int partial = c->sse && c->pending.len > 0;
     long long bound = 0;
-    if (k > 1 || partial) {
+    if (k > 1 || partial || !stamped) { /* without the kernel's stamp, t is select()'s: each chunk late */
         long long floor = prev;
         if ((c->clock && c->clock != Py_None)) {
             PyObject *v = PyObject_GetAttr(c->clock, str_floor_ns);
@@ -809,7 +812,7 @@ static int account(Conn *c, long long k, int first, long long t, long long prev)
         }
         bound = t > floor && floor > 0 ? t - floor : 0;
     }
-    long long last = partial ? bound : 0;         /* the read's last chunk */
+    long long last = partial || !stamped ? bound : 0; /* the read's last chunk */
     long long one = k == 1 ? last : bound;        /* its first */
     long long span = first ? one : (c->prev_bound > one ? c->prev_bound : one);
     if (!c->warmup) {
@@ -882,8 +885,12 @@ static PyObject *Conn_read(Conn *c, PyObject *Py_UNUSED(ignored)) {
         fail(c);
         Py_RETURN_NONE;
     }
-    if (c->rec && c->nchunks > before && account(c, c->nchunks - before, before == 0, t, prev) < 0)
-        fail(c);
+    if (c->rec && c->nchunks > before) {
+        if (!c->warmup)
+            reads_by_stamp[kernel != 0] += 1;
+        if (account(c, c->nchunks - before, before == 0, t, prev, kernel != 0) < 0)
+            fail(c);
+    }
     Py_RETURN_NONE;
 }
 
@@ -1080,7 +1087,19 @@ static PyObject *bounds(PyObject *Py_UNUSED(m), PyObject *args) {
     return out;
 }
 
+static PyObject *stamps(PyObject *Py_UNUSED(m), PyObject *args) {
+    int reset = 0;
+    if (!PyArg_ParseTuple(args, "|p", &reset))
+        return NULL;
+    PyObject *out = Py_BuildValue("(LL)", reads_by_stamp[1], reads_by_stamp[0]);
+    if (out && reset)
+        reads_by_stamp[0] = reads_by_stamp[1] = 0;
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
+    {"stamps", stamps, METH_VARARGS,
+     "stamps(reset=False): (reads timed by the kernel's stamp, reads timed at select()), of reads with chunks."},
     {"bounds", bounds, METH_VARARGS, "bounds(reset=False): [(bin top ns, chunks)]: how far off each chunk's gap can be."},
     {NULL},
 };

@@ -293,7 +293,6 @@ class CompiledClient:
         ).encode("latin-1")
         self.timeout_s = timeout_s
         self.keep_text = keep_text
-        self.stamped: bool | None = None  # whether the kernel stamped the reads (known after one)
 
     async def close(self) -> None:
         self.pool.close()
@@ -313,8 +312,6 @@ class CompiledClient:
                 except TimeoutError:  # the connect's own limit, not the request's
                     raise _Failed("connection_error", f"Cannot connect to host {self.where} [timed out]") from None
                 ex = conn.exchange = _Exchange(rec, conn)
-                if self.stamped is None:
-                    self.stamped = bool(conn.reader.stamped)
                 conn.reader.begin(rec, functools.partial(on_event, rec), _parse_block)
                 data = self._head + b"%d\r\n\r\n" % len(body) + body
                 rec.t_send_ns = _monotonic_ns()
@@ -359,3 +356,18 @@ def bounds(reset: bool = False) -> list[tuple[int, int]]:
     first chunk) can be (the bin's top), over every chunk this process read on the compiled path
     since the last reset (loadgen/client/_hotpath.c)."""
     return _hotpath.bounds(reset) if _hotpath is not None else []
+
+
+def stamps(reset: bool = False) -> dict[str, int]:
+    """How this process's measured reads that held chunks were timed since the last reset: by
+    the kernel's receive stamp, or (none came: the socket option refused, or a read without
+    one) at select()'s return, which bounds() then counts as late by up to the loop's delay."""
+    stamped, unstamped = _hotpath.stamps(reset) if _hotpath is not None else (0, 0)
+    return {"kernel_receive": stamped, "select_return": unstamped}
+
+
+def chunk_times(reads: dict[str, int]) -> str | None:
+    """What the self-check reports as where chunk times were taken, from `stamps()`: one of
+    the two, "mixed" when reads of both kinds came, None when no read held a chunk."""
+    taken = [k for k, n in reads.items() if n]
+    return taken[0] if len(taken) == 1 else ("mixed" if taken else None)

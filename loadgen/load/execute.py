@@ -27,7 +27,7 @@ from loadgen.executors import Feed, Item, Share, closed_loop, open_loop
 from loadgen.executors.conversation import Think, conversing
 from loadgen.load.looplag import LoopLagMonitor
 from loadgen.load.scrape import RunWindow, Window
-from loadgen.outputs.journal import Journal, Relay, path_for
+from loadgen.outputs.journal import Journal, Relay, end_of, path_for
 from loadgen.shapes import LoadShape, Shape  # noqa: F401 - LoadShape: the steady shapes by their numbers
 from workloads import Request
 
@@ -174,6 +174,7 @@ def stream_client(spec: RunSpec, headers: dict, session: aiohttp.ClientSession):
         raise LoadgenError(f"{CLIENT_PATH_ENV}={path!r}: give compiled (the default) or python")
     if path == "compiled" and compiled.serves(spec.api_base):
         compiled.bounds(reset=True)  # this run's chunks only
+        compiled.stamps(reset=True)
         return compiled.CompiledClient(spec.api_base, spec.endpoint, headers, timeout_s, keep_text=spec.keep_text)
     from loadgen.client.stream import StreamClient  # aiohttp: loaded by a real run only
 
@@ -187,8 +188,13 @@ def client_info(client, session: aiohttp.ClientSession) -> dict:
     from loadgen.client import compiled
 
     if isinstance(client, compiled.CompiledClient):
-        where = "kernel_receive" if client.stamped else "select_return"
-        return {"client_path": "compiled", "chunk_times": where, "chunk_bound": compiled.bounds()}
+        reads = compiled.stamps()  # as the stamps arrived, not as the socket option was asked
+        return {
+            "client_path": "compiled",
+            "chunk_times": compiled.chunk_times(reads),
+            "chunk_time_reads": reads,
+            "chunk_bound": compiled.bounds(),
+        }
     from loadgen.client.stream import chunk_times
 
     return {"client_path": "python", "chunk_times": chunk_times(session)}
@@ -331,7 +337,7 @@ async def execute(
         gc.unfreeze()  # what was alive before the run can be collected again (sweeps run many)
         await monitor.stop()
         if journal is not None:  # every send ended through its `finally`: all are written
-            journal.close({"interrupted": interrupted})
+            journal.close(end_of(interrupted, load_info))
         server_window = await window.close()
         await client.close()
         if own_session:

@@ -260,9 +260,12 @@ def summarize(
         chunk_lag_by_worker={w: chunks.lag(w) for w in chunks.lags if w >= 0},
         lag_worker=lag_worker,
         chunk_bound=(load_info or {}).get("chunk_bound"),
+        chunk_times=(load_info or {}).get("chunk_times"),
     )
     check["chunk_times"] = (load_info or {}).get("chunk_times")  # where chunk times were taken
     check["client_path"] = (load_info or {}).get("client_path")  # compiled, or pure Python
+    if reads := (load_info or {}).get("chunk_time_reads"):  # compiled: how many reads each way
+        check["chunk_time_reads"] = reads
     with_chunks = rows.array("n_chunks") > 0
     sources = counts(rows.col("token_count_source")[measured & with_chunks])
     source = "none" if not sources else (next(iter(sources)) if len(sources) == 1 else "mixed")

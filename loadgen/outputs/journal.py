@@ -43,6 +43,41 @@ _LAG = pa.schema([pa.field("at_ns", pa.int64()), pa.field("lag_ns", pa.int64())]
 _WRITE = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
+# what a run's summary needs of how it was measured beyond its records: the client's read path,
+# where its chunk times came from and how far off they can be; kept in each file's end, so that
+# `loadgen summarize` (a run rebuilt from its journal) judges the client as the run itself did
+LOAD_KEYS = ("client_path", "chunk_times", "chunk_time_reads", "chunk_bound")
+
+
+def end_of(interrupted: bool, load_info: dict | None) -> dict:
+    """A process's end record: whether it was interrupted, and its LOAD_KEYS."""
+    load = {k: v for k, v in (load_info or {}).items() if k in LOAD_KEYS and v is not None}
+    return {"interrupted": interrupted, "load": load}
+
+
+def load_of(ended: dict[str, dict]) -> dict:
+    """The run's LOAD_KEYS from its files' ends (a worker's each): one read path and chunk-time
+    source if all agree ("mixed" if not), the bound's bins and the reads' counts summed."""
+    out: dict = {}
+    loads = [e.get("load") or {} for e in ended.values()]
+    for key in ("client_path", "chunk_times"):
+        said = {ld[key] for ld in loads if ld.get(key)}
+        if said:
+            out[key] = said.pop() if len(said) == 1 else "mixed"
+    bound: dict[int, int] = {}
+    reads: dict[str, int] = {}
+    for ld in loads:
+        for ns, n in ld.get("chunk_bound") or ():
+            bound[int(ns)] = bound.get(int(ns), 0) + int(n)
+        for how, n in (ld.get("chunk_time_reads") or {}).items():
+            reads[how] = reads.get(how, 0) + int(n)
+    if bound:
+        out["chunk_bound"] = sorted(bound.items())
+    if reads:
+        out["chunk_time_reads"] = reads
+    return out
+
+
 def _key(worker: int, part: int = 0) -> str:
     """A journal file's key: the worker, and the part of the run (a sweep cell continued after
     a kill by `--resume` journals its continuation as part 1, 2, ...)."""

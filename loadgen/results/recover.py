@@ -60,6 +60,7 @@ def summarize_dir(directory: str | Path) -> tuple[Rows, dict]:
         t0_unix,
         interrupted=interrupted,
         loop_lag_worker=j.lag_worker if j.workers > 1 else [],
+        load_info=journal.load_of({k: e for k, e in j.ended.items() if k in j.last}),  # how the client measured
     )
     timescale.to_emulated(result, scale)
     rows = Rows(path=path / store.REQUESTS)
@@ -74,6 +75,7 @@ def summarize_dir(directory: str | Path) -> tuple[Rows, dict]:
         lateness_threshold_ms=judged.get("lateness_threshold_ms", 5.0),
         timing_threshold_ms=judged.get("timing_threshold_ms", 4.0),
         steady=bool(judged.get("steady_state")),
+        load_info=result.load_info,
     )
     ends = rows.array("t_end_ns")
     ends = ends[ends > 0]
