@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loadgen.config import sampling_label
 from loadgen.report import controls, decision, goodput, interactive, overtime, phases, plots, tables, whatif
@@ -13,6 +14,9 @@ from loadgen.report.numbers import num, short
 from loadgen.report.render import Section, markdown, page
 from loadgen.results import store
 from loadgen.results.reading import ReportError, Sweep, read
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Built", "ReportError", "build"]
 
@@ -106,6 +110,16 @@ def _in_order(frame, order: dict[str, int]):
     if frame.empty or "workload" not in frame:
         return frame
     return frame.sort_values("workload", key=lambda w: w.map(order), kind="stable").reset_index(drop=True)
+
+
+def _controls(sw, doc: dict | None, levels: list[int], notes: list[str]) -> pd.DataFrame:
+    """The controls' table (loadgen.report.controls), its oracle read per workload from that
+    workload's own what-if (traces-WORKLOAD.jsonl), where a sweep of controls has them."""
+    own: dict[str, dict] = {}
+    if len(sw.ok) and sw.ok["variant"].isin(controls.kinds(sw.manifest)).any():
+        own, said = whatif.per_workload(sw.root, sw.model, levels, sorted(set(sw.ok["workload"])))
+        notes += said
+    return controls.table(sw.ok, sw.manifest, doc, own)
 
 
 def build(root: str | Path, out: str | Path | None = None) -> Built:
@@ -241,9 +255,10 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
         ) + overtime.batch_scatter(t["timeline"], col)
         sections.append(over_section)
     closed = sw.cells[sw.cells["mode"] == "closed"] if len(sw.cells) and "mode" in sw.cells else sw.cells.iloc[:0]
-    doc, what_notes = whatif.load(sw.root, sw.model, sorted({int(v) for v in closed.get("level", [])}))
+    levels = sorted({int(v) for v in closed.get("level", [])})
+    doc, what_notes = whatif.load(sw.root, sw.model, levels)
     notes += what_notes
-    ctl = controls.table(sw.ok, sw.manifest, doc)  # vLLM's SD controls against fixed k and the oracle
+    ctl = _controls(sw, doc, levels, notes)  # vLLM's SD controls against fixed k and the oracle
     if len(ctl) and not sw.single:
         sections[0].lead += controls.sentences(ctl)
         sections[0].tables.append(("SD controls against the best fixed k and the oracle", ctl, "controls.csv"))

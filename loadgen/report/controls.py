@@ -69,14 +69,30 @@ def _oracles(whatif: dict | None, drafter: str) -> dict[int, float]:
     return top
 
 
-def table(ok: pd.DataFrame, manifest: dict, whatif: dict | None) -> pd.DataFrame:
+def _oracle_docs(ok: pd.DataFrame, whatif: dict | None, per_workload: dict[str, dict] | None) -> dict[str, dict]:
+    """Per workload, the what-if results its oracle is read from: its own (traces-WORKLOAD.jsonl),
+    else the directory's one (traces.jsonl) when the sweep has that one workload only; a file
+    shared by several workloads stands for none of them (acceptance, so the oracle, differs)."""
+    workloads = sorted(set(ok["workload"])) if len(ok) else []
+    docs = dict(per_workload or {})
+    if whatif is not None and len(workloads) == 1:
+        docs.setdefault(workloads[0], whatif)
+    return docs
+
+
+def table(
+    ok: pd.DataFrame, manifest: dict, whatif: dict | None, per_workload: dict[str, dict] | None = None
+) -> pd.DataFrame:
     """One row per (workload, mode, level, variant) of a drafter that was swept both at fixed k
-    and with a control; empty when no control was swept."""
+    and with a control; empty when no control was swept. The oracle's share is each workload's
+    own (`per_workload`: loadgen.report.whatif.per_workload; `whatif`: the directory's one,
+    used for a sweep of one workload)."""
     kind = kinds(manifest)
     drafters = {d for d, c in kind.values() if c != "fixed"} & {d for d, c in kind.values() if c == "fixed"}
     if not drafters or ok.empty:
         return pd.DataFrame(columns=COLUMNS)
-    oracles = {d: _oracles(whatif, d) for d in drafters}
+    docs = _oracle_docs(ok, whatif, per_workload)
+    oracles = {(w, d): _oracles(doc, d) for w, doc in docs.items() for d in drafters}
     rows = []
     cells = ok[ok["variant"].isin(kind) & (ok["output_throughput_tok_s"] > 0)]
     for (workload, mode, level), g in cells.groupby(["workload", "mode", "level"], sort=True):
@@ -87,7 +103,8 @@ def table(ok: pd.DataFrame, manifest: dict, whatif: dict | None) -> pd.DataFrame
                 continue
             best_fixed = float(fixed["output_throughput_tok_s"].max())
             top = mine.loc[mine["output_throughput_tok_s"].idxmax(), "variant"]
-            share = oracles[drafter].get(int(level)) if mode == "closed" and float(level).is_integer() else None
+            mine_oracle = oracles.get((workload, drafter), {})
+            share = mine_oracle.get(int(level)) if mode == "closed" and float(level).is_integer() else None
             for _, r in mine.iterrows():
                 tok_s = float(r["output_throughput_tok_s"])
                 rows.append(
@@ -134,11 +151,12 @@ def sentences(t: pd.DataFrame, unit_of=lambda mode: "users" if mode == "closed" 
                 f"tok/s{share}); against the best fixed k: {controls}"
             )
         out.append(f"On {workload}, {drafter}'s controls: " + "; ".join(parts) + ".")
-    if t["oracle_share"].isna().all():
+    missing = sorted(set(t.loc[t["oracle_share"].isna(), "workload"]))
+    if missing:
         out.append(
-            "The oracle's share needs this workload's acceptance traces beside the results: "
-            "DIR/traces.jsonl (on the emulator: loadgen simulate ... --acceptance-traces DIR/traces.jsonl; "
-            "from a real server: loadgen sweep --token-ids, then loadgen traces), and loadgen report again "
-            "(docs/whatif.md)."
+            f"The oracle's share needs each workload's acceptance traces beside the results ({', '.join(missing)} "
+            "has none): DIR/traces-WORKLOAD.jsonl (DIR/traces.jsonl serves a sweep of one workload; on the "
+            "emulator: loadgen simulate ... --acceptance-traces DIR/traces-WORKLOAD.jsonl; from a real server: "
+            "loadgen sweep --token-ids, then loadgen traces), and loadgen report again (docs/whatif.md)."
         )
     return out

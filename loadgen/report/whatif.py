@@ -16,15 +16,20 @@ from loadgen.results import store
 from loadgen.whatif import BATCHES, KS
 
 
-def load(root: Path, model: str | None, levels: list[int] | None = None) -> tuple[dict | None, list[str]]:
-    """The what-if results for this directory, and notes on where they came from."""
-    done = root / "whatif.json"
+def load(
+    root: Path, model: str | None, levels: list[int] | None = None, workload: str | None = None
+) -> tuple[dict | None, list[str]]:
+    """The what-if results for this directory, and notes on where they came from: from
+    whatif.json or traces.jsonl, or with `workload` one workload's own (whatif-WORKLOAD.json
+    or traces-WORKLOAD.jsonl, what the controls' oracle of that workload is read from)."""
+    tag = f"-{workload}" if workload else ""
+    done = root / f"whatif{tag}.json"
     if done.is_file():
         try:
             return json.loads(done.read_text()), []
         except ValueError as e:
-            return None, [f"whatif.json is unreadable ({e}): no what-if section; run loadgen whatif again"]
-    traces_path = root / "traces.jsonl"
+            return None, [f"{done.name} is unreadable ({e}): no what-if from it; run loadgen whatif again"]
+    traces_path = root / f"traces{tag}.jsonl"
     if not traces_path.is_file():
         return None, []
     from loadgen.errors import LoadgenError
@@ -34,15 +39,30 @@ def load(root: Path, model: str | None, levels: list[int] | None = None) -> tupl
     name = profiles.for_model(model) if model else None
     if name is None:
         return None, [
-            f"traces.jsonl is here but no cost profile serves {model!r}: run "
+            f"{traces_path.name} is here but no cost profile serves {model!r}: run "
             f"loadgen whatif {traces_path} --profile NAME --output {root} to add the what-if section"
         ]
     try:  # as loadgen whatif evaluates them, at the sweep's levels
         doc = whatif(WhatIfJob(traces_path, name, batches=tuple(levels or BATCHES), ks=tuple(KS))).doc
     except LoadgenError as e:
-        return None, [f"what-if over traces.jsonl failed: {e}"]
+        return None, [f"what-if over {traces_path.name} failed: {e}"]
     store.atomic(done, lambda tmp: Path(tmp).write_text(json.dumps(doc, indent=1)))
-    return doc, [f"what-if evaluated here over traces.jsonl on profile {name} (kept as whatif.json)"]
+    return doc, [f"what-if evaluated here over {traces_path.name} on profile {name} (kept as {done.name})"]
+
+
+def per_workload(
+    root: Path, model: str | None, levels: list[int], workloads: list[str]
+) -> tuple[dict[str, dict], list[str]]:
+    """Each workload's own what-if results, where the directory has them (whatif-WORKLOAD.json
+    or traces-WORKLOAD.jsonl): the controls' oracle differs by workload as acceptance does."""
+    out: dict[str, dict] = {}
+    notes: list[str] = []
+    for w in workloads:
+        doc, said = load(root, model, levels, workload=w)
+        notes += said
+        if doc is not None:
+            out[w] = doc
+    return out, notes
 
 
 def table(doc: dict) -> pd.DataFrame:
