@@ -53,7 +53,7 @@ def fmt(x: float | None, spec: str) -> str:
 def table(found: dict) -> list[str]:
     rows = [
         "| variant | concurrency | output tok/s | speedup | drafted | accepted | acceptance | mean acceptance length "
-        "| client by rule | stream | past end | coalesced | exact |"
+        "| stream count | stream raw | past end | coalesced | agree |"
     ]
     rows.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     base = {c: s for (v, c), (s, _) in found.items() if v == "baseline"}
@@ -70,7 +70,8 @@ def table(found: dict) -> list[str]:
 
 
 def _reconciled(s: dict) -> list[str]:
-    """The client's accepted drafts by the written rule (loadgen.measures.reconcile) and its parts."""
+    """The stream's count of accepted drafts, its raw tokens beyond one a chunk, the parts of the
+    written rule, and whether the three counts agree by it (loadgen.measures.reconcile)."""
     client = s.get("acceptance_client") or {}
     rec = client.get("reconciliation") or {}
     return [
@@ -104,9 +105,9 @@ def checks(found: dict) -> list[str]:
         "per-request SD counts sum to /metrics in every SD cell"
         if not off
         else f"per-request SD counts differ from /metrics: {', '.join(sorted(set(off)))}",
-        "the client's accepted drafts by the rule = vLLM's counter in every cell"
+        "stream, per-request counts and vLLM's counter agree by the rule in every cell"
         if not inexact
-        else f"by the rule != vLLM's counter (or no counter): {', '.join(sorted(inexact))}",
+        else f"not agreeing by the rule (or a count missing): {', '.join(sorted(inexact))}",
         "every baseline cell: 0 accepted"
         if not base_acc
         else f"baseline cells with accepted drafts: {', '.join(base_acc)}",

@@ -366,3 +366,37 @@ def pytest_runtest_protocol(item, nextitem):
         )
         if not keep:
             _lock.release()
+
+
+def reconciled(directory: Path, mutate=None) -> dict:
+    """A run's accepted drafts reconciled again from what it stored (requests.parquet, and the
+    server's figures in summary.json), after `mutate(frame)` changed its stream if given: what
+    loadgen.measures.reconcile makes of a stream that is not the one the server sent."""
+    import numpy as np
+    import pandas as pd
+
+    from loadgen.measures.summary import summarize
+
+    frame = pd.read_parquet(directory / "requests.parquet")
+    summary = json.loads((directory / "summary.json").read_text())
+    if mutate is not None:
+        mutate(frame)
+    figures = {"spec_decode": summary["spec_decode"], "server": summary["server"]}
+    empty = np.zeros(0, np.int64)
+    out = summarize(frame, (empty, empty), config=summary["config"], server_figures=figures)
+    return out["acceptance_client"]["reconciliation"]
+
+
+def drop_one_draft(frame) -> int:
+    """Take one accepted draft out of the stream: the first decode chunk of several tokens (of a
+    request that did not fail) carries one fewer, as a client that lost it would have read.
+    Returns the request's row."""
+    for i, (ok, tokens) in enumerate(zip(frame["ok"], frame["chunk_tokens"])):
+        tokens = list(tokens)
+        j = next((j for j in range(1, len(tokens)) if tokens[j] > 1), None)
+        if ok and j is not None:
+            tokens[j] -= 1
+            frame.at[i, "chunk_tokens"] = tokens
+            frame.at[i, "step_tokens"] = tokens  # vLLM: one chunk a step
+            return i
+    raise AssertionError("no chunk of several tokens to take a draft from")

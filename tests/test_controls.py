@@ -39,7 +39,7 @@ def test_a_sweep_of_the_controls_ends_with_the_best_per_level_and_its_share_of_t
     assert res.returncode == 0, res.stderr
     res = cli("report", str(out))  # without traces: the best per level, and how to get the oracle
     assert res.returncode == 0, res.stderr
-    assert "The oracle's share needs this workload's acceptance traces" in (out / "report" / "report.md").read_text()
+    assert "The oracle's share needs each workload's acceptance traces" in (out / "report" / "report.md").read_text()
     # the oracle: the emulator's exact traces of the same workload, where the report finds them
     res = run_cli(
         "simulate",
@@ -126,7 +126,10 @@ num_speculative_tokens_per_batch_size = [[1, 2, 3], [3, 256, 0]]
     s = json.loads((out / "cells" / "eagle3-k0" / "chat" / "c4" / "summary.json").read_text())
     rec = s["acceptance_client"]["reconciliation"]
     assert rec["exact"] is True, rec
-    assert rec["server_per_request"] == rec["server_counter"] == rec["accepted_tokens"]
+    # three counts: the per-request ones sum to the counter, and so does the stream's own count
+    # (one chunk a step: nothing coalesced) plus the drafts accepted past the end
+    assert rec["server_per_request"] == rec["server_counter"] == rec["accepted_tokens"] + rec["past_end"]["tokens"]
+    assert rec["stream"]["coalesced_steps"] == 0 and rec["unexplained"]["tokens"] == 0
     sd = s["spec_decode"]
     reported = s["acceptance_client"]["server_reported"]
     assert reported["spec_steps"] == sd["drafts"]  # verify steps: those that drafted

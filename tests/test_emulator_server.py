@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from servers.embedded import emulator_server
-from tests.conftest import run_cli
+from tests.conftest import drop_one_draft, reconciled, run_cli
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 VARIANTS = {
@@ -99,11 +99,14 @@ def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
         return
     assert sd["accepted_tokens"] == m["vllm:spec_decode_num_accepted_tokens_total"]
     client = summary["acceptance_client"]  # the client's step trace: one chunk per step here
-    assert client["steps_source"] == "chunks" and client["accepted_tokens"] == sd["accepted_tokens"]
-    rec = client["reconciliation"]  # by the rule: the streamed drafts plus those past max_tokens
-    assert rec["exact"] and rec["server_counter"] == rec["accepted_tokens"] == sd["accepted_tokens"]
-    assert rec["source"] == "per_request" and rec["coalesced"]["tokens"] == 0 and rec["unexplained"]["tokens"] == 0
-    past_end = rec["past_end"]["tokens"]
+    rec = client["reconciliation"]  # three counts: the stream's, the per-request ones, the counter
+    past_end = rec["past_end"]["tokens"]  # (from each request's own count: what its stream cannot show)
+    # the stream's own count (one chunk per step: its tokens beyond one) plus the drafts accepted
+    # past max_tokens is the counter; the per-request counts sum to it
+    assert client["steps_source"] == "chunks" and client["accepted_tokens"] == sum(n - 1 for n in decode)
+    assert client["accepted_tokens"] + past_end == sd["accepted_tokens"] == rec["server_per_request"]
+    assert rec["exact"] and rec["source"] == "stream_with_step_counter" and rec["stream"]["coalesced_steps"] == 0
+    assert rec["coalesced"]["tokens"] == 0 and rec["unexplained"]["tokens"] == 0 == rec["stream_unmatched"]["tokens"]
     if variant == "synthetic":  # 0.9 at the first position: some last step accepts past the end
         assert past_end > 0 and any("past the end" in d for d in rec["differences"])
     assert sd["drafts"] == m["vllm:spec_decode_num_drafts_total"]
@@ -135,6 +138,13 @@ def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
     assert rep["draft_tokens"] == m["vllm:spec_decode_num_draft_tokens_total"]
     assert rep["spec_steps"] == m["vllm:spec_decode_num_drafts_total"]
     assert rep["mean_acceptance_length"] == pytest.approx(sd["mean_acceptance_length"])
+    # the stored stream reconciles again by the rule; one accepted draft taken out of one chunk
+    # does not: the difference is reported (the stream's tokens are no longer the server's usage)
+    assert reconciled(tmp_path)["exact"] is True
+    rec = reconciled(tmp_path, drop_one_draft)
+    assert rec["exact"] is False and rec["stream_unmatched"] == {"tokens": 1, "requests": 1}, rec
+    assert rec["accepted_tokens"] == client["accepted_tokens"] - 1
+    assert any("not explained" in d for d in rec["differences"]), rec["differences"]
 
 
 @pytest.mark.parametrize("variant", ["baseline", "eagle"])
@@ -158,16 +168,24 @@ def test_coalesced_chunks_are_not_accepted_drafts(variant, tmp_path):
         assert tokens[0] == 1 and all(n >= 4 for n in list(tokens)[1:-1]), list(tokens)
     client = json.loads((tmp_path / "summary.json").read_text())["acceptance_client"]
     rec = client["reconciliation"]
-    assert rec["exact"] and rec["coalesced"]["tokens"] > 0 and rec["unexplained"]["tokens"] == 0
+    assert rec["exact"] and rec["stream"]["coalesced_steps"] > 0 and rec["unexplained"]["tokens"] == 0
     assert any("coalesced" in d for d in rec["differences"])
     if spec is None:  # no SD counter at all: vLLM without a speculative config
         assert client["accepted_source"] == rec["source"] == "server_drafted_nothing"
         assert client["accepted_tokens"] == rec["server_counter"] == 0
-        assert rec["coalesced"]["tokens"] == client["stream_accepted_tokens"] == sum(n - 1 for n in decode)
+        assert rec["stream"]["coalesced_steps"] == client["stream_accepted_tokens"] == sum(n - 1 for n in decode)
         assert client["decode_steps"] == 8 * 39 and client["tokens_per_step_mean"] == 1.0
         return
     accepted = m["vllm:spec_decode_num_accepted_tokens_total"]
-    assert client["accepted_tokens"] == rec["server_counter"] == accepted > 0
+    # EAGLE drafts at every step: the step counter (draft rounds) tells how many steps the chunks
+    # merged, so the stream's count plus the drafts past the end is the counter (and the
+    # per-request counts' steps agree: the rule's coalesced steps are the counter's)
+    assert client["accepted_tokens"] + rec["past_end"]["tokens"] == rec["server_counter"] == accepted > 0
+    assert (
+        rec["coalesced"]["tokens"]
+        == rec["stream"]["coalesced_steps"]
+        == m["vllm:spec_decode_num_drafts_total"] - (len(decode))
+    )
     assert client["stream_accepted_tokens"] > accepted - rec["past_end"]["tokens"]  # the stream alone over-counts
     # the engine's decode steps, not the chunks: every verify step is one
     assert client["decode_steps"] >= m["vllm:spec_decode_num_drafts_total"] > len(decode)

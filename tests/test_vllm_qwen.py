@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, drop_one_draft, reconciled
 from tests.test_vllm_cpu import cell_figures, check_counters, on_one_core, requests_of, sweep_argv, vllm  # noqa: F401
 
 NUM, TOKENS = 2, 32
@@ -62,6 +62,12 @@ def test_a_trained_draft_model_is_accepted_and_counted_as_vllm_counts(qwen):
         frame = requests_of(qwen["out"], key)
         # stream_interval 2: chunks of several steps, told apart from accepted drafts by the rule
         assert max(n for t in frame["chunk_tokens"] for n in list(t)) >= 2, key
+    # the stream as stored reconciles with vLLM's counts again; with one accepted draft taken out
+    # of one chunk it does not, and says so (loadgen/measures/reconcile.py: a check that can fail)
+    cell = qwen["out"] / "cells" / "draft-model" / "code-edit" / "c1"
+    assert reconciled(cell)["exact"] is True
+    mutated = reconciled(cell, drop_one_draft)
+    assert mutated["exact"] is False and mutated["stream_unmatched"] == {"tokens": 1, "requests": 1}, mutated
     # the 0.5B's drafts of the 1.5B's greedy answers: most accepted (87% at one user in the
     # issue's run; a random draft model's, 0)
     assert rates[keys[0]] > 0.5, rates

@@ -69,17 +69,17 @@ def acceptance_client(
     rows: Rows, measured: np.ndarray, chunks: ChunkFigures, server_figures: dict | None = None
 ) -> dict:
     """The client's view of speculative decoding over the measured requests: engine steps
-    (from chunks, or reconstructed from bursts; loadgen.measures.steps), its accepted drafts by
-    the written rule (loadgen.measures.reconcile: coalesced chunks and drafts accepted past
-    max_tokens told apart with the server's help), their reconciliation with the server's
-    counters, and where the server reports them per request, its draft and accepted counts."""
+    (from chunks, or reconstructed from bursts; loadgen.measures.steps), the stream's count of
+    accepted drafts (loadgen.measures.reconcile: coalesced steps told by the server's step
+    counter, never by its per-request counts), its reconciliation with the server's per-request
+    counts and counters by the written rule, and the per-request counts themselves."""
     source = rows.col("steps_source")
     sources = counts(source[measured & (source != "none").to_numpy()])
     total = chunks.step_tokens
     figures = server_figures or {}
     rec = reconcile(rows, chunks, measured, figures.get("spec_decode"), figures.get("server"))
     mine = rec["measured"]
-    n = total - (mine["accepted_tokens"] - mine["past_end"]["tokens"])  # each step: one token + its delivered drafts
+    n = total - mine["accepted_tokens"]  # each step: one token + its delivered drafts (the stream's count)
     out: dict[str, Any] = {
         "steps_source": (next(iter(sources)) if len(sources) == 1 else "mixed") if sources else "none",
         "steps_sources": sources,

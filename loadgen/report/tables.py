@@ -148,10 +148,10 @@ def latency(sw: Sweep) -> pd.DataFrame:
 
 
 def acceptance(sw: Sweep) -> pd.DataFrame:
-    """Server-side acceptance (its counters over the window) beside the client's step trace,
-    and how well their accepted tokens agree (client / server), with the client's count by the
-    written rule reconciled (loadgen.measures.reconcile): what the stream showed, what was
-    accepted past max_tokens, what arrived coalesced, and whether client and counter agree."""
+    """Server-side acceptance (its counters over the window) beside the client's step trace:
+    the accepted drafts three ways (the stream's count, the server's per-request counts, its
+    counter) and their reconciliation by the written rule (loadgen.measures.reconcile): what
+    was accepted past max_tokens, what arrived coalesced, and whether the three agree."""
     rows = []
     for _, c in sw.measured.iterrows():
         s = sw.summaries[c["path"]]
@@ -167,6 +167,7 @@ def acceptance(sw: Sweep) -> pd.DataFrame:
                 "server_accepted_tokens": server_acc,
                 "client_accepted_tokens": client_acc,
                 "client_stream_accepted_tokens": client.get("stream_accepted_tokens"),
+                "server_per_request_accepted_tokens": rec.get("server_per_request"),
                 "past_end_tokens": (rec.get("past_end") or {}).get("tokens"),
                 "coalesced_tokens": (rec.get("coalesced") or {}).get("tokens"),
                 "reconciled": rec.get("exact"),
