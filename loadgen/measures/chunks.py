@@ -77,6 +77,7 @@ class ChunkFigures:
     row_accepted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     row_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     row_last_step: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    row_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # all its steps' tokens
 
     @property
     def decode_total(self) -> int:
@@ -134,6 +135,7 @@ def chunk_figures(
         row_accepted=np.zeros(rows.n, np.int64),
         row_steps=np.zeros(rows.n, np.int64),
         row_last_step=np.zeros(rows.n, np.int64),
+        row_tokens=np.zeros(rows.n, np.int64),
     )
     at, lag = np.asarray(lag_at_ns, dtype=np.int64), np.asarray(lag_ns, dtype=np.int64)
     who = None if lag_worker is None else np.asarray(lag_worker, dtype=np.int64)
@@ -221,6 +223,7 @@ def _first_pass(out, batch, start, measured, ok, window, per_worker) -> None:
         np.int64
     )
     out.row_steps[start : start + rows] = np.bincount(srid[later], minlength=rows)
+    out.row_tokens[start : start + rows] = np.bincount(srid, weights=s, minlength=rows).astype(np.int64)
     last = np.zeros(rows, np.int64)
     last[slen > 0] = s[soff[1:][slen > 0] - 1]
     out.row_last_step[start : start + rows] = last

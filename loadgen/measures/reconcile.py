@@ -98,10 +98,10 @@ def reconcile(rows, chunks, measured: np.ndarray, spec_decode: dict | None, serv
         past[reported], coal[reported], other[reported] = _per_request(
             decode_tokens[reported], steps_seen[reported], verify, server_acc[reported], finish[reported], k
         )
-    # the stream's tokens against the server's own usage count (1 + decode tokens = completion_tokens)
+    # the stream's tokens (every chunk's, the first included) against the server's own usage count
     usage = rows.array("completion_tokens", float) if "completion_tokens" in rows else np.full(rows.n, np.nan)
     has_usage = ok & ~np.isnan(usage) & (rows.array("n_chunks") > 0)
-    unmatched = np.where(has_usage, np.abs(np.nan_to_num(usage).astype(np.int64) - 1 - decode_tokens), 0)
+    unmatched = np.where(has_usage, np.abs(np.nan_to_num(usage).astype(np.int64) - chunks.row_tokens), 0)
 
     seen_fig, measured_fig, told = _stream_figure(stream, steps_seen, seen, measured, spec_decode, nothing_drafted)
     figure = {
