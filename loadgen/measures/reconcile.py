@@ -22,9 +22,10 @@ at least the stream's decode chunks and at least the server's own verify-step co
 
 where past_end (drafts the last step accepted that max_tokens or a stop then cut off: counted
 by the server, never streamed) is 0..k and only for a request that ended by length or a stop.
-A request whose numbers break the rule (past_end below 0 or beyond it, or a stream whose tokens
-are not the server's usage count) is an unexplained difference, named and counted: a stream
-off by one draft shows there.
+A stream with more tokens than those steps and the count explain had more steps, merged into
+its chunks (steps that drafted nothing, which no verify count shows); a server count beyond
+what the rule's room explains, and a stream whose tokens are not the server's usage count, are
+unexplained differences, named and counted: a stream off by one draft shows there.
 """
 
 from __future__ import annotations
@@ -44,12 +45,17 @@ _ENDS = ("length", "stop")  # finish reasons that can cut a last step short
 
 def _per_request(decode_tokens, chunks, verify, server, finish, k):
     """Per request the server reported: (past_end, coalesced steps, unexplained tokens) by the
-    rule, from its own numbers; the unexplained are what the rule cannot place."""
-    steps = np.maximum(chunks, np.nan_to_num(verify).astype(np.int64))
-    past = steps + server - decode_tokens
+    rule, from its own numbers. The engine's steps are at least max(chunks, verify steps); a
+    stream that shows more tokens than those steps and the server's count explain had more
+    steps than that, merged into its chunks (steps that drafted nothing: n-gram misses, k 0 by
+    batch size, which no verify count shows); a server count beyond what the stream's tokens,
+    its steps and the room past the end explain is unexplained."""
+    at_least = np.maximum(chunks, np.nan_to_num(verify).astype(np.int64))
+    past = at_least + server - decode_tokens
     room = np.iinfo(np.int64).max if k is None else k
     kept = np.clip(past, 0, np.where(np.isin(finish, _ENDS), room, 0))
-    return kept, steps - chunks, np.abs(past - kept)
+    steps = at_least + np.maximum(-past, 0)  # the steps the stream's tokens need
+    return kept, steps - chunks, np.maximum(past - kept, 0)
 
 
 def _part(values: np.ndarray, pick: np.ndarray) -> dict:
