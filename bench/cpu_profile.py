@@ -171,9 +171,10 @@ def plan_of(row, method: str | None, k: int) -> tuple[int, list[tuple[str, int, 
     return total, [(method, max(per, e - 1), e) if d else ("", 0, e) for d, e in zip(drafting, emitted)]
 
 
-def predict(profile: Path, spec: dict | None, c: dict) -> dict:
+def predict(profile: Path, spec: dict | None, c: dict, mode: bool = False) -> dict:
     """The cell in virtual time: its users, and its requests as measured (prompt tokens as vLLM
-    counted them, output, steps and drafts per step), replayed on the fitted profile."""
+    counted them, output, steps and drafts per step), replayed on the fitted profile; `mode`:
+    every step pays what the profile's drafter adds to a step with SD configured."""
     from loadgen.measures.frame import request_frame
     from loadgen.measures.summary import summarize
     from loadgen.shapes import ClosedLoop
@@ -186,7 +187,7 @@ def predict(profile: Path, spec: dict | None, c: dict) -> dict:
     m = c["frame"][c["frame"]["ok"] & ~c["frame"]["warmup"]].sort_values("index")
     rows = list(m.itertuples())
     plans = [plan_of(r, method, k) for r in rows]
-    engine = ReplayEngine(profiles.load(str(profile)))
+    engine = ReplayEngine(profiles.load(str(profile)), mode=method if mode else None)
 
     def submit(eng, req, t_send: float, sink) -> None:
         i = int(req.id)

@@ -143,6 +143,7 @@ class SweepOptions(SamplingOptions):
     duration: float | None = None
     warmup: int | None = None
     virtual: bool = False
+    replay: str | None = None  # with virtual: a real sweep whose cells' requests are served as they were
     repeats: int = 1
     seed: int = 0
     endpoint: str = "completions"

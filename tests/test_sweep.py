@@ -479,6 +479,8 @@ def test_levels_and_workload_lists():
         (["--virtual", "--parallel", "--gpus", "0,1"], "--parallel does not apply to --virtual"),
         (["--virtual", "--workers", "2"], "--workers does not apply to --virtual"),
         (["--virtual", "--ray"], "--ray does not apply to --virtual"),
+        (["--replay", "."], "--replay serves a real sweep's requests in virtual time: add --virtual"),
+        (["--virtual", "--replay", "/nonexistent-sweep"], "--replay /nonexistent-sweep: no sweep there"),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, args, expect):
@@ -590,6 +592,36 @@ def test_a_virtual_sweep_simulates_every_cell_as_loadgen_simulate_does(tmp_path)
     assert "every cell was simulated in virtual time" in (out / "report" / "report.md").read_text()
     dry = cli("sweep", "--virtual", "--dry-run")
     assert dry.returncode == 0 and "virtual time: every cell simulated" in dry.stdout
+
+
+def test_a_virtual_sweep_replays_the_real_cells_requests_as_they_were_served(tmp_path):
+    """`sweep --virtual --replay REAL`: each virtual cell serves the real cell's measured requests
+    with their token ids, so every request's prompt and output tokens are the real one's, and the
+    n-gram drafter, replayed over those ids by vLLM's lookup, accepts what the real server's
+    (the emulator's own n-gram, served over HTTP) accepted: counted by the server's counters on
+    one side and the virtual engine's on the other. The warm-up the real cell sent first is left
+    out."""
+    common = ["--servers", "llama-3.1-8b", "--engine", "emulator", "--variants", "baseline,ngram"]
+    common += ["--workloads", "code-edit,output=fixed:32", "--data-dir", str(DATA), "--concurrency", "2"]
+    common += ["--num-requests", "6", "--quiet"]
+    real, virtual = tmp_path / "real", tmp_path / "virtual"
+    res = run_cli("sweep", *common, "--warmup", "1", "--token-ids", "--output", str(real))
+    assert res.returncode == 0, res.stderr
+    res = run_cli("sweep", *common, "--virtual", "--replay", str(real), "--output", str(virtual))
+    assert res.returncode == 0, res.stderr
+    for variant in ("baseline", "ngram"):
+        key = f"{variant}/code-edit/c2"
+        r = pd.read_parquet(real / "cells" / key / "requests.parquet")
+        v = pd.read_parquet(virtual / "cells" / key / "requests.parquet")
+        r = r[~r["warmup"]].set_index("request_id")[["prompt_tokens", "completion_tokens"]]
+        v = v.set_index("request_id")[["prompt_tokens", "completion_tokens"]]
+        assert len(v) == len(r) == 6 and v.sort_index().equals(r.sort_index())
+    got, want = summary(virtual, "ngram/code-edit/c2"), summary(real, "ngram/code-edit/c2")
+    assert got["spec_decode"]["accepted_tokens"] == want["spec_decode"]["accepted_tokens"] > 0
+    lacking = [*common[: common.index("--concurrency")], "--concurrency", "4", "--num-requests", "6", "--quiet"]
+    res = run_cli("sweep", *lacking, "--virtual", "--replay", str(real), "--output", str(tmp_path / "m"))
+    table = cells(tmp_path / "m")  # a cell the real sweep lacks: failed, in one line naming it
+    assert (table["status"] == "failed").all() and table["error"].str.contains("--replay: cell").all(), res.stderr
 
 
 def test_a_deployment_with_bad_controls_is_refused_before_any_server(tmp_path):

@@ -83,6 +83,13 @@ from servers.deployments.catalog import available as catalog_names
     "the cost model's figures (docs/sweep.md).",
 )
 @click.option(
+    "--replay",
+    metavar="DIR",
+    help="With --virtual: each cell serves the requests the real sweep in DIR (run with "
+    "--token-ids) served in the same cell, as it served them: its prompt and output token ids "
+    "and its acceptance at every position (docs/sweep.md).",
+)
+@click.option(
     "--repeats",
     type=int,
     default=1,

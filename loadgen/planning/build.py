@@ -171,6 +171,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         acceptance_lengths=lengths,
         repeats=o.repeats or 1,
         virtual=bool(o.virtual),
+        replay=_replay(o),
         shape=None if own is None else own[0],
     )
     return plan, dep
@@ -234,6 +235,18 @@ def _check_virtual(o: SweepOptions, dep) -> None:
     ):
         if given:
             raise LoadgenError(f"--{key} does not apply to --virtual ({why}): drop one of them")
+
+
+def _replay(o: SweepOptions) -> str | None:
+    """--replay: a real sweep's directory, only with --virtual."""
+    if o.replay is None:
+        return None
+    if not o.virtual:
+        raise LoadgenError("--replay serves a real sweep's requests in virtual time: add --virtual")
+    where = Path(o.replay).expanduser()
+    if not (where / "manifest.json").is_file():
+        raise LoadgenError(f"--replay {o.replay}: no sweep there (no manifest.json); give a sweep's output directory")
+    return str(where.resolve())
 
 
 def _time_scale(given: str | None, dep) -> str | float | None:

@@ -139,6 +139,7 @@ class Plan:
     acceptance_lengths: list[float] | None = None
     repeats: int = 1  # each cell measured this many times (rounds, each on a fresh server)
     virtual: bool = False  # every cell simulated in virtual time, no server (loadgen.sweep.simulated)
+    replay: str | None = None  # virtual: a real sweep (--token-ids) whose cells' requests each cell serves as served
     # a load shape of its own instead of steady levels (--ramp, or any member of loadgen.shapes
     # that is not the closed or open loop): its options as given, one level (its peak)
     shape: dict | None = None

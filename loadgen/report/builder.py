@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loadgen.config import sampling_label
-from loadgen.report import controls, decision, goodput, interactive, overtime, phases, plots, tables, whatif
+from loadgen.report import breakdown, controls, decision, goodput, interactive, overtime, phases, plots, tables, whatif
 from loadgen.report.numbers import num, short
 from loadgen.report.render import Section, markdown, page
 from loadgen.results import store
@@ -142,6 +142,9 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
         "steps": tables.step_distribution(sw),
         "waste": tables.waste(sw, per_tok),
     }
+    bd, bd_where = breakdown.table(sw)
+    if len(bd):  # a cost profile prices the SD cells' steps
+        t["breakdown"] = bd
     plan = sw.manifest.get("plan") or {}
     if plan.get("acceptance_lengths"):  # a sweep with an acceptance axis (docs/sweep.md)
         t["break_even_acceptance"] = tables.break_even_acceptance(
@@ -220,6 +223,8 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
     }
     notes = _notes(sw)
     sections = _sections(sw, t, fig, notes, profile_name)
+    if "breakdown" in t:
+        sections.insert(next(i for i, x in enumerate(sections) if x.title == "Waste") + 1, _breakdown(t, bd_where))
     sections[0].lead = decision.sentences(
         t["best_variant"],
         t["speedup"],
@@ -318,6 +323,20 @@ def _measured_count(sw: Sweep) -> str:
     return (
         f"{len(sw.ok)} cells measured, {len(sw.measured)} of {planned} planned measurements (repeats; the "
         "tables give each cell's mean, the per-measurement ones a row per repeat)"
+    )
+
+
+def _breakdown(t: dict, where: str) -> Section:
+    return Section(
+        "Time breakdown",
+        "Where an SD cell's step time goes, as the study splits it (its section 3.2): drafting, verifying "
+        "the accepted tokens (every running request's token and its accepted drafts), verifying the "
+        "rejected drafts (what the forward costs with them over without), and the rest (prefill, what SD "
+        f"mode adds to every step). The steps are the cell's own, read off its chunk times; their costs are "
+        f"{where}'s; modelled_over_measured: the profile's time for those steps over the measured "
+        '(docs/metrics.md, "Time breakdown").',
+        [("Share of step time per SD cell", t["breakdown"], "breakdown.csv")],
+        [],
     )
 
 

@@ -172,6 +172,13 @@ def simulate(
             else (req.prompt if req.prompt is not None else chat_prompt(req.as_messages()))
         )
         think = chat and chatting.thinks(body, engine.cfg.reasoning)
+        counted = None
+        if engine.tokens is not None:  # the model's own count (serve --tokenizer)
+            counted = (
+                engine.tokens.count(messages=req.as_messages(), tools=body.get("tools"))
+                if chat or req.prompt is None
+                else engine.tokens.count(prompt=req.prompt)
+            )
         engine.submit(
             req.id,
             text,
@@ -183,6 +190,7 @@ def simulate(
             think=think,
             thinking_budget=chatting.thinking_budget(body) if think else None,
             tool=chatting.tool_choice(body, engine.cfg.tool_calls) if chat else None,
+            prompt_tokens=counted,
         )
 
     def take() -> tuple[int, Request] | None:
@@ -253,6 +261,11 @@ def simulate(
                 rec.done = True
                 rec.finish_reason = em.seq.finish_reason
                 rec.t_end_ns = _ns(t_end)
+                if seq.sd is not None:  # vLLM's per-request counts, as the last chunk carries them
+                    sd = seq.sd.to_dict()
+                    rec.server_draft_tokens = sd["num_draft_tokens"]
+                    rec.server_accepted_tokens = sd["num_accepted_draft_tokens"]
+                    rec.server_spec_steps = sd["num_spec_steps"]
                 if req.followups:  # the next turn: the history with this reply, as streamed
                     calls = None
                     if seq.reasoning_end or seq.tool_call is not None:  # as the client takes them apart

@@ -47,6 +47,9 @@ class Policy:
     # steps decided as the engine serves (servers/emulator/replay.py's Live): k by the batch's
     # size, vLLM's adaptive verification; `plan` is then unused
     live: Live | None = None
+    # the drafter the server would be configured with: every step pays what its SD mode adds
+    # (profile.Drafter.mode_time; a live policy's is its drafter's)
+    mode: str | None = None
 
 
 @dataclass
@@ -152,17 +155,18 @@ def candidates(
     out = [Policy("none", "none", True, lambda t: policies.none(len(t.generated_token_ids), START))]
     for m in methods:
         for k in ks:
-            out.append(Policy(f"{m} k={k}", "fixed", True, _fixed(m, k)))
+            out.append(Policy(f"{m} k={k}", "fixed", True, _fixed(m, k), mode=m))
         out.append(
             Policy(
                 f"{m} adaptive k<={k_max}",
                 "adaptive",
                 True,
                 _adaptive(m, k_max),
+                mode=m,
             )
         )
         depth = f" <={caps[m]}" if caps[m] else ""
-        out.append(Policy(f"{m} oracle{depth}", "oracle", False, _oracle(m, caps[m])))
+        out.append(Policy(f"{m} oracle{depth}", "oracle", False, _oracle(m, caps[m]), mode=m))
     if "ngram" in methods and hybrid:
         for m in methods:
             if m != "ngram":
@@ -172,15 +176,24 @@ def candidates(
                         "hybrid",
                         True,
                         _hybrid(m, k_max),
+                        mode=m,
                     )
                 )
     if len(methods) > 1:
         both = "+".join(methods)
         comb = lambda t: policies.combination({m: t.drafters[m] for m in methods}, START, caps)  # noqa: E731
-        out.append(Policy(f"combination oracle ({both})", "combination", False, comb))
+        model = next((m for m in reversed(methods) if m != "ngram"), methods[-1])  # the costlier mode
+        out.append(Policy(f"combination oracle ({both})", "combination", False, comb, mode=model))
         if "ngram" in methods:
             out.append(
-                Policy(f"combination oracle ({both}), n-gram price", "combination", False, comb, price_as="ngram")
+                Policy(
+                    f"combination oracle ({both}), n-gram price",
+                    "combination",
+                    False,
+                    comb,
+                    price_as="ngram",
+                    mode="ngram",
+                )
             )
     return out
 
@@ -236,7 +249,7 @@ def evaluate(
     served_at = _run_all(
         jobs,
         lambda b, name, price_as: _serve(
-            prof, served, plans.get(name, []), b, counts[b], engine, price_as, by_name[name].live
+            prof, served, plans.get(name, []), b, counts[b], engine, price_as, by_name[name].live, by_name[name].mode
         ),
     )
     out: list[Outcome] = []
@@ -305,12 +318,13 @@ def _serve(
     cfg: EngineConfig,
     price_as: str | None,
     live: Live | None = None,
+    mode: str | None = None,
 ) -> tuple[float, float | None, tuple[float | None, float | None], tuple[int, int, int]]:
     """Output tokens per second (and mean TPOT, ms; and mean TPOT thinking and answering, for
     traces of a reasoning model) of `count` requests served closed loop by `batch` users, each
     request the next trace in turn with its plan (or, `live`, its steps decided as served); and
     the engine's decoding steps, drafts scheduled and tokens they emitted."""
-    engine = ReplayEngine(prof, cfg, price_as=price_as, live=live)
+    engine = ReplayEngine(prof, cfg, price_as=price_as, live=live, mode=None if live else mode)
     reqs = (
         Request(id=str(i), prompt="", max_tokens=len(traces[i % len(traces)].generated_token_ids), workload="traces")
         for i in range(count)

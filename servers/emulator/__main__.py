@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from servers.emulator import chat
@@ -17,6 +18,7 @@ from servers.emulator.engine import Engine, EngineConfig, EngineError
 from servers.emulator.metrics import VllmCollector, registry
 from servers.emulator.realtime import RealtimeDriver
 from servers.emulator.spec import SpecError, parse
+from servers.emulator.tokens import ModelTokens
 from servers.http import announce_and_wait, serve
 
 log = logging.getLogger("loadgen.emulator")
@@ -46,6 +48,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--profile", help=f"cost profile (default: by MODEL); one of {', '.join(profiles.available())}")
     s.add_argument("--seed", type=int, default=0, help="seeds the emulated model's output")
     s.add_argument("--kv-cache-tokens", type=int, help="KV cache size in tokens (default: the profile's)")
+    s.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        help="count each prompt's tokens with the model's own tokenizer and chat template "
+        "(tokenizer.json in DIR; 'model': MODEL's directory), as the real engine counts them "
+        "(servers/emulator/tokens.py)",
+    )
     s.add_argument(
         "--time-scale",
         type=float,
@@ -136,7 +145,9 @@ def engine_from_command(argv) -> tuple[Engine, list[str]]:
 
 
 def engine_for(args) -> tuple[Engine, list[str]]:
-    name = args.profile or profiles.for_model(args.model)
+    name = args.profile or next(
+        (p for p in map(profiles.for_model, [args.model, *(args.served_model_name or [])]) if p), None
+    )
     if name is None:
         raise ValueError(
             f"no profile for model {args.model!r}; pass --profile (one of {', '.join(profiles.available())})"
@@ -180,6 +191,13 @@ def engine_for(args) -> tuple[Engine, list[str]]:
             ),
             trace_sink=_trace_writer(args.acceptance_traces) if args.acceptance_traces else None,
         )
+        if args.tokenizer == "model" and not (Path(args.model) / "tokenizer.json").is_file():
+            engine.notes.append(
+                f"--tokenizer model: {args.model} has no tokenizer.json here (a local model not made yet: "
+                "python -m servers.localmodels); prompts are counted in the emulator's words"
+            )
+        elif args.tokenizer:
+            engine.tokens = ModelTokens(args.model if args.tokenizer == "model" else args.tokenizer)
     except (profiles.ProfileError, SpecError, EngineError, ValueError) as e:
         raise ValueError(str(e)) from None
     except OSError as e:

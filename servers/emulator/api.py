@@ -229,6 +229,7 @@ class EmulatorAPI:
                     raise invalid("messages", "missing", "Field required", f"<dict of {len(body)} items>")
                 raise BadRequest("messages must be a non-empty list of {role, content} objects", param="messages")
             text = chatting.tools_text(body) + chat_prompt(msgs)
+            counted = {"messages": msgs, "tools": body.get("tools")}
         else:
             prompt = body.get("prompt")
             if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -238,6 +239,7 @@ class EmulatorAPI:
             if not isinstance(prompt, str) or not prompt:
                 raise BadRequest("prompt must be a non-empty string (one prompt per request)")
             text = prompt
+            counted = {"prompt": prompt}
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise invalid("stream", "bool_parsing", "Input should be a valid boolean", stream)
@@ -281,6 +283,7 @@ class EmulatorAPI:
             "tool": tool,
             "model": body["model"],
             "text": text,
+            "prompt_tokens": self._count(counted),
             "stream": stream,
             "opts": opts or {},
             "logprobs": logprobs,
@@ -290,6 +293,16 @@ class EmulatorAPI:
             "return_token_ids": return_ids,
             "stream_interval": max(interval or 1, self.stream_interval),  # vLLM: clamped to the server's
         }
+
+    def _count(self, what: dict) -> int | None:
+        """The prompt's tokens by the model's own tokenizer (serve --tokenizer), else None."""
+        tokens = self.driver.engine.tokens
+        if tokens is None:
+            return None
+        try:
+            return tokens.count(**what)
+        except Exception as e:  # a template that refuses these messages: vLLM answers 400 too
+            raise BadRequest(f"the chat template cannot render this request: {e}") from None
 
     async def _complete(self, req: HttpRequest, conn: HttpConnection, chat: bool) -> None:
         p = self._parse(req, chat)
@@ -317,6 +330,7 @@ class EmulatorAPI:
                 thinking_budget=p["budget"],
                 tool=p["tool"],
                 max_tokens_param=p["max_tokens"],
+                prompt_tokens=p["prompt_tokens"],
             )
         except EngineError as e:
             raise BadRequest(str(e)) from None

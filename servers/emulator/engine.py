@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from servers.emulator import content, verification
+from servers.emulator import content, tokens, verification
 from servers.emulator.counters import EngineStats
 from servers.emulator.drafting import Drafting, RequestSD, exact_trace
 from servers.emulator.ngram import NgramIndex
@@ -166,6 +166,7 @@ class Engine:
         self._step_k = spec.k if spec is not None else 0  # the drafts the step being applied proposes
         # adaptive verification (verification.py): the cost curves vLLM profiles at start-up
         self.notes: list[str] = []  # what the server says at start-up about its configuration
+        self.tokens = None  # a model's own tokenizer counting prompts (servers/emulator/tokens.py), or the words
         self._av: verification.CostTables | None = None
         if spec is not None and spec.adaptive_verification:
             if spec.method in ("ngram", "suffix"):
@@ -193,12 +194,17 @@ class Engine:
         thinking_budget: int | None = None,
         tool: tuple[str, str, str] | None = None,
         max_tokens_param: int | None = None,
+        prompt_tokens: int | None = None,
     ) -> Sequence:
-        """A request. `think`: the model thinks first (a chat request to a reasoning model),
-        at most `thinking_budget` tokens (vLLM's thinking_token_budget); `tool`: its answer is
-        a call of that tool (name, argument, call id) rather than text; `max_tokens_param`:
-        max_tokens as the request set it (None: the server's default)."""
+        """A request. `prompt_tokens`: the prompt's length as the model's tokenizer counts it
+        (servers/emulator/tokens.py), where the emulator's words would count another. `think`:
+        the model thinks first (a chat request to a reasoning model), at most `thinking_budget`
+        tokens (vLLM's thinking_token_budget); `tool`: its answer is a call of that tool (name,
+        argument, call id) rather than text; `max_tokens_param`: max_tokens as the request set
+        it (None: the server's default)."""
         words, ids = content.tokenize(prompt_text)
+        if prompt_tokens is not None:
+            ids, words = tokens.fit(ids, words, prompt_tokens)
         if len(ids) + max_tokens > self.max_model_len:
             raise EngineError(
                 f"This model's maximum context length is {self.max_model_len} tokens. "
@@ -372,6 +378,8 @@ class Engine:
         kv = sum(seq.computed + n for seq, n in batch)
         verify = self.profile.forward.time(kv, batched)
         duration = verify + self.profile.step_overhead + self._drafting_time(batch, kv, verify)
+        if self.drafter is not None:  # what the engine adds to every step with SD configured
+            duration += float(self.drafter.mode_time(batched))
         self._gauges()
         return Step(batch, duration, batched, now)
 
@@ -410,8 +418,14 @@ class Engine:
         go on."""
         if self.drafter is None:
             return 0.0
+        k = self._k_for(len(batch))
+        if self.spec.method in ("ngram", "suffix"):  # type: ignore[union-attr]
+            # a lookup drafter is priced for the drafts it has (proposed at the last commit, verified
+            # in this step): a miss costs nothing, as in the replay engine; one step late, the same in all
+            held = [seq.num_drafts for seq, n in batch if seq.emitted and n > 1]
+            return self.drafter.time(k, len(held), kv, verify, drafts=sum(held)) if held else 0.0
         drafting = [seq for seq, n in batch if seq.computed + n >= seq.context and seq.remaining > 1]
-        return self.drafter.time(self._k_for(len(batch)), len(drafting), kv, verify)
+        return self.drafter.time(k, len(drafting), kv, verify)
 
     def _k_for(self, requests: int) -> int:
         """Drafts to propose after a step of `requests` scheduled requests: spec.k, or with a

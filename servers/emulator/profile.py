@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+
 from servers.emulator.acceptance import RegimeParams
 from servers.emulator.content import CLASSES, ContentParams
 
@@ -22,8 +24,11 @@ class ProfileError(ValueError):
 @dataclass(frozen=True)
 class Forward:
     """One forward pass, in seconds: constant + per_kv_token x KV tokens read + per_batched_token
-    x tokens processed; for a mixture of experts, plus the reads of the routed experts that B
-    tokens touch: moe_expert_time x (1 - (1 - top_k/experts)^B)."""
+    x tokens processed; with `weights` (a roofline in two terms, what a real engine's fit needs:
+    a step of 1 and of 4 requests cost the same on a CPU, then it grows), the larger of reading
+    the weights and computing the tokens: constant + per_kv_token x KV + max(weights,
+    per_batched_token x tokens). For a mixture of experts, plus the reads of the routed experts
+    that B tokens touch: moe_expert_time x (1 - (1 - top_k/experts)^B)."""
 
     constant: float
     per_kv_token: float
@@ -31,10 +36,14 @@ class Forward:
     moe_expert_time: float = 0.0
     moe_experts: int = 0
     moe_top_k: int = 0
+    weights: float = 0.0
 
     def time(self, kv_tokens, batched_tokens):
         """Seconds; numbers or numpy arrays (element-wise) alike."""
-        t = self.constant + self.per_kv_token * kv_tokens + self.per_batched_token * batched_tokens
+        compute = self.per_batched_token * batched_tokens
+        if self.weights:
+            compute = np.maximum(self.weights, compute) * (np.asarray(batched_tokens) > 0)
+        t = self.constant + self.per_kv_token * kv_tokens + compute
         if self.moe_expert_time:
             t = t + self.moe_expert_time * (1.0 - (1.0 - self.moe_top_k / self.moe_experts) ** batched_tokens) * (
                 batched_tokens > 0
@@ -45,12 +54,15 @@ class Forward:
 @dataclass(frozen=True)
 class Drafter:
     """What proposing drafts for a step costs. ngram: a share of the verification forward;
-    suffix: per_request x requests (CPU work, like n-gram's, but per request); draft_model: k forwards of its
-    own profile; a head (eagle, eagle3, mtp): constant x k/fit_k
-    + per_kv_token x KV + per_draft_token x drafts. A profile fitted from measured steps
-    (bench/cpu_profile.py) gives any method the head's terms, and n-gram and suffix add them to
-    their own, and `per_step` a step's cost that does not grow with k: what a step of that
-    drafter was measured to cost."""
+    suffix: per_request x requests (CPU work, like n-gram's, but per request); draft_model: k
+    forwards of its own model (`draft_forward`: another profile's, or its own inline
+    [drafters.draft_model.forward]) over the requests it drafts for; a head (eagle, eagle3,
+    mtp): constant x k/fit_k + per_kv_token x KV + per_draft_token x drafts. A profile fitted
+    from measured steps (servers/emulator/costfit.py) gives n-gram and suffix the head's terms
+    and per_request, and `per_step` a step's cost that does not grow with k: what a step of that
+    drafter was measured to cost. `mode_per_step` + `mode_per_token` x tokens: what the engine
+    adds to every step while this drafter is configured, drafting or not (vLLM's CPU build
+    prefills at twice the time with n-gram configured)."""
 
     method: str
     acceptance: str | None = None
@@ -62,6 +74,12 @@ class Drafter:
     per_request: float = 0.0
     per_step: float = 0.0  # a fitted profile's: seconds a step in which any request drafts, whatever k
     draft_forward: Forward | None = None
+    mode_per_step: float = 0.0
+    mode_per_token: float = 0.0
+
+    def mode_time(self, batched_tokens):
+        """Seconds the engine adds to a step of `batched_tokens` while this drafter is configured."""
+        return (self.mode_per_step + self.mode_per_token * batched_tokens) * (np.asarray(batched_tokens) > 0)
 
     def time(self, k, requests, kv_tokens, verify_time, drafts=None):
         """Seconds to propose k drafts for each of `requests` over `kv_tokens`; numbers or numpy
@@ -75,7 +93,7 @@ class Drafter:
             t = self.constant * k / self.fit_k + self.per_kv_token * kv_tokens + self.per_draft_token * total
         if self.method == "ngram":
             t = t + self.verify_fraction * verify_time
-        elif self.method == "suffix":
+        if self.draft_forward is None:
             t = t + self.per_request * requests
         return (t + self.per_step) * ((k > 0) & (requests > 0))
 
@@ -142,6 +160,8 @@ def load(name: str) -> Profile:
     for method, d in raw.get("drafters", {}).items():
         d = dict(d)
         draft_forward = load(d.pop("profile")).forward if "profile" in d else None
+        if isinstance(d.get("forward"), dict):
+            draft_forward = _forward(d.pop("forward"), f"{name} [drafters.{method}.forward]")
         drafters[method] = Drafter(method=method, draft_forward=draft_forward, **d)
     return Profile(
         name=name,

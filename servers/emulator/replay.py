@@ -53,13 +53,20 @@ class ReplayEngine(Engine):
         *,
         price_as: str | None = None,
         live: Live | None = None,
+        mode: str | None = None,
     ) -> None:
+        """`mode`: the drafter the replayed server was configured with, whose per-step cost of
+        SD mode (profile.Drafter.mode_time) every step pays; a live engine's is its drafter's."""
         super().__init__(profile, None, cfg)
         self.prefix_cache = None  # a trace's token ids are not the emulated words: no prefix caching
         if price_as is not None and price_as not in profile.drafters:
             raise EngineError(f"profile {profile.name!r} has no {price_as} drafter to price steps at")
         self.price_as = price_as
         self.live = live
+        if mode is not None:
+            if mode not in profile.drafters:
+                raise EngineError(f"profile {profile.name!r} has no {mode} drafter")
+            self.drafter = profile.drafters[mode]
         if live is not None:
             if live.drafter not in profile.drafters:
                 raise EngineError(f"profile {profile.name!r} has no {live.drafter} drafter")

@@ -1,0 +1,216 @@
+"""A cost profile fitted to a real engine's measured steps, with no negative term.
+
+Input: step samples, one row per engine step (the columns of STEP; bench/stepfit.py's
+engine_steps reads them off a sweep's chunk times). The target's forward is a roofline in two
+terms (profile.Forward with `weights`): a step reads the weights whatever it computes, and
+computes its tokens; on a CPU a step of 1 and of 4 requests cost the same, then time grows with
+the tokens. It is fitted on the baseline's steps: for each knee N* (the tokens where computing
+starts to cost more than reading), non-negative least squares on constant, per KV token and per
+token past the knee; the knee with the least error wins. Each drafter is then fitted on its own
+steps' residuals over that forward, again non-negative: what SD mode adds to every step (per
+step, per token), and the drafting itself priced as the method works: a lookup drafter (n-gram,
+suffix) per drafting step, per drafting request and per proposed draft; a draft model as a model,
+k forwards of its own (constant, per KV token, per token) over the requests it drafts for.
+
+Nothing here is tuned to the engine's own step count: the samples are what the chunk times say.
+The time breakdown (`breakdown`) splits a step as the study does (paper.md, section 3.2):
+drafting, verifying the accepted tokens, verifying the rejected drafts (what the forward costs
+with them over what it would cost without), and the rest (prefill, SD mode, overhead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import minimize_scalar, nnls
+
+from servers.emulator.profile import Drafter, Forward
+
+# columns of a step sample
+STEP = ("seconds", "kv", "batched", "running", "prefill", "drafting", "drafts", "accepted")
+T, KV, BATCHED, RUNNING, PREFILL, DRAFTING, DRAFTS, ACCEPTED = range(len(STEP))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fitted part: its terms (seconds), how many steps it was fitted on, and the root mean
+    square of its residuals (seconds)."""
+
+    terms: dict[str, float]
+    samples: int
+    rms: float
+
+
+def knees(n: np.ndarray) -> np.ndarray:
+    """Candidate knees: 1, the tokens steps had, and a geometric grid between."""
+    top = max(2.0, float(np.max(n)) if len(n) else 2.0)
+    return np.unique(np.concatenate([[1.0], np.geomspace(1, top, 40), np.unique(n)]))
+
+
+def fit_forward(steps: np.ndarray) -> tuple[Forward, Fit]:
+    """A roofline forward from a model's own steps (a baseline's: every step counted, a cell's
+    throughput is its mean step, stalls included): per KV token + max(weights, per token x
+    tokens), no constant (a step's fixed costs are in what it reads whatever it computes)."""
+    t, kv, n = steps[:, T], steps[:, KV], steps[:, BATCHED]
+
+    def err(knee: float) -> tuple[float, np.ndarray]:
+        coef, res = nnls(np.column_stack([kv, np.maximum(knee, n)]), t)
+        return res, coef
+
+    grid = knees(n)
+    i = int(np.argmin([err(x)[0] for x in grid]))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+    knee = float(minimize_scalar(lambda x: err(x)[0], bounds=(lo, hi), method="bounded").x) if hi > lo else grid[i]
+    if err(grid[i])[0] < err(knee)[0]:
+        knee = float(grid[i])
+    a, b = err(knee)[1]
+    fw = Forward(constant=0.0, per_kv_token=float(a), per_batched_token=float(b), weights=float(b * knee))
+    r = t - fw.time(kv, n)
+    return fw, Fit({"per_kv_token": a, "per_batched_token": b, "weights": b * knee}, len(t), _rms(r))
+
+
+def _rms(r: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(r**2))) if len(r) else 0.0
+
+
+def fit_drafter(
+    method: str, k: int, steps: np.ndarray, forward: Forward, alone: Forward | None = None
+) -> tuple[Drafter, Fit]:
+    """A drafter's terms from its own steps' residuals over the target's `forward`: SD mode's
+    (every step: mode_per_step, mode_per_token) and drafting's. A lookup drafter (n-gram,
+    suffix): per_step in a step in which any request drafts, per_request drafting,
+    per_draft_token proposed. A draft model: k forwards of its own a drafting step, over the
+    requests drafting; with `alone` (its forward fitted from serving it alone: fit_forward on its
+    own steps), that forward as it is, and only SD mode's terms fitted; without, its per KV token
+    and per token from these steps (at one k a draft forward's fixed cost cannot be told from SD
+    mode's per step, so it lands there and a prediction at another k misses it: serve it alone)."""
+    t, kv, n = steps[:, T], steps[:, KV], steps[:, BATCHED]
+    resid = t - forward.time(kv, n)
+    p = steps[:, DRAFTING]
+    requests = steps[:, DRAFTS] / max(k, 1)  # the expected requests drafting k each
+    cols = {"mode_per_step": np.ones(len(t)), "mode_per_token": n}
+    if method == "draft_model" and alone is not None:
+        resid = resid - k * p * alone.time(kv, requests) * (requests > 0)
+    elif method == "draft_model":
+        cols |= {"per_kv_token": k * p * kv, "per_batched_token": k * requests}
+    else:
+        cols |= {"per_step": p, "per_request": requests, "per_draft_token": steps[:, DRAFTS]}
+    names = list(cols)
+    coef, _ = nnls(np.column_stack([cols[c] for c in names]), resid)
+    terms = dict(zip(names, (float(x) for x in coef)))
+    mode = {"mode_per_step": terms["mode_per_step"], "mode_per_token": terms["mode_per_token"], "fit_k": k}
+    if method == "draft_model":
+        own = alone or Forward(0.0, terms["per_kv_token"], terms["per_batched_token"])
+        d = Drafter(method, draft_forward=own, **mode)
+    else:
+        d = Drafter(
+            method,
+            per_step=terms["per_step"],
+            per_request=terms["per_request"],
+            per_draft_token=terms["per_draft_token"],
+            **mode,
+        )
+    model = forward.time(kv, n) + d.mode_time(n) + drafting_time(d, k, steps, forward)
+    return d, Fit(terms, len(t), _rms(t - model))
+
+
+def drafting_time(d: Drafter, k: int, steps: np.ndarray, forward: Forward) -> np.ndarray:
+    """The drafter's price of each step (profile.Drafter.time) for the expected requests drafting
+    k each, its per-step cost weighed by the chance any request drafts (as the fit prices it)."""
+    p, drafts = steps[:, DRAFTING], steps[:, DRAFTS]
+    requests = drafts / max(k, 1)
+    verify = forward.time(steps[:, KV], steps[:, BATCHED])
+    t = d.time(k, requests, steps[:, KV], verify, drafts=drafts)
+    return t + d.per_step * (p - (requests > 0))
+
+
+def breakdown(
+    steps: np.ndarray, forward: Forward, drafter: Drafter | None, k: int, overhead: float = 0.0
+) -> dict[str, float]:
+    """Shares of the steps' modelled time: drafting; verifying the rejected drafts (the forward
+    with them less the forward without them); verifying the accepted tokens (the decode part of
+    the forward without the rejected drafts: every running request's token and its accepted
+    drafts, the weights read included); the rest (the prompts' prefill in the forward, SD mode, a
+    profile's fixed step `overhead`). Also the
+    modelled and measured seconds, so a reader sees how much of the measured time the model
+    explains."""
+    kv, n, pre = steps[:, KV], steps[:, BATCHED], steps[:, PREFILL]
+    rejected = np.clip(steps[:, DRAFTS] - steps[:, ACCEPTED], 0, None)
+    full = forward.time(kv, n)
+    kept = forward.time(kv - rejected, n - rejected)
+    no_prefill = np.where(n - rejected - pre > 0, forward.time(kv - rejected - pre, n - rejected - pre), 0.0)
+    draft = drafting_time(drafter, k, steps, forward) if drafter is not None and k else np.zeros(len(n))
+    mode = drafter.mode_time(n) if drafter is not None else np.zeros(len(n))
+    parts = {
+        "drafting": float(draft.sum()),
+        "verify_rejected": float((full - kept).sum()),
+        "verify_accepted": float(no_prefill.sum()),
+    }
+    total = float((full + draft + mode + overhead).sum())
+    parts["rest"] = total - sum(parts.values())
+    out = {f"{key}_share": v / total if total else 0.0 for key, v in parts.items()}
+    out |= {"modelled_s": total, "measured_s": float(steps[:, T].sum()), "steps": int(len(n))}
+    return out
+
+
+def _forward_lines(fw: Forward) -> list[str]:
+    return [
+        f"constant = {fw.constant:.6e}",
+        f"per_kv_token = {fw.per_kv_token:.6e}",
+        f"per_batched_token = {fw.per_batched_token:.6e}",
+        f"weights = {fw.weights:.6e}",
+    ]
+
+
+def profile_text(
+    *,
+    description: str,
+    models: list[str],
+    max_model_len: int,
+    forward: tuple[Forward, Fit],
+    drafters: dict[str, tuple[Drafter, Fit]],
+    source: str,
+) -> str:
+    """A profile file (servers/emulator/profile.py reads it): the roofline forward and each
+    drafter's fitted terms, with where they came from in comments."""
+    fw, fit = forward
+    lines = [
+        f"# fitted by servers/emulator/costfit.py: {source}",
+        f'description = "{description}"',
+        f"models = {list(models)!r}".replace("'", '"'),
+        'acceptance = "llama-3.1-8b"  # content data only: replayed cells serve their measured acceptance',
+        f"max_model_len = {max_model_len}",
+        "kv_capacity_tokens = 1000000  # no cell preempted",
+        f'source = "{fit.samples} baseline steps, residual rms {fit.rms * 1e3:.1f} ms"',
+        "",
+        "[forward]  # constant + per_kv_token x KV + max(weights, per_batched_token x tokens)",
+        *_forward_lines(fw),
+        "",
+        "[step]",
+        "overhead = 0.0  # in the fitted constant",
+    ]
+    for method, (d, f) in drafters.items():
+        lines += ["", f"[drafters.{method}]  # {f.samples} steps, residual rms {f.rms * 1e3:.1f} ms"]
+        lines += [
+            f"mode_per_step = {d.mode_per_step:.6e}",
+            f"mode_per_token = {d.mode_per_token:.6e}",
+            f"fit_k = {d.fit_k}",
+        ]
+        lines.append('acceptance = "eagle"')
+        if d.draft_forward is not None:
+            lines += ["", f"[drafters.{method}.forward]  # the draft model's own forward, k of them a drafting step"]
+            lines += _forward_lines(d.draft_forward)
+        else:
+            lines += [
+                f"per_step = {d.per_step:.6e}",
+                f"per_request = {d.per_request:.6e}",
+                f"per_draft_token = {d.per_draft_token:.6e}",
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def negative_terms(forward: Fit, drafters: dict[str, Fit]) -> list[str]:
+    """Every fitted term below zero, by name (none: non-negative least squares)."""
+    out = [f"forward.{k}" for k, v in forward.terms.items() if v < 0]
+    return out + [f"{m}.{k}" for m, f in drafters.items() for k, v in f.terms.items() if v < 0]
