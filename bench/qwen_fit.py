@@ -129,7 +129,8 @@ def _virtual_cell(where: Path, c: dict) -> tuple[float | None, int]:
     s = json.loads((d / "summary.json").read_text())
     v = pd.read_parquet(d / "requests.parquet").set_index("request_id")
     real = c["frame"][c["frame"]["ok"] & ~c["frame"]["warmup"]].set_index("request_id")
-    j = real[["prompt_tokens", "completion_tokens"]].join(v[["prompt_tokens", "completion_tokens"]], rsuffix="_v")
+    cols = ["prompt_tokens", "completion_tokens"]
+    j = real[cols].merge(v[cols], how="left", left_index=True, right_index=True, suffixes=("", "_v"))
     differ = int(
         ((j["prompt_tokens"] != j["prompt_tokens_v"]) | (j["completion_tokens"] != j["completion_tokens_v"])).sum()
     )
@@ -311,6 +312,60 @@ def whatif(out: Path, sweep_dir: Path, profile: Path) -> list[str]:
     return (r.stdout + r.stderr).strip().splitlines()
 
 
+WHATIF_CELLS = {
+    "none": "baseline",
+    "ngram k=3": "ngram",
+    "draft_model k=3": "draft-model",
+    "draft_model k=5": "draft-model-k5",
+}
+
+
+def whatif_beside(out: Path, t: pd.DataFrame) -> list[str]:
+    """`whatif`'s fixed-k policies beside the real code-edit cells they correspond to (the same
+    drafter at the same k; the traces are the draft-model cells', n-gram replayed over their ids)."""
+    path = out / "whatif" / "whatif.json"
+    if not path.exists():
+        return ["(no whatif.json)"]
+    real = t[t["workload"] == FIT_WORKLOAD].set_index(["variant", "users"])["measured"]
+    lines = ["| policy | users | whatif tok/s | real cell | measured tok/s | error |", "|---|---|---|---|---|---|"]
+    for r in json.loads(path.read_text())["results"]:
+        v = WHATIF_CELLS.get(r["policy"])
+        if v is None or (v, r["batch"]) not in real.index:
+            continue
+        m = real[(v, r["batch"])]
+        got = r["output_tok_s"]
+        lines.append(f"| {r['policy']} | {r['batch']} | {got:.2f} | {v} | {m:.2f} | {_err(got, m):+.1%} |")
+    return lines
+
+
+def again(t: pd.DataFrame, other: Path) -> tuple[list[str], str]:
+    """The same cells measured again (another sweep of the deployment on this machine): how far
+    apart the two measurements of a cell are, the bound on how close any prediction can be judged."""
+    rows = []
+    for c in cpu_profile.cells(other):
+        hit = t[(t["workload"] == c["workload"]) & (t["variant"] == c["variant"]) & (t["users"] == c["level"])]
+        if len(hit):
+            rows.append(
+                (
+                    c["workload"],
+                    c["variant"],
+                    c["level"],
+                    hit["measured"].iloc[0],
+                    c["summary"]["output_throughput_tok_s"],
+                )
+            )
+    lines = ["| workload | variant | users | this sweep | the other | difference |", "|---|---|---|---|---|---|"]
+    lines += [f"| {w} | {v} | {u} | {a:.2f} | {b:.2f} | {_err(b, a):+.1%} |" for w, v, u, a, b in rows]
+    d = np.abs([b / a - 1 for *_, a, b in rows]) if rows else np.zeros(0)
+    summary = (
+        f"the same cells measured twice ({other}): median |difference| {np.median(d):.1%}, "
+        f"{int((d <= TOLERANCE).sum())} of {len(d)} within {TOLERANCE:.0%}"
+        if len(d)
+        else f"no cell of {other} matches"
+    )
+    return lines, summary
+
+
 def load(sweep_dir: Path) -> list[dict]:
     found = [c for c in cpu_profile.cells(sweep_dir) if c["variant"] in VARIANTS]
     for c in found:
@@ -349,6 +404,7 @@ def main() -> int:
     ap.add_argument("--alone", type=Path, help=f"a finished sweep of {ALONE} [run here]")
     ap.add_argument("--output", type=Path, required=True, help="where the profile, virtual sweep and traces go")
     ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "datasets")
+    ap.add_argument("--again", type=Path, help="another sweep of the same cells: how repeatable a cell is here")
     args = ap.parse_args()
     out = args.output
     if (out / "profile.toml").exists():
@@ -399,10 +455,24 @@ def main() -> int:
     print("\n".join(breakdown_table(found, dep, forward, drafters)))
     print("\nfitted parts against the real engine\n" + "\n".join(against_engine(found, alone, forward, drafters)))
     print("\nloadgen whatif on the code-edit draft-model cells' traces\n" + "\n".join(whatif(out, sweep_dir, profile)))
+    print("\nwhatif's fixed-k policies beside the real code-edit cells\n" + "\n".join(whatif_beside(out, t)))
     t.to_csv(out / "predictions.csv", index=False)
     lines = checks(t, forward, drafters)
+    errs = {
+        p: np.abs([_err(r[p], r["measured"]) or 0 for _, r in t[t["sample"] == "out"].iterrows()])
+        for p in ("simulated", "virtual")
+    }
+    lines += [
+        f"     out-of-sample tok/s, {p}: median |error| {np.median(e):.1%}, {int((e <= TOLERANCE).sum())} of {len(e)} "
+        f"within {TOLERANCE:.0%}"
+        for p, e in errs.items()
+    ]
+    if args.again:
+        table_, said = again(t, args.again)
+        print("\nrepeatability: the same cells in another sweep\n" + "\n".join(table_))
+        lines.append(f"     {said}")
     print("\n" + "\n".join(lines))
-    return 0 if all(ln.startswith("ok") for ln in lines) else 1
+    return 0 if all(ln.startswith(("ok", " ")) for ln in lines) else 1
 
 
 def cpu_profile_machine() -> str:

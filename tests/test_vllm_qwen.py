@@ -74,3 +74,23 @@ def test_a_trained_draft_model_is_accepted_and_counted_as_vllm_counts(qwen):
     # the target as its own draft: greedy, nearly every draft (bf16 numerics of two batch
     # shapes may differ on a near tie)
     assert rates[keys[1]] >= 0.9, rates
+
+
+def test_the_emulator_counts_each_prompt_as_vllm_counted_it(qwen):
+    """`serve --tokenizer` (the Qwen deployments' emulator_args): the model's own tokenizer.json
+    gives every request's prompt the tokens vLLM's usage said it had."""
+    from servers import localmodels
+    from servers.emulator.tokens import ModelTokens
+    from tests.test_vllm_cpu import DATA
+    from workloads import open_workload
+
+    assert qwen["res"].returncode == 0, qwen["res"].stderr[-3000:]
+    tokens = ModelTokens(localmodels.resolve("local:qwen2.5-coder-1.5b"))
+    frame = requests_of(qwen["out"], "draft-model/code-edit/c1")
+    prompts = {}
+    for r in open_workload(f"code-edit,output=fixed:{TOKENS}", data_dir=str(DATA)).requests(None, 0):
+        prompts[r.id] = r.prompt
+        if len(prompts) > 4 * NUM:
+            break
+    got = {rid: tokens.count(prompt=prompts[rid]) for rid in frame["request_id"]}
+    assert got == dict(zip(frame["request_id"], frame["prompt_tokens"].astype(int))), got

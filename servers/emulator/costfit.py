@@ -188,7 +188,7 @@ def profile_text(
         *_forward_lines(fw),
         "",
         "[step]",
-        "overhead = 0.0  # in the fitted constant",
+        "overhead = 0.0  # a step's fixed costs are in weights (read whatever it computes)",
     ]
     for method, (d, f) in drafters.items():
         lines += ["", f"[drafters.{method}]  # {f.samples} steps, residual rms {f.rms * 1e3:.1f} ms"]
