@@ -222,12 +222,13 @@ def report(sweep: Path, out: Path) -> tuple[list[str], list[str]]:
         return [], [f"FAIL {deployment}: no finished baseline cell in {sweep}: nothing to fit the forward on"]
     fit = fitted(found)
     (out / deployment).mkdir(parents=True, exist_ok=True)
-    rows, pred, meas, failed = [], {}, {}, []
+    rows, pred, meas, failed, written = [], {}, {}, [], set()
     for c in found:
         spec = dep.variants[c["variant"]].speculative_config
         path = out / deployment / f"{c['variant']}.toml"
-        if not path.exists():
+        if c["variant"] not in written:  # this run's fit, never a profile an earlier run left there
             path.write_text(profile_text(dep, c["variant"], fit, spec, sweep))
+            written.add(c["variant"])
         p = predict(path, spec, c)
         key = (c["variant"], c["level"])
         pred[key], meas[key] = p["tput"], c["summary"]["output_throughput_tok_s"]

@@ -83,6 +83,7 @@ def fit(found: list[dict], dep, alone: list[dict]) -> tuple:
     drafters = {}
     for v in FIT_VARIANTS[1:]:
         method, k = method_of(dep, v)
+        assert method is not None, v  # the SD variants fitted
         steps = np.concatenate([c["steps"] for c in fit_cells if c["variant"] == v])
         drafters[method] = costfit.fit_drafter(method, k, steps, forward[0], draft_alone[0] if draft_alone else None)
     return forward, drafters, draft_alone, sorted({f"{c['variant']}/c{c['level']}" for c in fit_cells})

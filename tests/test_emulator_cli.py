@@ -203,3 +203,38 @@ def test_keeping_up_is_not_warned(tmp_path):
     assert _value(text, "emulator:lost_seconds") == 0 and _value(text, "emulator:modeled_seconds") > 0.2
     emulator = json.loads((tmp_path / "summary.json").read_text())["server"]["emulator"]
     assert not emulator["behind"] and emulator["delivered_of_model"] == 1.0
+
+
+def _word_tokenizer(where) -> None:
+    """A model directory of its own: a tokenizer whose tokens are runs of letters and runs of
+    punctuation (`\\w+|[^\\w\\s]+`, unknown ones [UNK]) and a chat template that puts each turn
+    behind its role marker."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "<|user|>": 1, "<|assistant|>": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(where / "tokenizer.json"))
+    (where / "chat_template.jinja").write_text(
+        "{% for m in messages %}<|{{ m.role }}|> {{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+
+
+def test_serve_tokenizer_counts_prompts_as_the_models_tokenizer_does(tmp_path):
+    """`serve --tokenizer DIR`: usage.prompt_tokens is the model's own count (here, by hand: 12
+    runs of letters or punctuation, and for a chat request the template's role markers, 3 each),
+    not the emulator's 6 words; a directory without tokenizer.json is one line, exit 2."""
+    _word_tokenizer(tmp_path)
+    # alpha , beta - gamma delta ... epsilon zeta - eta theta: 12 tokens, 6 of the emulator's words
+    prompt = "alpha, beta-gamma delta... epsilon zeta-eta theta"
+    with emulator_server(LLAMA, "--tokenizer", str(tmp_path)) as srv:
+        code, obj = post(srv.url, "/v1/completions", {"model": LLAMA, "prompt": prompt, "max_tokens": 4})
+        assert code == 200 and obj["usage"]["prompt_tokens"] == 12, obj
+        chat = {"model": LLAMA, "messages": [{"role": "user", "content": prompt}], "max_tokens": 4}
+        code, obj = post(srv.url, "/v1/chat/completions", chat)
+        assert code == 200 and obj["usage"]["prompt_tokens"] == 12 + 3 + 3, obj  # <| user |> ... <| assistant |>
+    with emulator_server(LLAMA) as srv:  # its own words: another count
+        code, obj = post(srv.url, "/v1/completions", {"model": LLAMA, "prompt": prompt, "max_tokens": 4})
+        assert code == 200 and obj["usage"]["prompt_tokens"] == 6, obj
+    res = serve(LLAMA, "--tokenizer", str(tmp_path / "nowhere"))
+    assert res.returncode == 2 and "no tokenizer.json there" in res.stderr and "Traceback" not in res.stderr

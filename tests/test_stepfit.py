@@ -16,6 +16,7 @@ from loadgen import api
 from loadgen.shapes import ClosedLoop
 from loadgen.simulate.virtual import SimSpec
 from servers.emulator import profile
+from servers.emulator.engine import EngineConfig
 from workloads import open_workload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,8 +51,9 @@ def test_the_engine_timeline_is_every_step_the_emulator_took_prefills_included(t
     time on the emulator, all of the run's time is in them (prefills the gaps miss among it),
     and the forward fitted on them is the profile's; with n-gram drafts priced per step and
     per draft token (a fitted profile's terms), those two come back too, from the SD cells'
-    residuals (within 5%: the emulator proposes a step's drafts in the step before, the fit
-    counts them where they are verified). (No client round trip: a
+    residuals (within 5%; the engine prices a lookup drafter in the step that verifies its drafts,
+    a miss costs nothing, and the per-request counts say which requests drafted: a request whose
+    chunk carried one token drafted with the chance they leave). (No client round trip: a
     request reaches the engine when it is sent, so a closed loop keeps the engine busy.)"""
     import numpy as np
 
@@ -72,7 +74,8 @@ def test_the_engine_timeline_is_every_step_the_emulator_took_prefills_included(t
         assert steps[:, 0].sum() == pytest.approx(span, rel=1e-6)
         assert (steps[:, 4] > 0).sum() >= 1 and steps[:, 0].min() > 0
         base.append(steps)
-        sim = SimSpec(str(drafted), NGRAM, ClosedLoop(users), num_requests=3 * users, client_rtt_s=0.0)
+        per_request = EngineConfig(per_request_spec_decode_metrics="summary")  # which requests drafted
+        sim = SimSpec(str(drafted), NGRAM, ClosedLoop(users), per_request, num_requests=3 * users, client_rtt_s=0.0)
         done = api.simulate(api.SimJob(sim, open_workload("chat,output=fixed:64")))
         spec.append(stepfit.engine_steps(done.frame, k=3))
     coef = _fit(np.concatenate(base))

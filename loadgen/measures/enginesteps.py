@@ -89,7 +89,7 @@ def engine_steps(frame: pd.DataFrame, k: int = 0, steps: int | None = None) -> n
             p = np.array([1.0 if r in many else p_draft[r] for r in running])
             drafting, drafts = 1.0 - float(np.prod(1.0 - p)), float((p * per_draft[running]).sum())
         kv = float(ctx[running].sum()) + len(running) + drafts + prefill  # with the tokens it computes
-        accepted = float(np.clip(emitted[pos[a:b] > 0] - 1, 0, None).sum())
+        step_accepted = float(np.clip(emitted[pos[a:b] > 0] - 1, 0, None).sum())
         out.append(
             (
                 (end - start) / 1e9,
@@ -99,7 +99,7 @@ def engine_steps(frame: pd.DataFrame, k: int = 0, steps: int | None = None) -> n
                 prefill,
                 drafting,
                 drafts,
-                accepted,
+                step_accepted,
             )
         )
         np.add.at(ctx, ids, emitted)

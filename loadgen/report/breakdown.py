@@ -12,6 +12,7 @@ cpu-qwen2.5-coder-1.5b, names its served model); without one, the section says s
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pandas as pd
 
@@ -38,7 +39,7 @@ def variant_spec(manifest: dict, variant: str) -> tuple[str, int] | None:
     return (method, d["num_speculative_tokens"]) if method else None
 
 
-def profile_of(sw) -> tuple[object | None, str]:
+def profile_of(sw) -> tuple[Any, str]:
     """The cost profile that prices the sweep's steps, and where it came from in words."""
     from servers.emulator import profile as profiles
 
@@ -71,7 +72,7 @@ def table(sw) -> tuple[pd.DataFrame, str]:
     from servers.emulator import costfit
 
     prof, where = profile_of(sw)
-    rows = []
+    rows: list[dict] = []
     if prof is None or not len(sw.ok):
         return pd.DataFrame(rows), where
     for r in sw.ok.itertuples():

@@ -91,7 +91,7 @@ def engine_figures(result: SimResult, wall_s: float) -> dict:
     engine, span = result.engine, result.makespan_s
     stats = engine.stats
     return {
-        "spec_decode": stats.spec_summary() if engine.spec else None,
+        "spec_decode": stats.spec_summary() if engine.spec or getattr(engine, "live", None) else None,
         "server": {
             "window_s": span,
             "preemptions": stats.preemptions,

@@ -106,15 +106,15 @@ def replayed(plan: Plan, cell: Cell, engine, workload):
     where = cell_dir(Path(plan.replay), cell)  # type: ignore[arg-type]  # set with replay
     model = spec is not None and spec.method in MODEL_DRAFTERS
     lookup = (spec.prompt_lookup_min, spec.prompt_lookup_max) if spec is not None and spec.method == "ngram" else (5, 5)
-    try:
-        traces, _ = from_results(where, drafter=(spec.method, spec.k) if model else None, ngram_lookup=lookup)
-    except TraceError as e:
-        raise ValueError(f"--replay: cell {cell.key}: {e}") from None
-    if spec is not None and spec.method not in ("ngram",) and not model:
+    if spec is not None and spec.method != "ngram" and not model:
         raise ValueError(
             f"--replay: {spec.method} acceptance cannot be replayed from a run's token ids "
             "(n-gram and model drafters can)"
         )
+    try:
+        traces, _ = from_results(where, drafter=(spec.method, spec.k) if model else None, ngram_lookup=lookup)
+    except TraceError as e:
+        raise ValueError(f"--replay: cell {cell.key}: {e}") from None
     by_id = {t.id: t for t in traces}
     kb = tuple(engine._k_by_batch) if getattr(engine, "_k_by_batch", None) else None
     live = Live(spec.method, spec.k, kb) if spec is not None else None

@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize_scalar, nnls
 
 from servers.emulator.profile import Drafter, Forward
 
@@ -52,6 +51,8 @@ def fit_forward(steps: np.ndarray) -> tuple[Forward, Fit]:
     """A roofline forward from a model's own steps (a baseline's: every step counted, a cell's
     throughput is its mean step, stalls included): per KV token + max(weights, per token x
     tokens), no constant (a step's fixed costs are in what it reads whatever it computes)."""
+    from scipy.optimize import minimize_scalar, nnls  # fitting only (the test extra); pricing needs none
+
     t, kv, n = steps[:, T], steps[:, KV], steps[:, BATCHED]
 
     def err(knee: float) -> tuple[float, np.ndarray]:
@@ -85,6 +86,8 @@ def fit_drafter(
     own steps), that forward as it is, and only SD mode's terms fitted; without, its per KV token
     and per token from these steps (at one k a draft forward's fixed cost cannot be told from SD
     mode's per step, so it lands there and a prediction at another k misses it: serve it alone)."""
+    from scipy.optimize import nnls
+
     t, kv, n = steps[:, T], steps[:, KV], steps[:, BATCHED]
     resid = t - forward.time(kv, n)
     p = steps[:, DRAFTING]
@@ -99,17 +102,19 @@ def fit_drafter(
     names = list(cols)
     coef, _ = nnls(np.column_stack([cols[c] for c in names]), resid)
     terms = dict(zip(names, (float(x) for x in coef)))
-    mode = {"mode_per_step": terms["mode_per_step"], "mode_per_token": terms["mode_per_token"], "fit_k": k}
+    mode_step, mode_token = terms["mode_per_step"], terms["mode_per_token"]
     if method == "draft_model":
         own = alone or Forward(0.0, terms["per_kv_token"], terms["per_batched_token"])
-        d = Drafter(method, draft_forward=own, **mode)
+        d = Drafter(method, draft_forward=own, mode_per_step=mode_step, mode_per_token=mode_token, fit_k=k)
     else:
         d = Drafter(
             method,
             per_step=terms["per_step"],
             per_request=terms["per_request"],
             per_draft_token=terms["per_draft_token"],
-            **mode,
+            mode_per_step=mode_step,
+            mode_per_token=mode_token,
+            fit_k=k,
         )
     model = forward.time(kv, n) + d.mode_time(n) + drafting_time(d, k, steps, forward)
     return d, Fit(terms, len(t), _rms(t - model))

@@ -166,7 +166,7 @@ class Engine:
         self._step_k = spec.k if spec is not None else 0  # the drafts the step being applied proposes
         # adaptive verification (verification.py): the cost curves vLLM profiles at start-up
         self.notes: list[str] = []  # what the server says at start-up about its configuration
-        self.tokens = None  # a model's own tokenizer counting prompts (servers/emulator/tokens.py), or the words
+        self.tokens: tokens.ModelTokens | None = None  # a model's own tokenizer counting prompts, or the words
         self._av: verification.CostTables | None = None
         if spec is not None and spec.adaptive_verification:
             if spec.method in ("ngram", "suffix"):
@@ -205,17 +205,7 @@ class Engine:
         words, ids = content.tokenize(prompt_text)
         if prompt_tokens is not None:
             ids, words = tokens.fit(ids, words, prompt_tokens)
-        if len(ids) + max_tokens > self.max_model_len:
-            raise EngineError(
-                f"This model's maximum context length is {self.max_model_len} tokens. "
-                f"However, you requested {len(ids) + max_tokens} tokens "
-                f"({len(ids)} in the messages, {max_tokens} in the completion). "
-                "Please reduce the length of the messages or completion."
-            )
-        if len(ids) + max_tokens > self.kv_capacity:
-            raise EngineError(
-                f"the request needs {len(ids) + max_tokens} tokens of KV cache; this engine holds {self.kv_capacity}"
-            )
+        self._check_fits(len(ids), max_tokens)
         kind = content.classify(prompt_text)
         params = self.profile.content(kind)
         think_ids, think_words = self._thinking(kind, prompt_text, ids, words, thinking_budget) if think else ([], [])
@@ -405,6 +395,20 @@ class Engine:
             seq.scheduled_drafts = d
             self._kv_used -= d - a
             batch[i] = (seq, 1 + a)
+
+    def _check_fits(self, prompt: int, max_tokens: int) -> None:
+        """vLLM's refusal of a request longer than the model's context; the KV cache's."""
+        if prompt + max_tokens > self.max_model_len:
+            raise EngineError(
+                f"This model's maximum context length is {self.max_model_len} tokens. "
+                f"However, you requested {prompt + max_tokens} tokens "
+                f"({prompt} in the messages, {max_tokens} in the completion). "
+                "Please reduce the length of the messages or completion."
+            )
+        if prompt + max_tokens > self.kv_capacity:
+            raise EngineError(
+                f"the request needs {prompt + max_tokens} tokens of KV cache; this engine holds {self.kv_capacity}"
+            )
 
     def _cached(self, seq: Sequence) -> int:
         """Prompt tokens the prefix cache holds for a request being admitted (0 when it resumes

@@ -60,8 +60,11 @@ def _token(value) -> str | None:
 
 
 def _compile(text: str):
-    from jinja2.exceptions import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    try:
+        from jinja2.exceptions import TemplateError
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError:
+        raise TokenizerError("--tokenizer needs jinja2 for the model's chat template (pip install jinja2)") from None
 
     def raise_exception(message):
         raise TemplateError(message)
