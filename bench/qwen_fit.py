@@ -253,7 +253,8 @@ def against_engine(found: list[dict], alone: list[dict], forward, drafters) -> l
         if got is None or draft is None:
             continue
         model = float(draft.draft_forward.time(got[1], c["level"]))
-        lines.append(f"| 0.5B draft model alone | {c['level']} | {_ms(got[0], model)} |")
+        tag = "in-sample" if c["level"] in FIT_LEVELS else "out-of-sample"
+        lines.append(f"| 0.5B draft model alone ({tag}) | {c['level']} | {_ms(got[0], model)} |")
     for c in found:
         if c["variant"] != "baseline" or c["workload"] != FIT_WORKLOAD:
             continue
