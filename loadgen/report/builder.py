@@ -332,8 +332,8 @@ def _breakdown(t: dict, where: str) -> Section:
         "Where an SD cell's step time goes, as the study splits it (its section 3.2): drafting, verifying "
         "the accepted tokens (every running request's token and its accepted drafts), verifying the "
         "rejected drafts (what the forward costs with them over without), and the rest (prefill, what SD "
-        f"mode adds to every step). The steps are the cell's own, read off its chunk times; their costs are "
-        f"{where}'s; modelled_over_measured: the profile's time for those steps over the measured "
+        f"mode adds to every step). The steps are the cell's own, read off its chunk times; their costs come "
+        f"from {where}; modelled_over_measured: the profile's time for those steps over the measured "
         '(docs/metrics.md, "Time breakdown").',
         [("Share of step time per SD cell", t["breakdown"], "breakdown.csv")],
         [],
