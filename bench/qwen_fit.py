@@ -371,7 +371,7 @@ def again(t: pd.DataFrame, other: Path) -> tuple[list[str], str]:
 def load(sweep_dir: Path) -> list[dict]:
     found = [c for c in cpu_profile.cells(sweep_dir) if c["variant"] in VARIANTS]
     for c in found:
-        c["steps"] = stepfit.engine_steps(c["frame"][~c["frame"]["warmup"]], c["k"], None)
+        c["steps"] = stepfit.engine_steps(c["frame"][~c["frame"]["warmup"]], c["k"])
     return found
 
 
@@ -388,7 +388,7 @@ def checks(t: pd.DataFrame, forward, drafters) -> list[str]:
                     and (e is None or abs(e) > TOLERANCE)
                 ):
                     cell = f"{r['workload']}/{r['variant']}/c{r['users']}"
-                    bad.append(f"{p} {cell} {what or 'tok/s '}{_f(e, '+.1%') or 'missing'}")
+                    bad.append(f"{p} {cell} {'speedup ' if what else 'tok/s '}{_f(e, '+.1%') or 'missing'}")
     neg = costfit.negative_terms(forward[1], {m: f for m, (_, f) in drafters.items()})
     differ = int(t["token_counts_differ"].sum())
     return [
@@ -461,7 +461,7 @@ def main() -> int:
     t.to_csv(out / "predictions.csv", index=False)
     lines = checks(t, forward, drafters)
     errs = {
-        p: np.abs([_err(r[p], r["measured"]) or 0 for _, r in t[t["sample"] == "out"].iterrows()])
+        p: np.abs([_err(r[p], r["measured"]) or np.inf for _, r in t[t["sample"] == "out"].iterrows()])
         for p in ("simulated", "virtual")
     }
     lines += [

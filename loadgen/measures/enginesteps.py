@@ -1,4 +1,4 @@
-"""The engine's own step timeline read off a run's chunk times (docs/metrics.md, "Engine steps
+"""The engine's own step timeline read off a run's chunk times (docs/metrics.md, "The engine's steps,
 and the time breakdown"): what servers/emulator/costfit.py fits a real engine's cost model on,
 and what the report's time breakdown prices. Nothing from the server but its per-request SD
 counts (vLLM's --per-request-spec-decode-metrics) where it gives them; the step count is what the
@@ -11,30 +11,27 @@ import numpy as np
 import pandas as pd
 
 
-def engine_steps(frame: pd.DataFrame, k: int = 0, steps: int | None = None) -> np.ndarray:
+def engine_steps(frame: pd.DataFrame, k: int = 0) -> np.ndarray:
     """The engine's own timeline, step by step, from every request's chunk times together: an
     engine step ends where its requests' chunks arrive, within a few milliseconds of each other
-    (a cluster: no two chunks of one request, no gap over 0.3 x the median chunk gap; with
-    `steps`, the engine's own count of its steps, as vLLM's iteration-tokens histogram gives it,
-    the gap that makes that many clusters, for steps so short the client's reading spreads a
-    step's chunks over a good part of one), so the
-    steps between them, prefills included, are all there (`samples` has only the steps a
-    running request's gaps span: a prefill the engine ran alone, at 1 user every one and at
-    round boundaries under load, is in none). A step starts where the one before ended, or,
-    where nothing was in the engine then, when its first request was sent. Per step:
+    (a cluster: no two chunks of one request, no gap over 0.3 x the median chunk gap), so the
+    steps between them, prefills included, are all there (bench/stepfit.py's `samples` has only
+    the steps a running request's gaps span: a prefill the engine ran alone, at 1 user every one
+    and at round boundaries under load, is in none). The count is what the chunk times say; no
+    server's count of its steps is a target (compare them beside it: bench/qwen_fit.py). A step
+    starts where the one before ended, or, where nothing was in the engine then, when its first
+    request was sent. Per step:
 
         (seconds, KV tokens, batched tokens, running, prefilled tokens, drafting, drafts, accepted)
 
     running: the requests decoding in it (first token before it, last one not yet; a chunk vLLM
     coalesced into a later one does not take a request out of a step); prefilled: the prompts
     whose first token ends it; KV: the running requests' contexts, the tokens the step computes
-    and those prompts (the emulator's KV of a step); batched: running + drafts + prefilled. With `k`, a drafter's: a
-    running request drafts in a step where its chunk emitted more than one token, and in the
-    others with the probability its vLLM count leaves (num_spec_steps over its decode steps, 1
-    where vLLM does not say), each drafting its mean drafts per drafting step (num_draft_tokens
-    over num_spec_steps; k where not given); drafting is the chance any does, drafts the
-    expected count; accepted: the tokens past one of its decode chunks (drafts the step accepted,
-    servers/emulator/costfit.py's STEP)."""
+    and those prompts (the emulator's KV of a step); batched: running + drafts + prefilled. With
+    `k`, a drafter's: a running request drafts in a step where its chunk emitted more than one
+    token, and in the others with the probability its server's count leaves (_draft_chances);
+    drafting is the chance any does, drafts the expected count; accepted: the tokens past one of
+    its decode chunks (drafts the step accepted; servers/emulator/costfit.py's STEP)."""
     m = frame[frame["ok"] & (frame["n_chunks"] > 0)].reset_index(drop=True)
     if m.empty:
         return np.zeros((0, 8))
@@ -52,28 +49,8 @@ def engine_steps(frame: pd.DataFrame, k: int = 0, steps: int | None = None) -> n
     last = np.array([t[-1] for t in times])
     prompt = m["prompt_tokens"].fillna(0).to_numpy(np.int64)
     ctx = prompt.astype(float)
-    p_draft, per_draft = np.zeros(len(m)), np.full(len(m), float(k))
-    if k:
-        for i, r in enumerate(m.itertuples()):
-            n = tokens[i][1:]
-            own, accepted = max(1, len(n)), int((n > 1).sum())
-            spec = r.server_spec_steps if "server_spec_steps" in m else None
-            spec = own if spec is None or pd.isna(spec) else float(spec)
-            p_draft[i] = min(1.0, max(0.0, spec - accepted) / max(1, own - accepted))
-            drafted = r.server_draft_tokens if "server_draft_tokens" in m else None
-            if drafted is not None and not pd.isna(drafted) and spec:
-                per_draft[i] = min(float(k), float(drafted) / spec)
+    p_draft, per_draft = _draft_chances(m, tokens, k)
     bounds = _clusters(t_all, req, split)
-    if steps and len(bounds) - 1 != steps:
-        cuts = np.unique(np.diff(t_all))  # the split lies between two of these
-        lo, hi = 0, len(cuts) - 1
-        while lo < hi:  # more split, fewer clusters
-            mid = (lo + hi) // 2
-            if len(_clusters(t_all, req, float(cuts[mid]))) - 1 > steps:
-                lo = mid + 1
-            else:
-                hi = mid
-        bounds = _clusters(t_all, req, float(cuts[lo]))
     out, prev_end = [], None
     for a, b in zip(bounds[:-1], bounds[1:]):
         begin, end = t_all[a], t_all[b - 1]
@@ -105,6 +82,25 @@ def engine_steps(frame: pd.DataFrame, k: int = 0, steps: int | None = None) -> n
         np.add.at(ctx, ids, emitted)
         prev_end = end
     return np.array(out)
+
+
+def _draft_chances(m: pd.DataFrame, tokens: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per request: the chance it drafts in a step whose chunk carried one token (what its
+    num_spec_steps leaves after the steps that accepted a draft; 1 where the server does not say),
+    and its mean drafts per drafting step (num_draft_tokens / num_spec_steps; k where not given)."""
+    p_draft, per_draft = np.zeros(len(m)), np.full(len(m), float(k))
+    if not k:
+        return p_draft, per_draft
+    for i, r in enumerate(m.itertuples()):
+        n = tokens[i][1:]
+        own, accepted = max(1, len(n)), int((n > 1).sum())
+        spec = r.server_spec_steps if "server_spec_steps" in m else None
+        spec = own if spec is None or pd.isna(spec) else float(spec)
+        p_draft[i] = min(1.0, max(0.0, spec - accepted) / max(1, own - accepted))
+        drafted = r.server_draft_tokens if "server_draft_tokens" in m else None
+        if drafted is not None and not pd.isna(drafted) and spec:
+            per_draft[i] = min(float(k), float(drafted) / spec)
+    return p_draft, per_draft
 
 
 def _clusters(t: np.ndarray, req: np.ndarray, split: float) -> list[int]:
