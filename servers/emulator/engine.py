@@ -368,8 +368,9 @@ class Engine:
         kv = sum(seq.computed + n for seq, n in batch)
         verify = self.profile.forward.time(kv, batched)
         duration = verify + self.profile.step_overhead + self._drafting_time(batch, kv, verify)
-        if self.drafter is not None:  # what the engine adds to every step with SD configured
-            duration += float(self.drafter.mode_time(batched))
+        d = self.drafter
+        if d is not None and (d.mode_per_step or d.mode_per_token):  # what SD mode adds to every step
+            duration += float(d.mode_time(batched))
         self._gauges()
         return Step(batch, duration, batched, now)
 
