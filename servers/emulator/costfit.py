@@ -1,16 +1,18 @@
 """A cost profile fitted to a real engine's measured steps, with no negative term.
 
-Input: step samples, one row per engine step (the columns of STEP; bench/stepfit.py's
-engine_steps reads them off a sweep's chunk times). The target's forward is a roofline in two
-terms (profile.Forward with `weights`): a step reads the weights whatever it computes, and
-computes its tokens; on a CPU a step of 1 and of 4 requests cost the same, then time grows with
-the tokens. It is fitted on the baseline's steps: for each knee N* (the tokens where computing
-starts to cost more than reading), non-negative least squares on constant, per KV token and per
-token past the knee; the knee with the least error wins. Each drafter is then fitted on its own
+Input: step samples, one row per engine step (the columns of STEP; loadgen/measures/enginesteps.py
+reads them off a sweep's chunk times). The target's forward is a roofline in two terms
+(profile.Forward with `weights`): a step reads the weights whatever it computes, and computes its
+tokens; on a CPU a step of 1 and of 4 requests cost the same, then time grows with the tokens. It
+is fitted on the baseline's steps: for each knee N* (the tokens where computing starts to cost
+more than reading; a grid, then refined between its neighbours), non-negative least squares on
+per KV token and per token past the knee, no constant (a step's fixed costs are what it reads
+whatever it computes); the knee with the least error wins. Each drafter is then fitted on its own
 steps' residuals over that forward, again non-negative: what SD mode adds to every step (per
 step, per token), and the drafting itself priced as the method works: a lookup drafter (n-gram,
 suffix) per drafting step, per drafting request and per proposed draft; a draft model as a model,
-k forwards of its own (constant, per KV token, per token) over the requests it drafts for.
+k forwards of its own over the requests it drafts for, that forward fitted (fit_forward) on the
+draft model served alone, or, without that, its per token and per KV token from these steps.
 
 Nothing here is tuned to the engine's own step count: the samples are what the chunk times say.
 The time breakdown (`breakdown`) splits a step as the study does (paper.md, section 3.2):
