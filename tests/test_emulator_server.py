@@ -116,7 +116,14 @@ def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
     accepted = m["vllm:spec_decode_num_accepted_tokens_total"]
     assert accepted == sum(n - 1 for n in decode) + past_end
     assert accepted > 0
-    k = spec["num_speculative_tokens"]
+    _positions_and_requests_agree(m, sd, summary, frame, decode, spec["num_speculative_tokens"])
+    _a_lost_draft_is_reported(tmp_path, client["accepted_tokens"])
+
+
+def _positions_and_requests_agree(m: dict, sd: dict, summary: dict, frame, decode: list, k: int) -> None:
+    """The per-position counters against the streamed steps, and the per-request counts against
+    each request's chunks and, summed, against the Prometheus deltas."""
+    accepted = m["vllm:spec_decode_num_accepted_tokens_total"]
     per_pos = [m[f"vllm:spec_decode_num_accepted_tokens_per_pos_total{{'position': '{j}'}}"] for j in range(k)]
     assert sum(per_pos) == accepted
     for j in range(k):  # position j was accepted in every decode step that accepted more than j
@@ -138,7 +145,6 @@ def test_metrics_agree_exactly_with_what_clients_received(variant, tmp_path):
     assert rep["draft_tokens"] == m["vllm:spec_decode_num_draft_tokens_total"]
     assert rep["spec_steps"] == m["vllm:spec_decode_num_drafts_total"]
     assert rep["mean_acceptance_length"] == pytest.approx(sd["mean_acceptance_length"])
-    _a_lost_draft_is_reported(tmp_path, client["accepted_tokens"])
 
 
 def _a_lost_draft_is_reported(run, accepted: int) -> None:

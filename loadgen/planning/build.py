@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from loadgen.errors import LoadgenError
 from loadgen.load.timescale import TimeScaleError, parse_scale
@@ -66,60 +67,9 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         dep = load(o.servers or EMBEDDED.servers).with_engine(o.engine or (EMBEDDED.engine if embedded else None))
     except DeploymentError as e:
         raise LoadgenError(str(e)) from None
-    variants = [
-        v.strip()
-        for v in (o.variants or (EMBEDDED.variants if embedded else ",".join(dep.variants))).split(",")
-        if v.strip()
-    ]
-    unknown = [v for v in variants if v not in dep.variants]
-    if unknown:
-        raise LoadgenError(
-            f"--variants: {', '.join(unknown)} not in deployment {dep.name!r} (it has {', '.join(dep.variants)})"
-        )
-    if len(set(variants)) != len(variants):
-        raise LoadgenError("--variants lists a variant twice")
-    templates, lengths = None, None
-    if o.acceptance_lengths:
-        lengths = _lengths(o.acceptance_lengths)
-        templates = [v for v in variants if v != (o.baseline or "baseline")]
-        if len(templates) == len(variants):
-            raise LoadgenError("--acceptance-lengths compares against the baseline: include it in --variants")
-        try:
-            dep = with_acceptance_lengths(dep, templates, lengths)
-        except DeploymentError as e:
-            raise LoadgenError(str(e)) from None
-        variants = [v for v in variants if v not in templates] + [
-            acceptance_variant(t, length) for t in templates for length in lengths
-        ]
+    dep, variants, templates, lengths = _variants(o, dep, embedded)
     own = _own_shape(o)
-    if o.trace_speeds and (own is None or own[1].mode != "trace"):
-        raise LoadgenError("--trace-speeds replays a trace at each speed: give --trace FORMAT:PATH")
-    if o.concurrency and o.rates:
-        raise LoadgenError("give one of --concurrency (closed loop) and --rates (open loop)")
-    if o.concurrency and (o.arrival or o.burstiness is not None):
-        raise LoadgenError("--arrival and --burstiness apply to --rates only")
-    try:
-        lv: list[float]
-        if own is not None and own[1].mode == "trace":  # a trace at each speed (its own one by default)
-            if o.trace_speeds and "trace_speed" in own[0]:
-                raise LoadgenError("give one of --trace-speed and --trace-speeds")
-            mode = "trace"
-            own[0].pop("trace_speed", None)
-            lv = (
-                levels(o.trace_speeds, integer=False, flag="--trace-speeds")
-                if o.trace_speeds
-                else [getattr(own[1], "speed", 1.0)]
-            )
-        elif own is not None:  # one level: the shape's peak (users, or requests/s)
-            mode = "closed" if own[1].closed else "open"
-            lv = [own[1].concurrency or 0] if own[1].closed else [own[1].rate or 0.0]
-        elif o.rates:
-            mode, lv = "open", levels(o.rates, integer=False, flag="--rates")
-        else:
-            mode, lv = "closed", levels(o.concurrency or preset.concurrency, integer=True, flag="--concurrency")
-        specs = split_workloads(list(o.workloads) or list(preset.workloads))
-    except PlanError as e:
-        raise LoadgenError(str(e)) from None
+    mode, lv, specs = _levels(o, own, preset)
     for key, given, lo in (("num_requests", o.num_requests, 1), ("warmup", o.warmup, 0), ("repeats", o.repeats, 1)):
         if given is not None and given < lo:
             raise LoadgenError(f"--{key.replace('_', '-')} must be >= {lo}, got {given}")
@@ -175,6 +125,71 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         shape=None if own is None else own[0],
     )
     return plan, dep
+
+
+def _variants(o: SweepOptions, dep, embedded: bool) -> tuple[Any, list[str], list[str] | None, list[float] | None]:
+    """The plan's variants (--variants, checked against the deployment), with an acceptance axis
+    (--acceptance-lengths) the deployment widened by its synthetic variants; the axis's
+    templates and lengths (None without one)."""
+    variants = [
+        v.strip()
+        for v in (o.variants or (EMBEDDED.variants if embedded else ",".join(dep.variants))).split(",")
+        if v.strip()
+    ]
+    unknown = [v for v in variants if v not in dep.variants]
+    if unknown:
+        raise LoadgenError(
+            f"--variants: {', '.join(unknown)} not in deployment {dep.name!r} (it has {', '.join(dep.variants)})"
+        )
+    if len(set(variants)) != len(variants):
+        raise LoadgenError("--variants lists a variant twice")
+    templates, lengths = None, None
+    if o.acceptance_lengths:
+        lengths = _lengths(o.acceptance_lengths)
+        templates = [v for v in variants if v != (o.baseline or "baseline")]
+        if len(templates) == len(variants):
+            raise LoadgenError("--acceptance-lengths compares against the baseline: include it in --variants")
+        try:
+            dep = with_acceptance_lengths(dep, templates, lengths)
+        except DeploymentError as e:
+            raise LoadgenError(str(e)) from None
+        variants = [v for v in variants if v not in templates] + [
+            acceptance_variant(t, length) for t in templates for length in lengths
+        ]
+    return dep, variants, templates, lengths
+
+
+def _levels(o: SweepOptions, own, preset) -> tuple[str, list[float], list]:
+    """The plan's mode (closed, open or trace), its levels and its workloads' specs."""
+    if o.trace_speeds and (own is None or own[1].mode != "trace"):
+        raise LoadgenError("--trace-speeds replays a trace at each speed: give --trace FORMAT:PATH")
+    if o.concurrency and o.rates:
+        raise LoadgenError("give one of --concurrency (closed loop) and --rates (open loop)")
+    if o.concurrency and (o.arrival or o.burstiness is not None):
+        raise LoadgenError("--arrival and --burstiness apply to --rates only")
+    try:
+        lv: list[float]
+        if own is not None and own[1].mode == "trace":  # a trace at each speed (its own one by default)
+            if o.trace_speeds and "trace_speed" in own[0]:
+                raise LoadgenError("give one of --trace-speed and --trace-speeds")
+            mode = "trace"
+            own[0].pop("trace_speed", None)
+            lv = (
+                levels(o.trace_speeds, integer=False, flag="--trace-speeds")
+                if o.trace_speeds
+                else [getattr(own[1], "speed", 1.0)]
+            )
+        elif own is not None:  # one level: the shape's peak (users, or requests/s)
+            mode = "closed" if own[1].closed else "open"
+            lv = [own[1].concurrency or 0] if own[1].closed else [own[1].rate or 0.0]
+        elif o.rates:
+            mode, lv = "open", levels(o.rates, integer=False, flag="--rates")
+        else:
+            mode, lv = "closed", levels(o.concurrency or preset.concurrency, integer=True, flag="--concurrency")
+        specs = split_workloads(list(o.workloads) or list(preset.workloads))
+    except PlanError as e:
+        raise LoadgenError(str(e)) from None
+    return mode, lv, specs
 
 
 def _own_shape(o: SweepOptions) -> tuple[dict, Shape] | None:

@@ -122,14 +122,9 @@ def _controls(sw, doc: dict | None, levels: list[int], notes: list[str]) -> pd.D
     return controls.table(sw.ok, sw.manifest, doc, own)
 
 
-def build(root: str | Path, out: str | Path | None = None) -> Built:
-    sw = read(root)
-    out = Path(out) if out else sw.root / "report"
-    out.mkdir(parents=True, exist_ok=True)
-    variants = list((sw.manifest.get("plan") or {}).get("variants") or dict.fromkeys(sw.cells["variant"]))
-    col = plots.colours(variants, sw.baseline)
-    per_tok, profile_name = _cost_per_token(sw.model)
-
+def _tables(sw: Sweep, per_tok: float | None) -> tuple[dict, pd.DataFrame, str]:
+    """Every table of the report, flagged and in the plan's workload order; the per-request
+    frame the per-request plots read; where the time breakdown's costs come from."""
     sp = tables.speedup(sw)
     t = {
         "throughput": tables.throughput(sw),
@@ -165,12 +160,12 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
     t = {k: _in_order(_flagged(v, cell_flags), order) for k, v in t.items()}
     t["speedup"] = _baseline_flags(t["speedup"], cell_flags, sw.baseline)
     per_req = _in_order(per_req, order)
-    paths = {}
-    for name, frame in t.items():
-        paths[name] = out / f"{name}.csv"
-        store.atomic(paths[name], lambda tmp, f=frame: f.to_csv(tmp, index=False))
-        store.atomic(out / f"{name}.parquet", lambda tmp, f=frame: f.to_parquet(tmp, index=False))
+    return t, per_req, bd_where
 
+
+def _figures(t: dict, per_req, col: dict, out: Path, baseline: str) -> dict:
+    """Every plot of the report, drawn from its tables into `out`: name -> PNG path (None where
+    there is nothing to draw)."""
     fig = {
         "throughput": plots.lines_vs_load(
             t["throughput"],
@@ -183,7 +178,7 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
         "speedup": plots.lines_vs_load(
             t["speedup"],
             "speedup",
-            f"speedup over {sw.baseline} (x)",
+            f"speedup over {baseline} (x)",
             "Speedup over the baseline (dashed: break-even load)",
             col,
             out / "speedup.png",
@@ -221,6 +216,25 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
         "per_request": plots.per_request(per_req, col, out / "per_request.png"),
         "per_request_server": plots.per_request_server(per_req, col, out / "per_request_server.png"),
     }
+    return fig
+
+
+def build(root: str | Path, out: str | Path | None = None) -> Built:
+    sw = read(root)
+    out = Path(out) if out else sw.root / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    variants = list((sw.manifest.get("plan") or {}).get("variants") or dict.fromkeys(sw.cells["variant"]))
+    col = plots.colours(variants, sw.baseline)
+    per_tok, profile_name = _cost_per_token(sw.model)
+
+    t, per_req, bd_where = _tables(sw, per_tok)
+    paths = {}
+    for name, frame in t.items():
+        paths[name] = out / f"{name}.csv"
+        store.atomic(paths[name], lambda tmp, f=frame: f.to_csv(tmp, index=False))
+        store.atomic(out / f"{name}.parquet", lambda tmp, f=frame: f.to_parquet(tmp, index=False))
+
+    fig = _figures(t, per_req, col, out, sw.baseline)
     notes = _notes(sw)
     sections = _sections(sw, t, fig, notes, profile_name)
     if "breakdown" in t:

@@ -96,6 +96,16 @@ def _at(line: Timeline):
 Submit = Callable[[Engine, Request, float, object], None]
 
 
+def _counted(engine: Engine, req: Request, body: dict, chat: bool) -> int | None:
+    """The prompt's tokens by the model's own tokenizer where the engine has one (serve
+    --tokenizer), as the server counts a request of this endpoint; None: the emulator's words."""
+    if engine.tokens is None:
+        return None
+    if chat or req.prompt is None:
+        return engine.tokens.count(messages=req.as_messages(), tools=body.get("tools"))
+    return engine.tokens.count(prompt=req.prompt)
+
+
 def simulate(
     sim: SimSpec, requests: Iterator[Request], *, engine: Engine | None = None, submit: Submit | None = None
 ) -> SimResult:
@@ -172,13 +182,6 @@ def simulate(
             else (req.prompt if req.prompt is not None else chat_prompt(req.as_messages()))
         )
         think = chat and chatting.thinks(body, engine.cfg.reasoning)
-        counted = None
-        if engine.tokens is not None:  # the model's own count (serve --tokenizer)
-            counted = (
-                engine.tokens.count(messages=req.as_messages(), tools=body.get("tools"))
-                if chat or req.prompt is None
-                else engine.tokens.count(prompt=req.prompt)
-            )
         engine.submit(
             req.id,
             text,
@@ -190,7 +193,7 @@ def simulate(
             think=think,
             thinking_budget=chatting.thinking_budget(body) if think else None,
             tool=chatting.tool_choice(body, engine.cfg.tool_calls) if chat else None,
-            prompt_tokens=counted,
+            prompt_tokens=_counted(engine, req, body, chat),
         )
 
     def take() -> tuple[int, Request] | None:

@@ -27,7 +27,7 @@ log = logging.getLogger("loadgen.emulator")
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="loadgen-emulator", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="serve MODEL as vllm serve would, on the emulated engine")
+    s = sub.add_parser("serve", help="serve MODEL as vllm serve would, on the emulated engine")  # vLLM's flags
     s.add_argument("model", metavar="MODEL")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000, help="0 lets the OS choose")
@@ -45,31 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-model-len", type=int)
     s.add_argument("--disable-log-stats", action="store_true", help="no vllm: metrics, as vLLM")
     s.add_argument("--api-key")
-    s.add_argument("--profile", help=f"cost profile (default: by MODEL); one of {', '.join(profiles.available())}")
-    s.add_argument("--seed", type=int, default=0, help="seeds the emulated model's output")
-    s.add_argument("--kv-cache-tokens", type=int, help="KV cache size in tokens (default: the profile's)")
-    s.add_argument(
-        "--tokenizer",
-        metavar="DIR",
-        help="count each prompt's tokens with the model's own tokenizer and chat template "
-        "(tokenizer.json in DIR; 'model': MODEL's directory), as the real engine counts them "
-        "(servers/emulator/tokens.py)",
-    )
-    s.add_argument(
-        "--time-scale",
-        type=float,
-        default=1.0,
-        help="run the emulated GPU S times slower than its model (every modeled duration x S; "
-        "its metrics stay in emulated time); for machines that cannot keep the model's pace. "
-        "Changed at run time by POST /emulator/clock",
-    )
-    s.add_argument(
-        "--acceptance-traces",
-        metavar="FILE",
-        help="append each finished request's exact acceptance trace (JSONL, docs/whatif.md): "
-        "its token ids and, for every drafter of the profile, what a step at each position "
-        "would emit",
-    )
+    _emulator_flags(s)
     s.add_argument(
         "--per-request-spec-decode-metrics",
         choices=("none", "summary", "detailed"),
@@ -120,6 +96,36 @@ def _parser() -> argparse.ArgumentParser:
         help="fault injection: crash (exit 70 at once, streams cut) when request N+1 arrives",
     )
     return p
+
+
+def _emulator_flags(s: argparse.ArgumentParser) -> None:
+    """The flags only the emulator takes (no vLLM has them): its cost profile, its model's seed
+    and size, how it counts prompts, its clock and its acceptance traces."""
+    s.add_argument("--profile", help=f"cost profile (default: by MODEL); one of {', '.join(profiles.available())}")
+    s.add_argument("--seed", type=int, default=0, help="seeds the emulated model's output")
+    s.add_argument("--kv-cache-tokens", type=int, help="KV cache size in tokens (default: the profile's)")
+    s.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        help="count each prompt's tokens with the model's own tokenizer and chat template "
+        "(tokenizer.json in DIR; 'model': MODEL's directory), as the real engine counts them "
+        "(servers/emulator/tokens.py)",
+    )
+    s.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="run the emulated GPU S times slower than its model (every modeled duration x S; "
+        "its metrics stay in emulated time); for machines that cannot keep the model's pace. "
+        "Changed at run time by POST /emulator/clock",
+    )
+    s.add_argument(
+        "--acceptance-traces",
+        metavar="FILE",
+        help="append each finished request's exact acceptance trace (JSONL, docs/whatif.md): "
+        "its token ids and, for every drafter of the profile, what a step at each position "
+        "would emit",
+    )
 
 
 def _fail(message: str) -> NoReturn:

@@ -69,6 +69,31 @@ def _int(body: dict, key: str, lo: int):
     return v
 
 
+def _prompt(body: dict, chat: bool) -> tuple[str, dict | None]:
+    """The request's prompt as the emulator's words read it, and what the model's own tokenizer
+    counts of it (serve --tokenizer): the messages and tools, or the prompt's text; None for a
+    prompt given as token ids (one word each: already the model's count)."""
+    if chat:
+        msgs = body.get("messages")
+        if (
+            not isinstance(msgs, list)
+            or not msgs
+            or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in msgs)
+        ):
+            if msgs is None:
+                raise invalid("messages", "missing", "Field required", f"<dict of {len(body)} items>")
+            raise BadRequest("messages must be a non-empty list of {role, content} objects", param="messages")
+        return chatting.tools_text(body) + chat_prompt(msgs), {"messages": msgs, "tools": body.get("tools")}
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return " ".join(f"t{t}" for t in prompt), None  # token ids: one token each
+    if not isinstance(prompt, str) or not prompt:
+        raise BadRequest("prompt must be a non-empty string (one prompt per request)")
+    return prompt, {"prompt": prompt}
+
+
 class EmulatorAPI:
     def __init__(
         self,
@@ -218,28 +243,7 @@ class EmulatorAPI:
                 "NotFoundError",
                 "model",
             )
-        if chat:
-            msgs = body.get("messages")
-            if (
-                not isinstance(msgs, list)
-                or not msgs
-                or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in msgs)
-            ):
-                if msgs is None:
-                    raise invalid("messages", "missing", "Field required", f"<dict of {len(body)} items>")
-                raise BadRequest("messages must be a non-empty list of {role, content} objects", param="messages")
-            text = chatting.tools_text(body) + chat_prompt(msgs)
-            counted = {"messages": msgs, "tools": body.get("tools")}
-        else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-                prompt = prompt[0]
-            if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-                prompt = " ".join(f"t{t}" for t in prompt)  # token ids: one token each
-            if not isinstance(prompt, str) or not prompt:
-                raise BadRequest("prompt must be a non-empty string (one prompt per request)")
-            text = prompt
-            counted = {"prompt": prompt}
+        text, counted = _prompt(body, chat)
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise invalid("stream", "bool_parsing", "Input should be a valid boolean", stream)
@@ -294,10 +298,10 @@ class EmulatorAPI:
             "stream_interval": max(interval or 1, self.stream_interval),  # vLLM: clamped to the server's
         }
 
-    def _count(self, what: dict) -> int | None:
+    def _count(self, what: dict | None) -> int | None:
         """The prompt's tokens by the model's own tokenizer (serve --tokenizer), else None."""
         tokens = self.driver.engine.tokens
-        if tokens is None:
+        if tokens is None or what is None:
             return None
         try:
             return tokens.count(**what)
