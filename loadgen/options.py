@@ -154,7 +154,7 @@ class SweepOptions(SamplingOptions):
     gpus: str | None = None
     parallel: bool = False
     port: int | None = None
-    llama_server: str | None = None
+    executable: str | None = None  # the engine's server command, over the deployment's
     workers: int = 1
     time_scale: str | None = None
     metrics_interval: float | None = None  # seconds between /metrics samples in every cell (None: 1)

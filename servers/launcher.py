@@ -26,12 +26,12 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from servers import localmodels
-from servers.deployments import Launch, llamacpp
+from servers import engines, localmodels
+from servers.deployments import Launch
 
 _PR_SET_PDEATHSIG = 1
 PROGRESS_EVERY_S = 15.0
-# what a server's log says as it starts, the stage a person is told (vLLM's lines, then llama.cpp's)
+# what a server's log says as it starts, the stage a person is told (vLLM's lines, then other engines')
 STAGES = tuple(
     (re.compile(pattern), stage)
     for pattern, stage in (
@@ -195,9 +195,9 @@ class Server:
                     if progress is not None and not localmodels.made(name):
                         progress(f"{la.variant}: making {name} in {path} (once; a few minutes for real weights)")
                     localmodels.ensure(name)
-                else:
-                    llamacpp.materialize(name, path)
-            except (llamacpp.LlamaCppError, localmodels.ModelError, OSError) as e:
+                else:  # the engine's own (a packaged model file)
+                    engines.get(la.engine).prepare(name, path)
+            except (ValueError, localmodels.ModelError, OSError) as e:
                 raise LaunchError(f"cannot prepare {name} at {path}: {e}") from None
         parts = urlsplit(la.url)
         if port_in_use(parts.hostname or "127.0.0.1", parts.port or 80):

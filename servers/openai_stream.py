@@ -205,6 +205,14 @@ class StreamRenderer:
             payload["metrics"] = metrics
         return sse(payload)
 
+    def sglext(self, details: dict) -> bytes:
+        """SGLang's response-level extension chunk (no choices), as its server streams it
+        before the usage chunk: `sglext.spec_tokens_details` when a request asked for them."""
+        payload = self._base()
+        payload["choices"] = []
+        payload["sglext"] = {"spec_tokens_details": details}
+        return sse(payload)
+
 
 def error_body(message: str, err_type: str, code: int, param: str | None = None) -> dict:
     """OpenAI/vLLM error object, as returned with a 4xx/5xx status or as a stream event

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from servers import engines
 from servers.deployments import DeploymentError, available, load, render
 from servers.emulator.__main__ import _parser, build
 
@@ -167,7 +168,7 @@ def test_bad_deployment_files_are_one_clear_line(tmp_path):
         'model = "m"\nstartup_timeout_s = "slow"\n[variants.a]\n': "startup_timeout_s must be a number > 0",
         'model = "m"\nmax_num_seqs = 0\n[variants.a]\n': "max_num_seqs must be an integer >= 1",
         'model = "m"\n[variants.a]\nurl = 7\n': "url must be a str",
-        'model = "m"\n[variants.a]\ncolour = 7\n': "a variant takes only args, spec, speculative_config, url",
+        'model = "m"\n[variants.a]\ncolour = 7\n': "a variant takes only args, speculative_config, url",
         'model = "m"\nengine = "external"\n[variants.a]\n': "needs url",
         "model = \n": "cannot read",
         'model = "m"\nargs = ["--per-request-spec-decode-metrics", "summary"]\n[variants.baseline]\n': (
@@ -267,13 +268,14 @@ def test_llamacpp_variants_render_into_llama_server_flags(tmp_path):
         ],
     }
     for v, flags in expect.items():
-        la = render(dep, v, port=9001, llama_server="/opt/llama/llama-server")
+        la = render(dep, v, port=9001, executable="/opt/llama/llama-server")
         tail = ["-ngld", "0"] if v == "draft" else []
         assert list(la.argv) == base + flags + ["--no-webui"] + tail, v
         assert la.engine == "llama.cpp" and la.env == {} and la.url == "http://127.0.0.1:9001"
         assert la.served_model_name == "tiny" and la.prepare == ()
-    assert dep.variants["ngram"].method == "ngram-simple" and dep.variants["baseline"].method is None
-    with pytest.raises(DeploymentError, match="vLLM's flags and llama.cpp's differ"):
+    method = engines.get(dep.engine).method
+    assert method(dep.variants["ngram"]) == "ngram-simple" and method(dep.variants["baseline"]) is None
+    with pytest.raises(DeploymentError, match="llama.cpp's flags and vllm's differ"):
         dep.with_engine("vllm")
 
 
@@ -296,13 +298,13 @@ def test_bad_llamacpp_deployments_are_one_clear_line(tmp_path):
         head
         + "[variants.a]\nspeculative_config = "
         + '{ method = "ngram", num_speculative_tokens = 3 }\n': "not speculative_config",
-        'model = "m"\n[variants.a]\nspec = { type = "ngram-simple" }\n': "spec is llama.cpp's",
+        'model = "m"\n[variants.a]\nspec = { type = "ngram-simple" }\n': "spec is llama.cpp's; a vllm variant takes",
     }
     refused_in_one_line(tmp_path, cases)
 
 
 def test_llama_server_is_found_by_flag_then_path_then_package(tmp_path, monkeypatch):
-    from servers.deployments import llamacpp
+    from servers.engines import llamacpp
 
     on_path = tmp_path / "bin" / "llama-server"
     mine = tmp_path / "my-llama-server"

@@ -19,7 +19,8 @@ import pytest
 
 from loadgen.report import speedup
 from loadgen.results import cells
-from servers.deployments import llamacpp, load, render
+from servers.deployments import load, render
+from servers.engines import llamacpp
 from servers.launcher import Server, free_port
 from tests.conftest import REPO, describe_pids, run_cli, server_pids
 

@@ -21,9 +21,11 @@ def _ray():
 
 
 def default_resource(engine: str) -> str:
-    """What a server of `engine` asks Ray for: vLLM GPUs; the emulator and llama.cpp (on CPU)
-    CPUs."""
-    return "GPU" if engine == "vllm" else "CPU"
+    """What a server of `engine` asks Ray for: its engine's resource (servers/engines: vLLM
+    GPUs; the emulator and the CPU engines CPUs)."""
+    from servers import engines
+
+    return engines.get(engine).resource
 
 
 def resource_request(resource: str, n: int) -> dict:

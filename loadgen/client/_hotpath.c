@@ -373,6 +373,12 @@ typedef struct {
 static void scan(const char *p, Py_ssize_t n, Scan *s) {
     const char *end = p + n, *q = p;
     memset(s, 0, sizeof *s);
+    /* per-request draft counts: every engine's key holds "draft" (servers/engines/base.py's
+       MARK), and the Python reader reads an event that holds it in full, as here */
+    if (memmem(p, n, "draft", 5) != NULL) {
+        s->slow = 1;
+        return;
+    }
     while ((q = memchr(q, '"', end - q)) != NULL && end - q > 2) {
         switch (q[1]) {
         case 'c':
@@ -421,12 +427,6 @@ static void scan(const char *p, Py_ssize_t n, Scan *s) {
             break;
         case 't':
             s->slow |= KEY("\"tool_calls\"");
-            break;
-        case 'd':
-            s->slow |= KEY("\"draft_n");
-            break;
-        case 'n':
-            s->slow |= KEY("\"num_draft_tokens\"") || KEY("\"num_accepted_draft_tokens\"");
             break;
         }
         if (s->slow)

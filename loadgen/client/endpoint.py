@@ -10,27 +10,34 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from servers import engines
+
 
 class EndpointError(ValueError):
     pass
 
 
-# Servers that close the connection after every streamed response although they announce
-# keep-alive (llama.cpp's llama-server, `owned_by: llamacpp`). A client reusing the connection
-# races the close and sees "server disconnected" before any response, so loadgen asks these
-# for a new connection per request (`Connection: close`), which is what they give anyway.
-CLOSE_AFTER_STREAM = frozenset({"llamacpp"})
-
-
 @dataclass(frozen=True)
 class Served:
     model: str
-    owned_by: str | None = None  # /v1/models' owned_by of that model ("vllm", "llamacpp", ...)
+    owned_by: str | None = None  # /v1/models' owned_by of that model ("vllm", "sglang", ...)
 
     @property
     def keep_alive(self) -> bool:
-        """Whether to reuse connections with this server (see CLOSE_AFTER_STREAM)."""
-        return self.owned_by not in CLOSE_AFTER_STREAM
+        """Whether to reuse connections with this server: not with an engine that closes the
+        connection after every streamed response although it announces keep-alive (a client
+        reusing it races the close and sees "server disconnected" before any response), so
+        loadgen asks it for a new connection per request (`Connection: close`), which is
+        what it gives anyway (servers/engines: `keep_alive`)."""
+        engine = engines.by_owner(self.owned_by)
+        return engine is None or engine.keep_alive
+
+    @property
+    def request_fields(self) -> dict:
+        """What every request to this server adds to its body: its engine's ask for
+        per-request speculative-decoding details, where it needs one (servers/engines)."""
+        engine = engines.by_owner(self.owned_by)
+        return dict(engine.request_fields) if engine is not None else {}
 
 
 def api_base(url: str) -> str:

@@ -15,6 +15,7 @@ import re
 from loadgen.client import phases
 from loadgen.client.record import RequestRecord
 from loadgen.client.sse import StreamFault
+from servers import engines
 
 _loads = json.loads
 _TAGS = re.compile(r"<[^>]+>")
@@ -22,10 +23,19 @@ _COMPLETION_TOKENS = re.compile(rb'"completion_tokens":\s*(\d+)')
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens":\s*(\d+)')
 _FINISH = re.compile(rb'"finish_reason":\s*"([^"]*)"')
 _NO_CHOICES = re.compile(rb'"choices":\s*\[\s*\]')
-# per-request speculative-decoding counts: llama.cpp's `timings`, vLLM's `speculative_decoding`
-_DRAFTED = re.compile(rb'"(?:draft_n|num_draft_tokens)":\s*(\d+)')
-_ACCEPTED = re.compile(rb'"(?:draft_n_accepted|num_accepted_draft_tokens)":\s*(\d+)')
-_SPEC_STEPS = re.compile(rb'"num_spec_steps":\s*(\d+)')
+
+
+def _keys(which: str) -> re.Pattern[bytes]:
+    """A regex for any engine's per-request SD key `which` (servers/engines: `request_sd`) and
+    its integer value."""
+    names = sorted({k for sd in engines.request_sd_keys() if (k := getattr(sd, which))}, key=len, reverse=True)
+    return re.compile(rb'"(?:' + b"|".join(re.escape(n.encode()) for n in names) + rb')":\s*(\d+)')
+
+
+# per-request speculative-decoding counts, each engine's keys (vLLM's `speculative_decoding`, ...);
+# a payload holding MARK is read in full for them
+_DRAFTED, _ACCEPTED, _SPEC_STEPS = _keys("drafted"), _keys("accepted"), _keys("steps")
+_MARK = engines.MARK.encode()
 
 
 def on_events(rec: RequestRecord, payloads: list[bytes], t: int) -> None:
@@ -61,7 +71,7 @@ def _all_counted(rec: RequestRecord, body: list[bytes], t: int) -> bool:
     """Record `body` if every event in it is a token chunk with one cumulative
     `completion_tokens` and nothing else to read; False (and nothing recorded) if not."""
     joined = b"\n".join(body)
-    if b"[]" in joined or b'"error"' in joined or b"draft" in joined:
+    if b"[]" in joined or b'"error"' in joined or _MARK in joined:
         return False
     marked = phases.has_marks(joined)
     reasoning: list[int] | None = None
@@ -134,7 +144,7 @@ def on_event(rec: RequestRecord, payload: bytes, t: int) -> None:
             _on_usage_chunk(rec, payload, int(m.group(1)), t)
             return
     _on_parsed(rec, _parse(payload), t)
-    if b"draft" in payload:
+    if _MARK in payload:
         _spec_counts(rec, payload)
 
 
@@ -159,7 +169,7 @@ def _on_usage_chunk(rec: RequestRecord, payload: bytes, cum: int, t: int) -> Non
         _spec_counts(rec, payload)
         return
     rec.usage_completion_tokens = cum
-    if b"draft" in payload:
+    if _MARK in payload:
         _spec_counts(rec, payload)
     if rec.prompt_tokens is None and (m := _PROMPT_TOKENS.search(payload)):
         rec.prompt_tokens = int(m.group(1))

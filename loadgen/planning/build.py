@@ -111,7 +111,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         parallel=o.parallel,
         port=o.port,
         baseline=o.baseline,
-        llama_server=_command(o.llama_server),
+        executable=_command(o.executable),
         min_requests=dep.min_requests or preset.min_requests,
         per_user=dep.requests_per_user or preset.per_user,
         workers=o.workers,

@@ -123,7 +123,7 @@ class Plan:
     gpus: list[int] = field(default_factory=lambda: [0])
     parallel: bool = False
     port: int | None = None  # None: 8000 for vLLM, a free port for the emulator
-    llama_server: str | None = None  # llama.cpp's binary (None: found, llamacpp.find_server)
+    executable: str | None = None  # the engine's server command (None: the deployment's, else its engine's own)
     baseline: str = "baseline"
     min_requests: int = 50  # with num_requests None: max(min_requests, per_user * C)
     per_user: int = 4
@@ -196,6 +196,9 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: dict) -> Plan:
+        d = dict(d)
+        if "llama_server" in d:  # a plan written before engines were a family
+            d["executable"] = d.pop("llama_server")
         return cls(**d)
 
 
@@ -205,9 +208,7 @@ def servers(dep: Deployment, plan: Plan) -> dict:
     out = {}
     port = plan.port if plan.port is not None else (default_port(dep.engine) or 0)  # 0: chosen at start
     for v in plan.variants:
-        la = render(
-            dep, v, port=port, gpus=tuple(plan.gpus[: dep.tensor_parallel_size]), llama_server=plan.llama_server
-        )
+        la = render(dep, v, port=port, gpus=tuple(plan.gpus[: dep.tensor_parallel_size]), executable=plan.executable)
         out[v] = {
             "engine": la.engine,
             "command": la.shell(),

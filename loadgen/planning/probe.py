@@ -42,6 +42,7 @@ import numpy as np
 from loadgen.load import timescale
 from loadgen.load.execute import LoadShape, RunSpec, execute, session_for
 from loadgen.planning.plan import Cell, Plan
+from servers import engines
 from servers.deployments import Deployment, render
 from servers.launcher import LaunchError, Server, free_port
 
@@ -233,7 +234,8 @@ async def _probe_levels(
 def probe_variants(plan: Plan, dep: Deployment) -> list[str]:
     """The baseline (or the first variant) and, if the plan has one, its first n-gram variant."""
     first = plan.baseline if plan.baseline in plan.variants else plan.variants[0]
-    ngram = next((v for v in plan.variants if dep.variants[v].method == "ngram" and v != first), None)
+    method = engines.get(dep.engine).method
+    ngram = next((v for v in plan.variants if method(dep.variants[v]) == "ngram" and v != first), None)
     return [first] + ([ngram] if ngram else [])
 
 
@@ -253,7 +255,7 @@ def run_probe(
             variant,
             port=free_port(),
             gpus=tuple(plan.gpus[: dep.tensor_parallel_size]),
-            llama_server=plan.llama_server,
+            executable=plan.executable,
         )
         try:
             with Server(launch, log_dir / "time-scale-probe.log", api_key) as srv:

@@ -24,6 +24,7 @@ import pandas as pd
 
 from loadgen.measures.describe import describe
 from loadgen.results.reading import Sweep
+from servers import engines
 
 VERSION = "0.2.1"
 _STATS = {"mean": "mean", "stddev": "std", "min": "min", "p50": "p50", "p90": "p90", "p95": "p95", "p99": "p99"}
@@ -73,9 +74,7 @@ def _engine(sw: Sweep, variant: str, summary: dict) -> dict:
     server = (sw.manifest.get("servers") or {}).get(variant) or {}
     # a run against --base-url does not know its engine: said so, not guessed
     engine = dep.get("engine") or ("emulator" if cfg.get("simulated") or cfg.get("embedded_server") else "")
-    tool = {"emulator": "loadgen-emulator", "llama.cpp": "llama.cpp", "": "OpenAI-compatible server"}.get(
-        engine, engine
-    )
+    tool = engines.get(engine).tool if engine in engines.REGISTRY else engine or "OpenAI-compatible server"
     model = cfg.get("model") or dep.get("model") or "unknown"
     tp = int(dep.get("tensor_parallel_size") or 1)
     accelerator = cfg.get("profile") or ("emulated" if engine == "emulator" else "unknown")

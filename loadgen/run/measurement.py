@@ -43,7 +43,7 @@ class RunJob:
     workload: Workload
     target: Target = field(default_factory=Target)
     model: str | None = None  # None: the server's first model
-    keep_alive: bool | None = None  # None: as the server's kind wants (llama.cpp: off)
+    keep_alive: bool | None = None  # None: as the server's engine wants (servers/engines: keep_alive)
     metrics_url: str | None = None  # None: the server's /metrics; "none": off
     workers: int = 1
     ray_address: str | None = None  # None: no Ray; "": RAY_ADDRESS, this host's, else a new one
@@ -211,10 +211,12 @@ async def _load(job: RunJob, cluster, stop: asyncio.Event) -> RunResult:
     spec = job.spec
     session = session_for(spec.load)
     try:
-        try:  # llama.cpp wants a connection per request (loadgen.client.endpoint.CLOSE_AFTER_STREAM)
+        try:  # the engine says whether it keeps connections, and what to ask for (Served)
             served = await probe(session, spec.api_base, spec.headers, job.model)
             spec.model = served.model
             spec.keep_alive = served.keep_alive if job.keep_alive is None else job.keep_alive
+            if served.request_fields:
+                spec.extra_body = {**served.request_fields, **(spec.extra_body or {})}
         except EndpointError as e:
             if job.probe_required:
                 raise LoadgenError(str(e)) from None

@@ -46,7 +46,7 @@ def _variant_task(plan_dict: dict, variant: str, keys: list[str], resource: str,
     where = {"node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "pid": os.getpid()}
     with tempfile.TemporaryDirectory(prefix="loadgen-") as tmp:
         log = Path(tmp) / f"{variant}.log"
-        launch = render(dep, variant, port=free_port(), gpus=gpus or None, llama_server=plan.llama_server)
+        launch = render(dep, variant, port=free_port(), gpus=gpus or None, executable=plan.executable)
         server = Server(launch, log, api_key)
         try:
             for event in variant_events(plan, server, cells, workloads, Reporter()):

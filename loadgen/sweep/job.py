@@ -4,7 +4,6 @@ the worker processes of a --parallel sweep run `python -m loadgen.sweep.worker` 
 
 from __future__ import annotations
 
-import shutil
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,8 +18,8 @@ from loadgen.sweep.cell import workloads_for
 from loadgen.sweep.parallel import run_parallel, worker_slot
 from loadgen.sweep.progress import BarReporter, LiveReporter
 from loadgen.sweep.slots import Interrupted, Reporter, pending, run_slot, slots
-from servers import vllm_cpu
-from servers.deployments import DeploymentError, llamacpp
+from servers import engines
+from servers.deployments import DeploymentError
 
 Note = Callable[[str], None]
 
@@ -34,7 +33,7 @@ class SweepJob:
     retry_failed: bool = False
     api_key: str | None = None
     ray_address: str | None = None  # None: no Ray; "": RAY_ADDRESS, this host's, else a new one
-    ray_resource: str | None = None  # None: GPU for vLLM, CPU for the emulator and llama.cpp
+    ray_resource: str | None = None  # None: the engine's (servers/engines: GPU for vLLM, else CPU)
     metrics_port: int | None = None  # the client's live metrics for Prometheus
     quiet: bool = True  # no progress bar
     note: Note = lambda _: None  # what a person should know (stderr in the CLI)
@@ -61,23 +60,9 @@ def open_workloads(plan: Plan) -> dict:
 
 def check_engine(dep, plan: Plan) -> None:
     """The deployment's engine is installed here (one line naming the fix if not)."""
-    if dep.engine == "llama.cpp" and llamacpp.find_server(plan.llama_server or dep.executable) is None:
-        raise LoadgenError(
-            f"llama.cpp's llama-server is not installed here; {llamacpp.INSTALL}, put it on "
-            "PATH, or give --llama-server PATH"
-        )
-    if dep.engine == "vllm" and shutil.which(dep.executable or "vllm") is None:
-        raise LoadgenError(
-            f"deployment {dep.name!r} runs {dep.executable or 'vllm'!r}, which is not installed "
-            "here; install vLLM (or set executable in the deployment file), or try it on "
-            "--engine emulator"
-        )
-    if dep.engine == "vllm" and not dep.executable and vllm_cpu.installed() and not vllm_cpu.gpu():
-        raise LoadgenError(
-            f"deployment {dep.name!r} is for vLLM on a GPU, and the vllm here is its CPU build on a "
-            "machine without one; sweep a vllm-cpu deployment (tiny-llama-vllm-cpu, "
-            'gemma-3-270m-vllm-cpu; or engine = "vllm-cpu" in the file), or try it on --engine emulator'
-        )
+    problem = engines.get(dep.engine).install_problem(dep, plan.executable)
+    if problem:
+        raise LoadgenError(problem)
 
 
 def _check_virtual(job: SweepJob, plan) -> None:

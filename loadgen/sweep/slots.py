@@ -145,7 +145,7 @@ def run_slot(
         cells = [c for c in todo if c.variant == variant and c.repeat == rnd]
         if not cells:
             continue
-        launch = render(dep, variant, port=_port(slot), gpus=slot.gpus, llama_server=plan.llama_server)
+        launch = render(dep, variant, port=_port(slot), gpus=slot.gpus, executable=plan.executable)
         log = f"{variant}.log" if rnd == 1 else f"{variant}.r{rnd}.log"
         server = Server(launch, root / "servers" / log, api_key)
         try:

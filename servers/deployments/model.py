@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, replace
 
 from servers.deployments.schema import DeploymentError, key
 
-ENGINES = ("vllm", "vllm-cpu", "emulator", "external", "llama.cpp")
 METHODS = (
     "ngram",
     "draft_model",
@@ -22,7 +21,6 @@ METHODS = (
     "ngram_gpu",
 )  # vllm.md
 SPEC_EXAMPLE = '{ method = "ngram", num_speculative_tokens = 3 }'
-LLAMA_SPEC_EXAMPLE = '{ type = "ngram-simple", draft_n_max = 3 }'
 
 
 @dataclass(frozen=True)
@@ -31,13 +29,7 @@ class Variant:
     speculative_config: dict | None = field(default=None, metadata=key(dict, example=SPEC_EXAMPLE))  # vLLM's
     args: tuple[str, ...] = field(default=(), metadata=key("strings"))
     url: str | None = field(default=None, metadata=key(str))
-    spec: dict | None = field(default=None, metadata=key(dict, example=LLAMA_SPEC_EXAMPLE))  # llama.cpp's SD
-
-    @property
-    def method(self) -> str | None:
-        if self.spec is not None:
-            return self.spec["type"]
-        return None if self.speculative_config is None else self.speculative_config.get("method")
+    own: dict = field(default_factory=dict)  # the keys its engine declares (servers/engines: variant_keys)
 
 
 @dataclass(frozen=True)
@@ -49,13 +41,13 @@ class Deployment:
     served_model_name: str = field(default="", metadata=key(str))  # "": the model
     tensor_parallel_size: int = field(default=1, metadata=key(int, least=1))
     max_num_seqs: int | None = field(default=None, metadata=key(int, least=1))
-    engine: str = field(default="vllm", metadata=key(str, choices=ENGINES))
-    executable: str | None = field(default=None, metadata=key(str))  # None: `vllm`, or llama-server found
+    engine: str = field(default="vllm", metadata=key(str))  # servers/engines: one of its names
+    executable: str | None = field(default=None, metadata=key(str))  # None: the engine's own command
     url: str | None = field(default=None, metadata=key(str))  # external
     args: tuple[str, ...] = field(default=(), metadata=key("strings"))
     emulator_args: tuple[str, ...] = field(default=(), metadata=key("strings"))
     startup_timeout_s: float = field(default=900.0, metadata=key(float))
-    # the server's environment, over its engine's (engine vllm-cpu: render/vllm_cpu.py's ENV);
+    # the server's environment, over its engine's (engine vllm-cpu: servers/engines/vllm_cpu.py's ENV);
     # values may hold {cpus} and {cpu} (servers/deployments/machine.py)
     env: dict[str, str] = field(default_factory=dict, metadata=key(dict, example='{ VLLM_CPU_KVCACHE_SPACE = "2" }'))
     # the answer length of a workload that does not set its own (output=...), where the catalog's
@@ -68,20 +60,26 @@ class Deployment:
     requests_per_user: int | None = field(default=None, metadata=key(int, least=1))
     warmup: int | None = field(default=None, metadata=key(int, least=0))
     variants: dict[str, Variant] = field(default_factory=dict, metadata=key(dict, example="[variants.NAME]"))
-    model_file: str | None = field(default=None, metadata=key(str))  # llama.cpp
-    slots: int = field(default=1, metadata=key(int, least=1))  # llama.cpp
-    context: int | None = field(default=None, metadata=key(int, least=1))  # llama.cpp
-    threads: int | None = field(default=None, metadata=key(int, least=1))  # llama.cpp
+    own: dict = field(default_factory=dict)  # the keys its engine declares (servers/engines: deployment_keys)
 
     def with_engine(self, engine: str | None) -> Deployment:
+        """This deployment served by `engine`: one that takes its variants' flags, the
+        emulator (for vLLM's flags, or an engine that says how it emulates its own), or
+        external."""
         if engine is None or engine == self.engine:
             return self
-        if engine not in ENGINES:
-            raise DeploymentError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
-        if (engine == "llama.cpp") != (self.engine == "llama.cpp") and engine != "external":
+        from servers import engines  # the engines import this module
+
+        try:
+            target, source = engines.get(engine), engines.get(self.engine)
+        except engines.UnknownEngine as e:
+            raise DeploymentError(str(e)) from None
+        if engine == "emulator":
+            return replace(source.emulated(self), engine=engine)
+        if None not in (target.flags, source.flags) and target.flags != source.flags:
             raise DeploymentError(
                 f"deployment {self.name!r} is for {self.engine}; it cannot run on {engine} "
-                "(vLLM's flags and llama.cpp's differ)"
+                f"({source.flags}'s flags and {target.flags}'s differ)"
             )
         return replace(self, engine=engine)
 

@@ -15,7 +15,7 @@ from servers.emulator import chat
 from servers.emulator import profile as profiles
 from servers.emulator.api import EmulatorAPI
 from servers.emulator.engine import Engine, EngineConfig, EngineError
-from servers.emulator.metrics import VllmCollector, registry
+from servers.emulator.metrics import SglangCollector, VllmCollector, registry
 from servers.emulator.realtime import RealtimeDriver
 from servers.emulator.spec import SpecError, parse
 from servers.emulator.tokens import ModelTokens
@@ -120,6 +120,14 @@ def _emulator_flags(s: argparse.ArgumentParser) -> None:
         "Changed at run time by POST /emulator/clock",
     )
     s.add_argument(
+        "--flavor",
+        choices=("vllm", "sglang"),
+        default="vllm",
+        help="whose server it answers as: vLLM's (default), or SGLang's metric names (sglang:), "
+        "/v1/models owner and per-request details (sglext.spec_tokens_details, asked with "
+        "return_spec_tokens_details), for a deployment of engine sglang (servers/engines/sglang.py)",
+    )
+    s.add_argument(
         "--acceptance-traces",
         metavar="FILE",
         help="append each finished request's exact acceptance trace (JSONL, docs/whatif.md): "
@@ -163,6 +171,8 @@ def engine_for(args) -> tuple[Engine, list[str]]:
         spec = parse(args.speculative_config)
         if args.stream_interval < 1:
             raise ValueError(f"--stream-interval must be at least 1, got {args.stream_interval}")
+        if args.flavor == "sglang" and args.per_request_spec_decode_metrics != "none":
+            raise ValueError("--per-request-spec-decode-metrics is vLLM's; --flavor sglang answers as SGLang does")
         if spec is None and args.per_request_spec_decode_metrics != "none":  # vLLM's VllmConfig check
             raise ValueError(
                 "--per-request-spec-decode-metrics requires speculative decoding to be enabled "
@@ -190,7 +200,12 @@ def engine_for(args) -> tuple[Engine, list[str]]:
                 max_model_len=args.max_model_len,
                 kv_capacity_tokens=args.kv_cache_tokens,
                 seed=args.seed,
-                per_request_spec_decode_metrics=args.per_request_spec_decode_metrics,
+                # SGLang counts every request's drafts (and answers with them when asked)
+                per_request_spec_decode_metrics=(
+                    "summary"
+                    if args.flavor == "sglang" and spec is not None and args.per_request_spec_decode_metrics == "none"
+                    else args.per_request_spec_decode_metrics
+                ),
                 enable_prefix_caching=args.enable_prefix_caching,
                 reasoning=args.reasoning_parser is not None,
                 tool_calls=args.enable_auto_tool_choice,
@@ -240,7 +255,7 @@ def _chunk_log(path: str | None):
 
 async def _serve(args, engine: Engine, served: list[str]) -> None:
     driver = RealtimeDriver(engine, time_scale=args.time_scale)
-    collector = VllmCollector(
+    collector = (SglangCollector if args.flavor == "sglang" else VllmCollector)(
         lambda: engine.stats, served[0], engine.spec.k if engine.spec else None, vllm_metrics=not args.disable_log_stats
     )
     api = EmulatorAPI(
@@ -254,6 +269,7 @@ async def _serve(args, engine: Engine, served: list[str]) -> None:
         max_log_len=args.max_log_len,
         chunk_log=_chunk_log(args.chunk_log),
         stream_interval=args.stream_interval,
+        flavor=args.flavor,
     )
     try:
         listener = await serve(api.handle, args.host, args.port)

@@ -107,7 +107,9 @@ class EmulatorAPI:
         max_log_len: int | None = None,
         chunk_log=None,
         stream_interval: int = 1,
+        flavor: str = "vllm",
     ) -> None:
+        self.flavor = flavor  # --flavor: whose server it answers as (vllm, sglang)
         self.stream_interval = stream_interval  # --stream-interval: the least a request's field may ask
         self.chunk_log = chunk_log  # --chunk-log: a file each streamed response's chunks go to
         self.driver = driver
@@ -172,7 +174,7 @@ class EmulatorAPI:
                             "id": name,
                             "object": "model",
                             "created": self.created,
-                            "owned_by": "vllm",
+                            "owned_by": self.flavor,
                             "root": self.model,
                             "parent": None,
                             "max_model_len": self.driver.engine.max_model_len,
@@ -295,6 +297,9 @@ class EmulatorAPI:
             "min_tokens": min_tokens,
             "ignore_eos": ignore_eos,
             "return_token_ids": return_ids,
+            # SGLang's ask for per-request SD details (--flavor sglang answers it)
+            "flavor": self.flavor,
+            "spec_details": self.flavor == "sglang" and body.get("return_spec_tokens_details") is True,
             "stream_interval": max(interval or 1, self.stream_interval),  # vLLM: clamped to the server's
         }
 
@@ -434,9 +439,7 @@ class EmulatorAPI:
                 text = "".join(" " + w for w in em.words)
                 out = r.chunk(text, seq.emitted, finish, em.tokens, seq.reasoning_tokens)
             if em.finished:
-                # vLLM's per-request metrics ride on the usage chunk (none without include_usage)
-                metrics = {"speculative_decoding": seq.sd.to_dict()} if seq.sd is not None else None
-                out += (r.final_usage(seq.emitted, metrics, seq.reasoning_tokens) if include_usage else b"") + DONE
+                out += _ending(r, seq, p, include_usage)
             if written is not None and out:
                 written.append((time.monotonic_ns(), seq.emitted, seq.reasoning_tokens, phase))
             if out:
@@ -452,6 +455,32 @@ class EmulatorAPI:
                     done.set_result(None)
 
         return sink
+
+
+def _ending(r, seq, p: dict, include_usage: bool) -> bytes:
+    """What ends a stream after its last tokens: vLLM's per-request metrics on the usage
+    chunk (none without include_usage), or SGLang's details in a chunk of their own before
+    it (when asked for), then [DONE]."""
+    sd = seq.sd.to_dict() if seq.sd is not None else None
+    if p["flavor"] == "sglang":
+        out = r.sglext(sglang_details(sd, seq.emitted)) if sd is not None and p["spec_details"] else b""
+        return out + (r.final_usage(seq.emitted, None, seq.reasoning_tokens) if include_usage else b"") + DONE
+    metrics = {"speculative_decoding": sd} if sd is not None else None
+    return (r.final_usage(seq.emitted, metrics, seq.reasoning_tokens) if include_usage else b"") + DONE
+
+
+def sglang_details(sd: dict, completion_tokens: int) -> dict:
+    """A request's SD counts as SGLang's `spec_tokens_details` (tokenizer_manager: accept length
+    = completion tokens / verify calls, accept rate = correct / proposed drafts)."""
+    steps, proposed, correct = sd["num_spec_steps"], sd["num_draft_tokens"], sd["num_accepted_draft_tokens"]
+    return {
+        "spec_accept_rate": correct / proposed if proposed else 0.0,
+        "spec_accept_length": completion_tokens / steps if steps else 0.0,
+        "spec_num_correct_drafts": correct,
+        "spec_num_proposed_drafts": proposed,
+        "spec_verify_ct": steps,
+        "spec_correct_drafts_histogram": list(sd["acceptance_histogram"]),
+    }
 
 
 def whole_response(rid: str, chat: bool, p: dict, seq, words: list[str], answer) -> dict:
@@ -487,7 +516,10 @@ def whole_response(rid: str, chat: bool, p: dict, seq, words: list[str], answer)
             prompt_logprobs=None, prompt_token_ids=list(seq.prompt) if ids is not None else None, prompt_text=None
         )
     whole.update(kv_transfer_params=None, ec_transfer_params=None)
-    if seq.sd is not None:  # --per-request-spec-decode-metrics: on the response, as vLLM
+    if seq.sd is not None and p.get("flavor") == "sglang":  # SGLang: asked for, at the response's level
+        if p["spec_details"]:
+            whole["sglext"] = {"spec_tokens_details": sglang_details(seq.sd.to_dict(), seq.emitted)}
+    elif seq.sd is not None:  # --per-request-spec-decode-metrics: on the response, as vLLM
         sd = seq.sd.to_dict()
         sd.setdefault("per_step_accepted", None)
         sd.setdefault("per_step_drafted", None)

