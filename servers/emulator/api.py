@@ -463,23 +463,27 @@ def _ending(r, seq, p: dict, include_usage: bool) -> bytes:
     it (when asked for), then [DONE]."""
     sd = seq.sd.to_dict() if seq.sd is not None else None
     if p["flavor"] == "sglang":
-        out = r.sglext(sglang_details(sd, seq.emitted)) if sd is not None and p["spec_details"] else b""
+        out = r.sglext(sglang_details(seq)) if sd is not None and p["spec_details"] else b""
         return out + (r.final_usage(seq.emitted, None, seq.reasoning_tokens) if include_usage else b"") + DONE
     metrics = {"speculative_decoding": sd} if sd is not None else None
     return (r.final_usage(seq.emitted, metrics, seq.reasoning_tokens) if include_usage else b"") + DONE
 
 
-def sglang_details(sd: dict, completion_tokens: int) -> dict:
-    """A request's SD counts as SGLang's `spec_tokens_details` (tokenizer_manager: accept length
-    = completion tokens / verify calls, accept rate = correct / proposed drafts)."""
-    steps, proposed, correct = sd["num_spec_steps"], sd["num_draft_tokens"], sd["num_accepted_draft_tokens"]
+def sglang_details(seq) -> dict:
+    """A request's SD counts as SGLang's `spec_tokens_details` (its tokenizer_manager): every
+    decoding step is a verification (`spec_verify_ct`), each proposing num_draft_tokens - 1
+    drafts; accept length = completion tokens / verify calls, accept rate = correct / proposed."""
+    sd = seq.sd
+    steps, k = sd.decode_steps, sd.num_spec_tokens
+    correct = sum(j * c for j, c in enumerate(sd.histogram))
+    proposed = steps * k
     return {
         "spec_accept_rate": correct / proposed if proposed else 0.0,
-        "spec_accept_length": completion_tokens / steps if steps else 0.0,
+        "spec_accept_length": seq.emitted / steps if steps else 0.0,
         "spec_num_correct_drafts": correct,
         "spec_num_proposed_drafts": proposed,
         "spec_verify_ct": steps,
-        "spec_correct_drafts_histogram": list(sd["acceptance_histogram"]),
+        "spec_correct_drafts_histogram": list(sd.histogram),
     }
 
 
@@ -518,7 +522,7 @@ def whole_response(rid: str, chat: bool, p: dict, seq, words: list[str], answer)
     whole.update(kv_transfer_params=None, ec_transfer_params=None)
     if seq.sd is not None and p.get("flavor") == "sglang":  # SGLang: asked for, at the response's level
         if p["spec_details"]:
-            whole["sglext"] = {"spec_tokens_details": sglang_details(seq.sd.to_dict(), seq.emitted)}
+            whole["sglext"] = {"spec_tokens_details": sglang_details(seq)}
     elif seq.sd is not None:  # --per-request-spec-decode-metrics: on the response, as vLLM
         sd = seq.sd.to_dict()
         sd.setdefault("per_step_accepted", None)

@@ -110,6 +110,7 @@ class EngineStats:
     prompt_cached: int = 0  # ... and read from the prefix cache (local_cache_hit; prompt_tokens_cached)
     request_success: Counter = field(default_factory=Counter)  # by finished_reason
     spec_drafts: int = 0  # verification steps (per request) that carried drafts
+    spec_verify_calls: int = 0  # every decoding step (per request) with speculative decoding on: SGLang's count
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
     spec_accepted_per_pos: list = field(default_factory=list)

@@ -40,6 +40,7 @@ class RequestSD:
     num_draft_tokens: int = 0
     per_step_accepted: list[int] = field(default_factory=list)
     per_step_drafted: list[int] = field(default_factory=list)
+    decode_steps: int = 0  # every decoding step, drafts or none (SGLang's spec_verify_ct)
 
     def __post_init__(self) -> None:
         if not self.histogram:

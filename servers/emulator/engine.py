@@ -455,6 +455,10 @@ class Engine:
             if seq.computed < seq.context:
                 continue  # a prefill chunk; more to come
             if decoding:
+                if self.spec is not None:
+                    self.stats.spec_verify_calls += 1
+                if seq.sd is not None:
+                    seq.sd.decode_steps += 1
                 accepted = self._verify(seq, n - 1, seq.scheduled_drafts)
                 seq.scheduled_drafts = 0
                 seq.computed -= (n - 1) - accepted  # rejected drafts' KV is freed

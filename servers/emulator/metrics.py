@@ -259,9 +259,9 @@ class SglangCollector(VllmCollector):
             fam = CounterMetricFamily(
                 "sglang:spec_verify_calls", "The number of verification forward calls.", labels=list(labels)
             )
-            fam.add_metric(list(labels.values()), s.spec_drafts, created=self._created)
+            fam.add_metric(list(labels.values()), s.spec_verify_calls, created=self._created)
             yield fam
-            drafts, accepted = s.spec_drafts, s.spec_accepted_tokens
+            drafts, accepted = s.spec_verify_calls, s.spec_accepted_tokens
             gauges += [
                 (
                     "sglang:spec_accept_length",
