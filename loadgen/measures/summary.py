@@ -98,7 +98,10 @@ def acceptance_client(
             "draft_tokens": drafted,
             "accepted_tokens": accepted,
             "acceptance_rate": accepted / drafted if drafted else None,
-            "source": "the server's per-request counts (vLLM's metrics.speculative_decoding, llama.cpp's timings)",
+            "source": (
+                "the server's per-request counts (its engine's: vLLM's metrics.speculative_decoding, "
+                "SGLang's sglext.spec_tokens_details, llama.cpp's timings)"
+            ),
         }
         steps = _f(rows, "server_spec_steps")[rep]
         steps = steps[~np.isnan(steps)]
