@@ -29,7 +29,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from loadgen.client import phases
 from loadgen.client.record import RequestRecord
@@ -79,6 +79,27 @@ class SimResult:
     makespan_s: float
 
 
+# What the event heap holds, one dataclass per kind, each due at its entry's time.
+@dataclass(frozen=True)
+class _UserFree:
+    """A closed-loop user is free (it joined, or its last request ended a round trip ago)."""
+
+    user: int
+
+
+@dataclass(frozen=True)
+class _Arrival:
+    """An open loop's request is due by the shape's schedule."""
+
+
+@dataclass(frozen=True)
+class _SlotFreed:
+    """An open loop's capped request, scheduled at `t_sched`, got the slot just freed."""
+
+    t_sched: float
+    item: tuple[int, Request]
+
+
 @dataclass(frozen=True)
 class _Turn:
     """A conversation's next turn, due at its event's time (its user or open-loop slot held)."""
@@ -86,6 +107,9 @@ class _Turn:
     item: tuple[int, Request]
     user: int | None
     turns: Conversation
+
+
+_Event = _UserFree | _Arrival | _SlotFreed | _Turn
 
 
 def _at(line: Timeline):
@@ -114,66 +138,137 @@ def simulate(
     as the server would get it)."""
     if engine is None:
         engine = Engine(profiles.load(sim.profile), sim.spec, sim.engine)
-    _ns = _at(Timeline(sim.time_scale))
-    rtt = sim.client_rtt_s
-    load = sim.load
-    limit = None if sim.num_requests is None else sim.num_requests + sim.warmup
-    deadline = sim.duration_s
-    source = iter(requests)
-    records: list[RequestRecord] = []
-    count = 0  # requests taken from the workload
-    order = itertools.count()
-    events: list[tuple[float, int, Any]] = []  # (time, tie-break, user, None or a capped request)
-    if load.closed:  # the shape's schedule, as loadgen run's executors take it
-        for user, t in enumerate(load.join_s(sim.join_gap_s)):
-            heapq.heappush(events, (t, next(order), user))
-    else:
-        for t in load.arrivals_s(num=limit, duration_s=deadline, seed=sim.seed).tolist():
-            heapq.heappush(events, (t, next(order), None))
-    slots: Slots[tuple[float, tuple[int, Request]]] = Slots(load.max_concurrency or None)  # open loop's cap
-    users: dict[int, User[tuple[int, Request]]] = {}  # each closed-loop user's requests, as loadgen run deals them
-    firsts: dict[int, int] = {}  # each closed-loop user's first send (ns)
+    client = _VirtualClient(sim, engine, iter(requests), submit)
+    t = client.run()
+    return SimResult(client.result(), engine, t)
+
+
+class _VirtualClient:
+    """The client and its load in virtual time: the event heap (what is due when), the
+    requests it sends through the shape's and the executors' rules, and each engine step's
+    emissions read as the chunks a real client would read."""
+
+    def __init__(self, sim: SimSpec, engine: Engine, source: Iterator[Request], submit: Submit | None) -> None:
+        self.sim, self.engine, self.source = sim, engine, source
+        self.submit = submit or self._submit_text
+        self.ns = _at(Timeline(sim.time_scale))
+        self.limit = None if sim.num_requests is None else sim.num_requests + sim.warmup
+        self.deadline = sim.duration_s
+        self.records: list[RequestRecord] = []
+        self.count = 0  # requests taken from the workload
+        self.order = itertools.count()
+        self.events: list[tuple[float, int, _Event]] = []  # (time, tie-break, what is due)
+        self.slots: Slots[tuple[float, tuple[int, Request]]] = Slots(sim.load.max_concurrency or None)
+        self.users: dict[int, User[tuple[int, Request]]] = {}  # each closed-loop user's requests
+        self.firsts: dict[int, int] = {}  # each closed-loop user's first send (ns)
+        load = sim.load
+        if load.closed:  # the shape's schedule, as loadgen run's executors take it
+            for user, t in enumerate(load.join_s(sim.join_gap_s)):
+                self.push(t, _UserFree(user))
+        else:
+            for t in load.arrivals_s(num=self.limit, duration_s=self.deadline, seed=sim.seed).tolist():
+                self.push(t, _Arrival())
+
+    def push(self, t: float, event: _Event) -> None:
+        heapq.heappush(self.events, (t, next(self.order), event))
+
+    def run(self) -> float:
+        """Every event and engine step until nothing is due and the engine is idle; the end."""
+        t = 0.0
+        engine = self.engine
+        while True:
+            while self.events and self.events[0][0] <= t:
+                t_event, _, event = heapq.heappop(self.events)
+                self.on_event(t_event, event)
+            if not engine.has_work:
+                if not self.events:
+                    return t
+                t = self.events[0][0]
+                continue
+            step = engine.plan(t)
+            if step is None:
+                raise RuntimeError("engine has work but could not schedule any of it")
+            t_end = t + step.duration
+            for em in engine.commit(step, t_end):
+                self.on_emission(em, t_end)
+            t = t_end
+
+    def on_event(self, t_event: float, event: _Event) -> None:
+        if isinstance(event, _Turn):  # due: the think time after the reply has passed
+            self.send(event.item, t_event, t_event, event.user, event.turns)
+        elif isinstance(event, _SlotFreed):  # a capped open-loop request: the slot it was handed
+            self.send(event.item, event.t_sched, t_event, None)
+        elif self.deadline is not None and t_event >= self.deadline:
+            return
+        elif isinstance(event, _UserFree):  # the user is free now (loadgen.executors.closed_loop.User)
+            own = self.users.setdefault(event.user, User(self.take))
+            item = own.next()
+            if item is None:
+                return
+            self.firsts.setdefault(event.user, self.ns(t_event))
+            self.send(item, t_event, t_event, event.user)
+            own.sent()
+        else:  # an open loop's arrival
+            item = self.take()
+            if item is not None and self.slots.take((t_event, item)):
+                self.send(item, t_event, t_event, None)
+
+    def take(self) -> tuple[int, Request] | None:
+        """The next request, numbered as the run's feed numbers it (loadgen.executors.feed)."""
+        if self.limit is not None and self.count >= self.limit:
+            return None
+        req = next(self.source, None)
+        if req is None:
+            return None
+        self.count += 1
+        return self.count - 1, req
 
     def send(
-        item: tuple[int, Request], t_sched: float, t_send: float, user: int | None, turns: Conversation | None = None
+        self,
+        item: tuple[int, Request],
+        t_sched: float,
+        t_send: float,
+        user: int | None,
+        turns: Conversation | None = None,
     ) -> None:
         index, req = item
+        ns, sim = self.ns, self.sim
         rec = RequestRecord(
             index=index,
             request_id=req.id,
             warmup=index < sim.warmup,
-            t_scheduled_ns=_ns(t_sched),
+            t_scheduled_ns=ns(t_sched),
             workload=req.workload,
             category=req.category,
             max_tokens=req.max_tokens,
-            queue_delay_ns=_ns(t_send) - _ns(t_sched),
+            queue_delay_ns=ns(t_send) - ns(t_sched),
             session=req.session,
             turn=req.turn,
         )
-        rec.t_call_ns = rec.t_send_ns = _ns(t_send)
-        records.append(rec)
+        rec.t_call_ns = rec.t_send_ns = ns(t_send)
+        self.records.append(rec)
         if req.followups and turns is None:
             turns = Conversation(sim.think, sim.seed, index)  # its later turns, as loadgen run sends them
         try:
-            (submit or _submit_text)(engine, req, t_send, (rec, user, item, turns))
+            self.submit(self.engine, req, t_send, (rec, user, item, turns))
         except (EngineError, chatting.ChatError) as e:  # the server's 400, in its words
             rec.status, rec.error_type, rec.error_message = 400, "http_400", f"HTTP 400: {e}"
-            rec.t_end_ns = _ns(t_send + _REFUSAL_S)
-            free(t_send + _REFUSAL_S, user)  # its conversation (if any) ends here, its slot or user free
+            rec.t_end_ns = ns(t_send + _REFUSAL_S)
+            self.free(t_send + _REFUSAL_S, user)  # its conversation (if any) ends here, its slot or user free
 
-    def free(t_free: float, user: int | None) -> None:
+    def free(self, t_free: float, user: int | None) -> None:
         """A request (or a conversation) is over: its user goes on, or its open-loop slot goes to
         the longest waiting request, from `t_free`."""
         if user is not None:
-            heapq.heappush(events, (t_free, next(order), user))
+            self.push(t_free, _UserFree(user))
             return
-        waiting = slots.free()
+        waiting = self.slots.free()
         if waiting is not None:
-            heapq.heappush(events, (t_free, next(order), waiting))
+            self.push(t_free, _SlotFreed(*waiting))
 
-    def _submit_text(engine: Engine, req: Request, t_send: float, sink) -> None:
-        chat = sim.endpoint == "chat"
-        body = {**req.sampling, **sim.extra_body}
+    def _submit_text(self, engine: Engine, req: Request, t_send: float, sink) -> None:
+        chat = self.sim.endpoint == "chat"
+        body = {**req.sampling, **self.sim.extra_body}
         if chat:  # what the server reads of a chat request (servers/emulator/api.py)
             body.update(messages=req.as_messages(), **({"tools": [dict(t) for t in req.tools]} if req.tools else {}))
         text = (
@@ -196,103 +291,68 @@ def simulate(
             prompt_tokens=_counted(engine, req, body, chat),
         )
 
-    def take() -> tuple[int, Request] | None:
-        """The next request, numbered as the run's feed numbers it (loadgen.executors.feed)."""
-        nonlocal count
-        if limit is not None and count >= limit:
-            return None
-        req = next(source, None)
-        if req is None:
-            return None
-        count += 1
-        return count - 1, req
+    def on_emission(self, em, t_end: float) -> None:
+        """One step's output for one request, read as the client reads its chunk (a reasoning
+        model's or a tool call's as the server streams it: servers/emulator/chat.py)."""
+        rec, user, (index, req), turns = cast(tuple, em.seq.sink)
+        seq = em.seq
+        phase = None
+        if seq.reasoning_end or seq.tool_call is not None:  # as the server streams it
+            d, phase = chatting.delta(seq, em.start, em.words, em.tokens)
+            if not d and not em.finished:
+                return  # markers only: the server sends no chunk
+        rec.chunk_t_ns.append(self.ns(t_end))
+        rec.chunk_usage.append(seq.emitted)
+        rec.chunk_chars.append(-1)
+        if seq.reasoning_end or seq.tool_call is not None or rec.chunk_phase is not None:
+            # the reasoning count a server gives only with a reasoning parser
+            phases.note(rec, phase, seq.reasoning_tokens if self.engine.cfg.reasoning else None)
+        rec.usage_completion_tokens = seq.emitted
+        if rec.prompt_tokens is None:
+            rec.prompt_tokens = len(seq.prompt)
+        if em.finished:
+            self.finished(rec, seq, t_end)
+            if req.followups and self.next_turn(seq, (index, req), user, turns, t_end):
+                return
+            self.free(t_end + self.sim.client_rtt_s, user)  # one round trip later
 
-    t = 0.0
-    while True:
-        while events and events[0][0] <= t:
-            t_event, _, user = heapq.heappop(events)
-            if isinstance(user, _Turn):  # due: the think time after the reply has passed
-                send(user.item, t_event, t_event, user.user, user.turns)
-                continue
-            if isinstance(user, tuple):  # a capped open-loop request: the slot it was handed
-                send(user[1], user[0], t_event, None)
-                continue
-            if deadline is not None and t_event >= deadline:
-                continue
-            if user is not None:  # closed loop: the user is free now (loadgen.executors.closed_loop.User)
-                own = users.setdefault(user, User(take))
-                item = own.next()
-                if item is None:
-                    continue
-                if user not in firsts:
-                    firsts[user] = _ns(t_event)
-                send(item, t_event, t_event, user)
-                own.sent()
-                continue
-            item = take()
-            if item is None:
-                continue
-            if slots.take((t_event, item)):
-                send(item, t_event, t_event, None)
-        if not engine.has_work:
-            if not events:
-                break
-            t = events[0][0]
-            continue
-        step = engine.plan(t)
-        if step is None:
-            raise RuntimeError("engine has work but could not schedule any of it")
-        t_end = t + step.duration
-        for em in engine.commit(step, t_end):
-            rec, user, (index, req), turns = cast(tuple, em.seq.sink)
-            seq = em.seq
-            phase = None
-            if seq.reasoning_end or seq.tool_call is not None:  # as the server streams it
-                d, phase = chatting.delta(seq, em.start, em.words, em.tokens)
-                if not d and not em.finished:
-                    continue  # markers only: the server sends no chunk
-            rec.chunk_t_ns.append(_ns(t_end))
-            rec.chunk_usage.append(em.seq.emitted)
-            rec.chunk_chars.append(-1)
-            if seq.reasoning_end or seq.tool_call is not None or rec.chunk_phase is not None:
-                # the reasoning count a server gives only with a reasoning parser
-                phases.note(rec, phase, seq.reasoning_tokens if engine.cfg.reasoning else None)
-            rec.usage_completion_tokens = em.seq.emitted
-            if rec.prompt_tokens is None:
-                rec.prompt_tokens = len(em.seq.prompt)
-            if em.finished:
-                rec.done = True
-                rec.finish_reason = em.seq.finish_reason
-                rec.t_end_ns = _ns(t_end)
-                if seq.sd is not None:  # vLLM's per-request counts, as the last chunk carries them
-                    sd = seq.sd.to_dict()
-                    rec.server_draft_tokens = sd["num_draft_tokens"]
-                    rec.server_accepted_tokens = sd["num_accepted_draft_tokens"]
-                    rec.server_spec_steps = sd["num_spec_steps"]
-                if req.followups:  # the next turn: the history with this reply, as streamed
-                    calls = None
-                    if seq.reasoning_end or seq.tool_call is not None:  # as the client takes them apart
-                        msg = chatting.message(seq)
-                        reply = msg.get("content") or ""
-                        calls = [{"id": c["id"], **c["function"]} for c in msg.get("tool_calls") or ()] or None
-                    else:
-                        reply = "".join(" " + w for w in em.seq.words[: em.seq.emitted])
-                    pause, nxt = turns.next(req, reply, calls)
-                    t_due = t_end + pause + rtt
-                    if deadline is None or t_due < deadline:
-                        heapq.heappush(events, (t_due, next(order), _Turn((index, nxt), user, turns)))
-                        continue
-                free(t_end + rtt, user)  # one round trip later
-        t = t_end
-    records.sort(key=lambda r: r.index)
-    first = sorted(firsts.values())
-    info = (
-        {
-            "ramp_s": (first[-1] - first[0]) / 1e9 if len(first) > 1 else None,
-            "first_sends_ns": [first[0], first[-1]] if first else None,
-        }
-        if load.closed
-        else {}
-    )
-    run = RunResult(records, [], [], _T0_NS, 0.0, False, info)
-    return SimResult(run, engine, t)
+    def finished(self, rec: RequestRecord, seq, t_end: float) -> None:
+        rec.done = True
+        rec.finish_reason = seq.finish_reason
+        rec.t_end_ns = self.ns(t_end)
+        if seq.sd is not None:  # vLLM's per-request counts, as the last chunk carries them
+            sd = seq.sd.to_dict()
+            rec.server_draft_tokens = sd["num_draft_tokens"]
+            rec.server_accepted_tokens = sd["num_accepted_draft_tokens"]
+            rec.server_spec_steps = sd["num_spec_steps"]
+
+    def next_turn(self, seq, item: tuple[int, Request], user: int | None, turns: Conversation, t_end: float) -> bool:
+        """The conversation's next turn, due after the think time: the history with this reply,
+        as streamed (False: none before the deadline)."""
+        index, req = item
+        calls = None
+        if seq.reasoning_end or seq.tool_call is not None:  # as the client takes them apart
+            msg = chatting.message(seq)
+            reply = msg.get("content") or ""
+            calls = [{"id": c["id"], **c["function"]} for c in msg.get("tool_calls") or ()] or None
+        else:
+            reply = "".join(" " + w for w in seq.words[: seq.emitted])
+        pause, nxt = turns.next(req, reply, calls)
+        t_due = t_end + pause + self.sim.client_rtt_s
+        if self.deadline is not None and t_due >= self.deadline:
+            return False
+        self.push(t_due, _Turn((index, nxt), user, turns))
+        return True
+
+    def result(self) -> RunResult:
+        self.records.sort(key=lambda r: r.index)
+        first = sorted(self.firsts.values())
+        info = (
+            {
+                "ramp_s": (first[-1] - first[0]) / 1e9 if len(first) > 1 else None,
+                "first_sends_ns": [first[0], first[-1]] if first else None,
+            }
+            if self.sim.load.closed
+            else {}
+        )
+        return RunResult(self.records, [], [], _T0_NS, 0.0, False, info)
