@@ -16,7 +16,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -200,6 +200,118 @@ def client_info(client, session: aiohttp.ClientSession) -> dict:
     return {"client_path": "python", "chunk_times": chunk_times(session)}
 
 
+class _Sender:
+    """Each request sent: its record made, seen by `on_start`, sent by the client, then
+    journaled (and gone from memory here) or kept, counted for the error rate and handed to
+    `on_record`. `journal` is set when the clock starts."""
+
+    def __init__(self, spec: RunSpec, client, share: Share, errors: ErrorRate, on_start, on_record) -> None:
+        self.spec, self.client, self.share, self.errors = spec, client, share, errors
+        self.on_start, self.on_record = on_start, on_record
+        self.records: list[RequestRecord] = []
+        self.journal: Journal | Relay | None = None
+
+    async def send(self, item: Item, t_sched: int | None, queue_delay: int) -> RequestRecord:
+        req, spec = item.request, self.spec
+        rec = RequestRecord(
+            index=item.index,
+            request_id=req.id,
+            warmup=item.warmup,
+            t_scheduled_ns=t_sched or 0,
+            workload=req.workload,
+            category=req.category,
+            max_tokens=req.max_tokens,
+            queue_delay_ns=queue_delay,
+            worker=self.share.worker,
+            session=req.session,
+            turn=req.turn,
+        )
+        if spec.token_ids and not req.sensitive:
+            rec.token_ids = []
+        if req.followups:
+            rec.chunk_text = []  # its reply goes into the conversation's next turn
+        if self.journal is None:
+            self.records.append(rec)
+        if self.on_start is not None:
+            self.on_start(rec)
+        try:
+            await self.client.send(rec, item.body)
+        finally:
+            if t_sched is None:
+                rec.t_scheduled_ns = rec.t_send_ns
+            if self.journal is not None:  # finished (or cut off): written, and gone from memory here
+                self.journal.add(rec, text=spec.keep_text and not req.sensitive)
+        self.errors.observe(rec)
+        if self.on_record is not None:
+            self.on_record(rec)
+        return rec
+
+
+def _encoder(spec: RunSpec) -> Callable[[Request], bytes]:
+    """A request's body as this run sends it."""
+    opts = stream_options(spec.continuous_usage)
+    extra = {**(spec.extra_body or {}), "return_token_ids": True} if spec.token_ids else spec.extra_body
+
+    def encode(req: Request) -> bytes:
+        return build_body(req, endpoint=spec.endpoint, model=spec.model, options=opts, extra=extra)
+
+    return encode
+
+
+def _schedule(spec: RunSpec) -> np.ndarray | list[float]:
+    """The shape's schedule in real seconds, computed before the clock starts (so it costs no
+    request lateness): when each closed-loop user joins, or when each open-loop request is due."""
+    load, scale = spec.load, spec.time_scale
+    if load.closed:
+        return [t * scale for t in load.join_s(closed_loop.JOIN_GAP_S)]
+    total = None if spec.num_requests is None else spec.num_requests + spec.warmup
+    return load.arrivals_s(num=total, duration_s=spec.duration_s, seed=spec.seed) * scale
+
+
+def _start_clock(spec: RunSpec, t0_ns: int | None) -> tuple[int, float, int | None]:
+    """(t0 in monotonic ns, t0 as a Unix time, the duration's deadline in ns or None), with
+    Python's full garbage collections kept off what was alive before: they scan every object
+    alive (pandas, numpy, aiohttp: a few hundred thousand) and stopped the client for 20-30 ms
+    mid-run; frozen, those are skipped and a collection only walks what the run created."""
+    gc.collect()
+    gc.freeze()
+    now = time.monotonic_ns()
+    t0 = now if t0_ns is None else t0_ns
+    t0_unix = time.time() + (t0 - now) / 1e9
+    deadline = None if spec.duration_s is None else t0 + int(spec.duration_s * spec.time_scale * 1e9)
+    return t0, t0_unix, deadline
+
+
+def _journal(spec: RunSpec, share: Share, relay: Relay | None, t0: int, t0_unix: float) -> Journal | Relay | None:
+    """Where finished requests go: the run's journal file (this worker's part), a relay for
+    another process to fetch, or none (kept in memory)."""
+    if spec.journal is not None:
+        header = {
+            "t0_ns": t0,
+            "t0_unix": t0_unix,
+            "worker": share.worker,
+            "workers": share.workers,
+            "time_scale": spec.time_scale,
+        }
+        return Journal(path_for(spec.journal, share.worker, spec.journal_part), header)
+    return relay
+
+
+async def _until_done_or_stopped(task: asyncio.Future, stop: asyncio.Event, feed: Feed, errors: ErrorRate):
+    """The load's outcome: (interrupted, its load info). Stopped early, the feed stops and the
+    requests in flight are cancelled; `interrupted` only when stopped from outside, not for the
+    error rate."""
+    stopper = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    stopper.cancel()
+    if task.done():
+        return False, await task  # re-raises a fault of the executor itself
+    feed.stop()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return errors.tripped is None, {}
+
+
 async def execute(
     spec: RunSpec,
     requests: Iterator[Request],
@@ -222,80 +334,19 @@ async def execute(
     own_session = session is None
     if session is None:
         session = session_for(spec.load, share)
-    opts = stream_options(spec.continuous_usage)
     headers = spec.headers if spec.keep_alive else {**spec.headers, "Connection": "close"}
-    scale = spec.time_scale
     client = stream_client(spec, headers, session)
-
-    extra = {**(spec.extra_body or {}), "return_token_ids": True} if spec.token_ids else spec.extra_body
-
-    def encode(req: Request) -> bytes:
-        return build_body(req, endpoint=spec.endpoint, model=spec.model, options=opts, extra=extra)
-
-    records: list[RequestRecord] = []
+    encode = _encoder(spec)
     stop = stop if stop is not None else asyncio.Event()
     errors = ErrorRate(spec.max_error_rate, stop)
-    journal: Journal | None = None  # opened when the clock starts
-
-    async def send(item: Item, t_sched: int | None, queue_delay: int) -> RequestRecord:
-        req = item.request
-        rec = RequestRecord(
-            index=item.index,
-            request_id=req.id,
-            warmup=item.warmup,
-            t_scheduled_ns=t_sched or 0,
-            workload=req.workload,
-            category=req.category,
-            max_tokens=req.max_tokens,
-            queue_delay_ns=queue_delay,
-            worker=share.worker,
-            session=req.session,
-            turn=req.turn,
-        )
-        if spec.token_ids and not req.sensitive:
-            rec.token_ids = []
-        if req.followups:
-            rec.chunk_text = []  # its reply goes into the conversation's next turn
-        if journal is None:
-            records.append(rec)
-        if on_start is not None:
-            on_start(rec)
-        try:
-            await client.send(rec, item.body)
-        finally:
-            if t_sched is None:
-                rec.t_scheduled_ns = rec.t_send_ns
-            if journal is not None:  # finished (or cut off): written, and gone from memory here
-                journal.add(rec, text=spec.keep_text and not req.sensitive)
-        errors.observe(rec)
-        if on_record is not None:
-            on_record(rec)
-        return rec
-
+    sender = _Sender(spec, client, share, errors, on_start, on_record)
     load = spec.load
-    # the schedule is computed before the clock starts, so it costs no request lateness
-    if load.closed:
-        joins = [t * scale for t in load.join_s(closed_loop.JOIN_GAP_S)]
-    else:
-        total = None if spec.num_requests is None else spec.num_requests + spec.warmup
-        offsets = load.arrivals_s(num=total, duration_s=spec.duration_s, seed=spec.seed) * scale
+    schedule = _schedule(spec)
     window = RunWindow(spec)
     await window.start()
     monitor = LoopLagMonitor()
-    # Python's full garbage collections scan every object alive (pandas, numpy, aiohttp: a few
-    # hundred thousand) and stopped the client for 20-30 ms mid-run; frozen, those are skipped
-    # and a collection only walks what the run itself created.
-    gc.collect()
-    gc.freeze()
-    now = time.monotonic_ns()
-    t0 = now if t0_ns is None else t0_ns
-    t0_unix = time.time() + (t0 - now) / 1e9
-    deadline = None if spec.duration_s is None else t0 + int(spec.duration_s * scale * 1e9)
-    header = {"t0_ns": t0, "t0_unix": t0_unix, "worker": share.worker, "workers": share.workers, "time_scale": scale}
-    if spec.journal is not None:
-        journal = Journal(path_for(spec.journal, share.worker, spec.journal_part), header)
-    elif relay is not None:
-        journal = relay
+    t0, t0_unix, deadline = _start_clock(spec, t0_ns)
+    journal = sender.journal = _journal(spec, share, relay, t0, t0_unix)
     feed = Feed(
         requests,
         encode,
@@ -306,30 +357,27 @@ async def execute(
         share=share,
         skip=spec.skip,
     )
-    sender = conversing(send, encode, feed, think=spec.think, seed=spec.seed, scale=scale, keep_text=spec.keep_text)
+    send = conversing(
+        sender.send, encode, feed, think=spec.think, seed=spec.seed, scale=spec.time_scale, keep_text=spec.keep_text
+    )
     if load.closed:
-        work = closed_loop.run(feed, sender, join_s=joins, t0_ns=t0, share=share)
+        work = closed_loop.run(feed, send, join_s=cast(list, schedule), t0_ns=t0, share=share)
     else:
         work = open_loop.run(
-            feed, sender, offsets_s=offsets, t0_ns=t0, max_concurrency=load.max_concurrency, share=share
+            feed,
+            send,
+            offsets_s=cast(np.ndarray, schedule),
+            t0_ns=t0,
+            max_concurrency=load.max_concurrency,
+            share=share,
         )
     monitor.start()
     if journal is not None:
         journal.start(monitor)
     interrupted = False
     load_info: dict = {}
-    task = asyncio.ensure_future(work)
     try:
-        stopper = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        stopper.cancel()
-        if not task.done():
-            interrupted = errors.tripped is None  # stopped from outside, not for the errors
-            feed.stop()
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        else:
-            load_info = await task  # re-raises a fault of the executor itself
+        interrupted, load_info = await _until_done_or_stopped(asyncio.ensure_future(work), stop, feed, errors)
         load_info = {**load_info, **client_info(client, session)}
         if errors.tripped is not None:
             load_info["stopped_early"] = errors.tripped
@@ -343,7 +391,7 @@ async def execute(
         if own_session:
             await session.close()
     return RunResult(
-        records,
+        sender.records,
         np.frombuffer(monitor.at_ns, dtype=np.int64).copy(),
         np.frombuffer(monitor.lag_ns, dtype=np.int64).copy(),
         t0,

@@ -330,14 +330,14 @@ class _VirtualClient:
         """The conversation's next turn, due after the think time: the history with this reply,
         as streamed (False: none before the deadline)."""
         index, req = item
-        calls = None
+        calls: list[dict] | None = None
         if seq.reasoning_end or seq.tool_call is not None:  # as the client takes them apart
             msg = chatting.message(seq)
             reply = msg.get("content") or ""
             calls = [{"id": c["id"], **c["function"]} for c in msg.get("tool_calls") or ()] or None
         else:
             reply = "".join(" " + w for w in seq.words[: seq.emitted])
-        pause, nxt = turns.next(req, reply, calls)
+        pause, nxt = cast(tuple, turns.next(req, reply, calls))  # it has followups: a turn is next
         t_due = t_end + pause + self.sim.client_rtt_s
         if self.deadline is not None and t_due >= self.deadline:
             return False
