@@ -4,6 +4,7 @@ report.html (render.py), with every table also written as CSV and parquet."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -219,6 +220,37 @@ def _figures(t: dict, per_req, col: dict, out: Path, baseline: str) -> dict:
     return fig
 
 
+@dataclass
+class _Report:
+    """What every section is made from: the sweep, its tables and figures, the notes, where
+    files go; a section may add tables and notes (the controls', the what-if's)."""
+
+    sw: Sweep
+    t: dict
+    fig: dict
+    col: dict
+    out: Path
+    paths: dict
+    notes: list[str]  # the report's notes, a section's included (Built.notes)
+    summary_notes: tuple[str, ...]  # those the Summary says (the sweep's own, before any section's)
+    profile_name: str | None
+    bd_where: str
+    levels: list[int]
+    doc: dict | None = None  # the sweep's what-if, where it has one
+    plotly: bool = False  # the page already loads plotly (the Summary's chart)
+
+
+# The report's sections, a family: each a function of the report giving its Section (None:
+# nothing to say), in the order they appear, registered with @_section. A new section is a
+# function here and nothing else.
+SECTIONS: list[Callable[[_Report], Section | None]] = []
+
+
+def _section(f: Callable[[_Report], Section | None]) -> Callable[[_Report], Section | None]:
+    SECTIONS.append(f)
+    return f
+
+
 def build(root: str | Path, out: str | Path | None = None) -> Built:
     sw = read(root)
     out = Path(out) if out else sw.root / "report"
@@ -226,69 +258,19 @@ def build(root: str | Path, out: str | Path | None = None) -> Built:
     variants = list((sw.manifest.get("plan") or {}).get("variants") or dict.fromkeys(sw.cells["variant"]))
     col = plots.colours(variants, sw.baseline)
     per_tok, profile_name = _cost_per_token(sw.model)
-
     t, per_req, bd_where = _tables(sw, per_tok)
     paths = {}
     for name, frame in t.items():
         paths[name] = out / f"{name}.csv"
         store.atomic(paths[name], lambda tmp, f=frame: f.to_csv(tmp, index=False))
         store.atomic(out / f"{name}.parquet", lambda tmp, f=frame: f.to_parquet(tmp, index=False))
-
     fig = _figures(t, per_req, col, out, sw.baseline)
     notes = _notes(sw)
-    sections = _sections(sw, t, fig, notes, profile_name)
-    if "breakdown" in t:
-        sections.insert(next(i for i, x in enumerate(sections) if x.title == "Waste") + 1, _breakdown(t, bd_where))
-    sections[0].lead = decision.sentences(
-        t["best_variant"],
-        t["speedup"],
-        t["break_even"],
-        sw.ok,
-        sw.baseline,
-        virtual=bool((sw.manifest.get("plan") or {}).get("virtual")),
-    )
-    if "goodput" in t:
-        objectives = (sw.manifest.get("plan") or {}).get("goodput")
-        sections[0].lead += goodput.sentences(t["best_by_goodput"], objectives)
-        sections[0].tables.append(
-            ("Best variant by goodput per load level", t["best_by_goodput"], "best_by_goodput.csv")
-        )
-    if "phases" in t:
-        sections[0].lead += phases.sentences(t["phases"], t["phases_break_even"], sw.baseline)
-    sections[0].chart = interactive.speedup_chart(t["speedup"], col, sw.baseline)
-    if sw.single:  # one run: no variants to weigh against each other
-        sections[0].lead = [_single_sentence(sw)]
-        sections[0].chart = ""
-    if "timeline" in t:
-        over_section = Section(
-            "Over time",
-            'Each cell\'s server window sampled through the run (docs/metrics.md, "Over time"): running and '
-            "waiting requests beside the client's own count in flight, generation tokens/s and acceptance per "
-            "interval (the intervals' counts add up to the window's); pick a cell in the chart's menu. Below, "
-            "every interval of every cell: acceptance and throughput against the running batch.",
-            [("Per cell and interval", t["timeline"], "timeline.csv")],
-            [],
-        )
-        over_section.chart = overtime.timeline_chart(
-            t["timeline"], include_js=not sections[0].chart
-        ) + overtime.batch_scatter(t["timeline"], col)
-        sections.append(over_section)
     closed = sw.cells[sw.cells["mode"] == "closed"] if len(sw.cells) and "mode" in sw.cells else sw.cells.iloc[:0]
     levels = sorted({int(v) for v in closed.get("level", [])})
-    doc, what_notes = whatif.load(sw.root, sw.model, levels)
-    notes += what_notes
-    ctl = _controls(sw, doc, levels, notes)  # vLLM's SD controls against fixed k and the oracle
-    if len(ctl) and not sw.single:
-        sections[0].lead += controls.sentences(ctl)
-        sections[0].tables.append(("SD controls against the best fixed k and the oracle", ctl, "controls.csv"))
-        paths["controls"] = out / "controls.csv"
-        store.atomic(paths["controls"], lambda tmp: ctl.to_csv(tmp, index=False))
-    if doc is not None:
-        section, wide, fig["whatif"] = whatif.section(doc, out, page_has_plotly=bool(sections[0].chart))
-        sections.append(section)
-        paths["whatif"] = out / "whatif.csv"
-        store.atomic(paths["whatif"], lambda tmp: wide.to_csv(tmp, index=False))
-        store.atomic(out / "whatif.parquet", lambda tmp: wide.to_parquet(tmp, index=False))
+    report = _Report(sw, t, fig, col, out, paths, notes, tuple(notes), profile_name, bd_where, levels)
+    sections = [s for make in SECTIONS if (s := make(report)) is not None]
+    _controls_in_summary(report, sections[0])
     dep = sw.manifest.get("deployment") or {}
     title = f"loadgen report: {dep.get('name', sw.root.name)} on {dep.get('engine', '?')}"
     if sw.single:
@@ -340,23 +322,10 @@ def _measured_count(sw: Sweep) -> str:
     )
 
 
-def _breakdown(t: dict, where: str) -> Section:
-    return Section(
-        "Time breakdown",
-        "Where an SD cell's step time goes, as the study splits it (its section 3.2): drafting, verifying "
-        "the accepted tokens (every running request's token and its accepted drafts), verifying the "
-        "rejected drafts (what the forward costs with them over without), and the rest (prefill, what SD "
-        f"mode adds to every step). The steps are the cell's own, read off its chunk times; their costs come "
-        f"from {where}; modelled_over_measured: the profile's time for those steps over the measured "
-        '(docs/metrics.md, "Time breakdown").',
-        [("Share of step time per SD cell", t["breakdown"], "breakdown.csv")],
-        [],
-    )
-
-
-def _sections(sw: Sweep, t: dict, fig: dict, notes: list[str], profile_name: str | None) -> list[Section]:
-    dep, plan = sw.manifest.get("deployment") or {}, sw.manifest.get("plan") or {}
-    f = lambda *names: [fig[n] for n in names if fig.get(n)]  # noqa: E731
+@_section
+def _summary(r: _Report) -> Section:
+    sw, t = r.sw, r.t
+    dep, plan = sw.manifest.get("deployment") or {}, plan_of(sw)
     where = " in virtual time (every cell simulated: sweep --virtual)" if plan.get("virtual") else ""
     intro = (
         f"Deployment {dep.get('name')} ({dep.get('model')}) on {dep.get('engine')}{where}; variants "
@@ -365,84 +334,183 @@ def _sections(sw: Sweep, t: dict, fig: dict, notes: list[str], profile_name: str
     )
     if sw.single:
         intro = f"A single run's results ({sw.root}), read as a sweep of one cell (docs/report.md)."
-    waste_text = "Rejected draft tokens are verified by the target model and thrown away. " + (
-        f"The share of the window spent verifying them is estimated with the {profile_name} cost "
+    acceptance_axis = [
+        (
+            "How good the drafter must be: break-even acceptance length per load level (synthetic "
+            "acceptance, 1 + accepted drafts per verify step)",
+            t[key],
+            "break_even_acceptance.csv",
+        )
+        for key in ("break_even_acceptance",)
+        if key in t
+    ]
+    summary = Section(
+        "Summary",
+        intro,
+        [
+            ("Best variant per load level", t["best_variant"], "best_variant.csv"),
+            ("Where speculative decoding stops paying", t["break_even"], "break_even.csv"),
+            *acceptance_axis,
+        ],
+        _figs(r, "speedup"),
+        after="\n".join(r.summary_notes),
+    )
+    summary.lead = decision.sentences(
+        t["best_variant"], t["speedup"], t["break_even"], sw.ok, sw.baseline, virtual=bool(plan.get("virtual"))
+    )
+    if "goodput" in t:
+        summary.lead += goodput.sentences(t["best_by_goodput"], plan.get("goodput"))
+        summary.tables.append(("Best variant by goodput per load level", t["best_by_goodput"], "best_by_goodput.csv"))
+    if "phases" in t:
+        summary.lead += phases.sentences(t["phases"], t["phases_break_even"], sw.baseline)
+    summary.chart = interactive.speedup_chart(t["speedup"], r.col, sw.baseline)
+    if sw.single:  # one run: no variants to weigh against each other
+        summary.lead, summary.chart = [_single_sentence(sw)], ""
+    r.plotly = bool(summary.chart)
+    return summary
+
+
+def plan_of(sw: Sweep) -> dict:
+    return sw.manifest.get("plan") or {}
+
+
+def _figs(r: _Report, *names: str) -> list:
+    return [r.fig[n] for n in names if r.fig.get(n)]
+
+
+@_section
+def _throughput(r: _Report) -> Section:
+    return Section(
+        "Throughput and speedup",
+        "Speedup: a variant's output tokens/s over the baseline's at the same workload and load level.",
+        [("Speedup over the baseline", r.t["speedup"], "speedup.csv")],
+        _figs(r, "throughput"),
+    )
+
+
+@_section
+def _latency(r: _Report) -> Section:
+    return Section(
+        "Latency",
+        "TTFT and TPOT percentiles over measured requests; the frontier shows what each "
+        "variant trades between throughput and per-token latency.",
+        [("Latency", r.t["latency"], "latency.csv")],
+        _figs(r, "latency", "frontier"),
+    )
+
+
+@_section
+def _acceptance(r: _Report) -> Section:
+    return Section(
+        "Acceptance",
+        "Server side: the server's counters over each cell's window. Client side: "
+        "tokens per decode step from the chunk (or burst) trace; client_over_server compares the "
+        "accepted tokens both saw.",
+        [("Acceptance, server and client", r.t["acceptance"], "acceptance.csv")],
+        _figs(r, "acceptance", "acceptance_length", "per_position", "steps"),
+    )
+
+
+@_section
+def _waste(r: _Report) -> Section:
+    text = "Rejected draft tokens are verified by the target model and thrown away. " + (
+        f"The share of the window spent verifying them is estimated with the {r.profile_name} cost "
         "profile's per-token forward cost (an estimate, exact only for the emulator)."
-        if profile_name
+        if r.profile_name
         else "No cost profile is known for this model, so the time share is not estimated."
     )
-    return [
-        Section(
-            "Summary",
-            intro,
-            [
-                ("Best variant per load level", t["best_variant"], "best_variant.csv"),
-                ("Where speculative decoding stops paying", t["break_even"], "break_even.csv"),
-            ]
-            + (
-                [
-                    (
-                        "How good the drafter must be: break-even acceptance length per load level (synthetic "
-                        "acceptance, 1 + accepted drafts per verify step)",
-                        t["break_even_acceptance"],
-                        "break_even_acceptance.csv",
-                    )
-                ]
-                if "break_even_acceptance" in t
-                else []
-            ),
-            f("speedup"),
-            after="\n".join(notes),
-        ),
-        Section(
-            "Throughput and speedup",
-            "Speedup: a variant's output tokens/s over the baseline's at the same workload and load level.",
-            [("Speedup over the baseline", t["speedup"], "speedup.csv")],
-            f("throughput"),
-        ),
-        Section(
-            "Latency",
-            "TTFT and TPOT percentiles over measured requests; the frontier shows what each "
-            "variant trades between throughput and per-token latency.",
-            [("Latency", t["latency"], "latency.csv")],
-            f("latency", "frontier"),
-        ),
-        Section(
-            "Acceptance",
-            "Server side: the server's counters over each cell's window. Client side: "
-            "tokens per decode step from the chunk (or burst) trace; client_over_server compares the "
-            "accepted tokens both saw.",
-            [("Acceptance, server and client", t["acceptance"], "acceptance.csv")],
-            f("acceptance", "acceptance_length", "per_position", "steps"),
-        ),
-        Section("Waste", waste_text, [("Rejected draft tokens", t["waste"], "waste.csv")], f("waste")),
-        *(
-            [
-                Section(
-                    "Reasoning: thinking and answering",
-                    "Where the model thinks before it answers (a reasoning parser; docs/metrics.md): each "
-                    "phase's TPOT and tokens per decode chunk, TTFO (time to the first answer token), and "
-                    "each phase's speedup: the baseline's TPOT in that phase over the variant's at the same "
-                    "load (docs/report.md).",
-                    [
-                        ("Thinking and answering per cell", t["phases"], "phases.csv"),
-                        ("Where SD stops paying, per phase", t["phases_break_even"], "phases_break_even.csv"),
-                    ],
-                    [],
-                )
-            ]
-            if "phases" in t
-            else []
-        ),
-        Section(
-            "Per-request variability",
-            "Each request's own acceptance (mean tokens per decode step) and its "
-            "rank correlation with TPOT: strongly negative means the slow requests are the ones whose "
-            "drafts were rejected. Where the server reports each request's speculative decoding (vLLM's "
-            "--per-request-spec-decode-metrics), its acceptance length per request too (server_al_*): the "
-            "mean of requests counts each request once, where the server's counters weigh long answers "
-            "more.",
-            [("Per cell", t["per_request"], "per_request.csv")],
-            f("per_request", "per_request_server"),
-        ),
-    ]
+    return Section("Waste", text, [("Rejected draft tokens", r.t["waste"], "waste.csv")], _figs(r, "waste"))
+
+
+@_section
+def _breakdown(r: _Report) -> Section | None:
+    if "breakdown" not in r.t:  # no cost profile prices the SD cells' steps
+        return None
+    return Section(
+        "Time breakdown",
+        "Where an SD cell's step time goes, as the study splits it (its section 3.2): drafting, verifying "
+        "the accepted tokens (every running request's token and its accepted drafts), verifying the "
+        "rejected drafts (what the forward costs with them over without), and the rest (prefill, what SD "
+        f"mode adds to every step). The steps are the cell's own, read off its chunk times; their costs come "
+        f"from {r.bd_where}; modelled_over_measured: the profile's time for those steps over the measured "
+        '(docs/metrics.md, "Time breakdown").',
+        [("Share of step time per SD cell", r.t["breakdown"], "breakdown.csv")],
+        [],
+    )
+
+
+@_section
+def _reasoning(r: _Report) -> Section | None:
+    if "phases" not in r.t:
+        return None
+    return Section(
+        "Reasoning: thinking and answering",
+        "Where the model thinks before it answers (a reasoning parser; docs/metrics.md): each "
+        "phase's TPOT and tokens per decode chunk, TTFO (time to the first answer token), and "
+        "each phase's speedup: the baseline's TPOT in that phase over the variant's at the same "
+        "load (docs/report.md).",
+        [
+            ("Thinking and answering per cell", r.t["phases"], "phases.csv"),
+            ("Where SD stops paying, per phase", r.t["phases_break_even"], "phases_break_even.csv"),
+        ],
+        [],
+    )
+
+
+@_section
+def _per_request(r: _Report) -> Section:
+    return Section(
+        "Per-request variability",
+        "Each request's own acceptance (mean tokens per decode step) and its "
+        "rank correlation with TPOT: strongly negative means the slow requests are the ones whose "
+        "drafts were rejected. Where the server reports each request's speculative decoding (vLLM's "
+        "--per-request-spec-decode-metrics), its acceptance length per request too (server_al_*): the "
+        "mean of requests counts each request once, where the server's counters weigh long answers "
+        "more.",
+        [("Per cell", r.t["per_request"], "per_request.csv")],
+        _figs(r, "per_request", "per_request_server"),
+    )
+
+
+@_section
+def _over_time(r: _Report) -> Section | None:
+    if "timeline" not in r.t:
+        return None
+    section = Section(
+        "Over time",
+        'Each cell\'s server window sampled through the run (docs/metrics.md, "Over time"): running and '
+        "waiting requests beside the client's own count in flight, generation tokens/s and acceptance per "
+        "interval (the intervals' counts add up to the window's); pick a cell in the chart's menu. Below, "
+        "every interval of every cell: acceptance and throughput against the running batch.",
+        [("Per cell and interval", r.t["timeline"], "timeline.csv")],
+        [],
+    )
+    section.chart = overtime.timeline_chart(r.t["timeline"], include_js=not r.plotly) + overtime.batch_scatter(
+        r.t["timeline"], r.col
+    )
+    return section
+
+
+@_section
+def _whatif(r: _Report) -> Section | None:
+    """The sweep's what-if, where it has one (its notes join the report's either way)."""
+    r.doc, what_notes = whatif.load(r.sw.root, r.sw.model, r.levels)
+    r.notes += what_notes
+    if r.doc is None:
+        return None
+    section, wide, r.fig["whatif"] = whatif.section(r.doc, r.out, page_has_plotly=r.plotly)
+    r.paths["whatif"] = r.out / "whatif.csv"
+    store.atomic(r.paths["whatif"], lambda tmp: wide.to_csv(tmp, index=False))
+    store.atomic(r.out / "whatif.parquet", lambda tmp: wide.to_parquet(tmp, index=False))
+    return section
+
+
+def _controls_in_summary(r: _Report, summary: Section) -> None:
+    """vLLM's SD controls against fixed k and the oracle (its oracle from the what-if), in the
+    Summary where the sweep ran controls."""
+    ctl = _controls(r.sw, r.doc, r.levels, r.notes)
+    if len(ctl) and not r.sw.single:
+        summary.lead += controls.sentences(ctl)
+        summary.tables.append(("SD controls against the best fixed k and the oracle", ctl, "controls.csv"))
+        r.paths["controls"] = r.out / "controls.csv"
+        store.atomic(r.paths["controls"], lambda tmp: ctl.to_csv(tmp, index=False))
