@@ -297,6 +297,20 @@ def _journal(spec: RunSpec, share: Share, relay: Relay | None, t0: int, t0_unix:
     return relay
 
 
+def _executor(spec: RunSpec, feed: Feed, sender: _Sender, encode, schedule, t0: int, share: Share):
+    """The shape's executor over the feed (a conversation's later turns sent by `conversing`),
+    from t0: closed-loop users joining at their times, or open-loop requests due at theirs."""
+    send = conversing(
+        sender.send, encode, feed, think=spec.think, seed=spec.seed, scale=spec.time_scale, keep_text=spec.keep_text
+    )
+    load = spec.load
+    if load.closed:
+        return closed_loop.run(feed, send, join_s=cast(list, schedule), t0_ns=t0, share=share)
+    return open_loop.run(
+        feed, send, offsets_s=cast(np.ndarray, schedule), t0_ns=t0, max_concurrency=load.max_concurrency, share=share
+    )
+
+
 async def _until_done_or_stopped(task: asyncio.Future, stop: asyncio.Event, feed: Feed, errors: ErrorRate):
     """The load's outcome: (interrupted, its load info). Stopped early, the feed stops and the
     requests in flight are cancelled; `interrupted` only when stopped from outside, not for the
@@ -340,7 +354,6 @@ async def execute(
     stop = stop if stop is not None else asyncio.Event()
     errors = ErrorRate(spec.max_error_rate, stop)
     sender = _Sender(spec, client, share, errors, on_start, on_record)
-    load = spec.load
     schedule = _schedule(spec)
     window = RunWindow(spec)
     await window.start()
@@ -357,20 +370,7 @@ async def execute(
         share=share,
         skip=spec.skip,
     )
-    send = conversing(
-        sender.send, encode, feed, think=spec.think, seed=spec.seed, scale=spec.time_scale, keep_text=spec.keep_text
-    )
-    if load.closed:
-        work = closed_loop.run(feed, send, join_s=cast(list, schedule), t0_ns=t0, share=share)
-    else:
-        work = open_loop.run(
-            feed,
-            send,
-            offsets_s=cast(np.ndarray, schedule),
-            t0_ns=t0,
-            max_concurrency=load.max_concurrency,
-            share=share,
-        )
+    work = _executor(spec, feed, sender, encode, schedule, t0, share)
     monitor.start()
     if journal is not None:
         journal.start(monitor)

@@ -185,29 +185,7 @@ def summarize(
     cancelled = (error_type == "cancelled").to_numpy(dtype=bool, na_value=False)
     steady_info, window = None, None
     if steady:
-        found = steady_state(rows, warmup, ok)
-        before = int((ok & ~warmup).sum())
-        if found is None:
-            steady_info = {
-                "rule": STEADY_RULE,
-                "found": False,
-                "requests": before,
-                "note": "no request falls inside: the run is too short for a steady state; all count",
-            }
-        else:
-            start, end, keep = found
-            ramp = int(((ok & ~warmup) & (rows.array("t_send_ns") < start)).sum())
-            steady_info = {
-                "rule": STEADY_RULE,
-                "found": True,
-                "start_s": (start - config["clock"]["t0_ns"]) / _NS,
-                "end_s": (end - config["clock"]["t0_ns"]) / _NS,
-                "requests": int(keep.sum()),
-                "left_out_ramp": ramp,
-                "left_out_drain": before - int(keep.sum()) - ramp,
-            }
-            warmup = warmup | (ok & ~keep)  # the load, not the figures
-            window = (start, end, "steady_state")
+        steady_info, warmup, window = _steady(rows, warmup, ok, config["clock"]["t0_ns"])
     measured = ok & ~warmup
     failed = ~ok & ~warmup & ~cancelled
     out: dict = {
@@ -228,47 +206,9 @@ def summarize(
     chunks = chunk_figures(
         rows, measured, ok, None if window is None else window[:2], loop_lag[0], loop_lag[1], lag_worker
     )
-    window_ns = None
-    if window is None:
-        out.update(window=None, output_throughput_tok_s=0.0, total_throughput_tok_s=0.0, request_throughput_req_s=0.0)
-    else:
-        start, end, kind = window
-        window_ns = (start, end)
-        first = _f(rows, "t_first_token_ns")
-        prompt = int(np.nan_to_num(_f(rows, "prompt_tokens")[ok & _inside(first, start, end)]).sum())
-        done = int((ok & _inside(_f(rows, "t_last_token_ns"), start, end)).sum())
-        out_tok = chunks.window_tokens
-        span = (end - start) / _NS
-        rate = (lambda x: x / span) if span > 0 else (lambda x: 0.0)
-        out.update(
-            window={
-                "kind": kind,
-                "start_s": (start - config["clock"]["t0_ns"]) / _NS,
-                "duration_s": span,
-                "output_tokens": out_tok,
-                "prompt_tokens": prompt,
-                "completed": done,
-            },
-            output_throughput_tok_s=rate(out_tok),
-            total_throughput_tok_s=rate(out_tok + prompt),
-            request_throughput_req_s=rate(done),
-        )
-    check = self_check(
-        rows,
-        loop_lag[0],
-        loop_lag[1],
-        lateness_threshold_ms,
-        timing_threshold_ms,
-        chunk_lag=chunks.lag_all(),
-        chunk_lag_by_worker={w: chunks.lag(w) for w in chunks.lags if w >= 0},
-        lag_worker=lag_worker,
-        chunk_bound=(load_info or {}).get("chunk_bound"),
-        chunk_times=(load_info or {}).get("chunk_times"),
-    )
-    check["chunk_times"] = (load_info or {}).get("chunk_times")  # where chunk times were taken
-    check["client_path"] = (load_info or {}).get("client_path")  # compiled, or pure Python
-    if reads := (load_info or {}).get("chunk_time_reads"):  # compiled: how many reads each way
-        check["chunk_time_reads"] = reads
+    window_ns = None if window is None else window[:2]
+    out.update(_throughput(rows, ok, chunks, window, config["clock"]["t0_ns"]))
+    check = _self_check(rows, loop_lag, chunks, load_info or {}, lateness_threshold_ms, timing_threshold_ms)
     with_chunks = rows.array("n_chunks") > 0
     sources = counts(rows.col("token_count_source")[measured & with_chunks])
     source = "none" if not sources else (next(iter(sources)) if len(sources) == 1 else "mixed")
@@ -302,6 +242,81 @@ def summarize(
         stopped_early=(load_info or {}).get("stopped_early"),
     )
     return out
+
+
+def _steady(rows: Rows, warmup: np.ndarray, ok: np.ndarray, t0_ns: int):
+    """--steady-state: (its record, the requests left out of the figures as warm-up, the
+    window) by STEADY_RULE; all count where no request falls inside."""
+    found = steady_state(rows, warmup, ok)
+    before = int((ok & ~warmup).sum())
+    if found is None:
+        info = {
+            "rule": STEADY_RULE,
+            "found": False,
+            "requests": before,
+            "note": "no request falls inside: the run is too short for a steady state; all count",
+        }
+        return info, warmup, None
+    start, end, keep = found
+    ramp = int(((ok & ~warmup) & (rows.array("t_send_ns") < start)).sum())
+    info = {
+        "rule": STEADY_RULE,
+        "found": True,
+        "start_s": (start - t0_ns) / _NS,
+        "end_s": (end - t0_ns) / _NS,
+        "requests": int(keep.sum()),
+        "left_out_ramp": ramp,
+        "left_out_drain": before - int(keep.sum()) - ramp,
+    }
+    return info, warmup | (ok & ~keep), (start, end, "steady_state")  # the load, not the figures
+
+
+def _throughput(rows: Rows, ok: np.ndarray, chunks, window, t0_ns: int) -> dict:
+    """The throughput window's record and the throughputs over it (zero without one)."""
+    if window is None:
+        return dict(window=None, output_throughput_tok_s=0.0, total_throughput_tok_s=0.0, request_throughput_req_s=0.0)
+    start, end, kind = window
+    first = _f(rows, "t_first_token_ns")
+    prompt = int(np.nan_to_num(_f(rows, "prompt_tokens")[ok & _inside(first, start, end)]).sum())
+    done = int((ok & _inside(_f(rows, "t_last_token_ns"), start, end)).sum())
+    out_tok = chunks.window_tokens
+    span = (end - start) / _NS
+    rate = (lambda x: x / span) if span > 0 else (lambda x: 0.0)
+    return dict(
+        window={
+            "kind": kind,
+            "start_s": (start - t0_ns) / _NS,
+            "duration_s": span,
+            "output_tokens": out_tok,
+            "prompt_tokens": prompt,
+            "completed": done,
+        },
+        output_throughput_tok_s=rate(out_tok),
+        total_throughput_tok_s=rate(out_tok + prompt),
+        request_throughput_req_s=rate(done),
+    )
+
+
+def _self_check(rows: Rows, loop_lag: tuple, chunks, load_info: dict, lateness_ms: float, timing_ms: float) -> dict:
+    """Is the client the bottleneck? (loadgen.measures.selfcheck), with where its chunk times
+    were taken and which path measured."""
+    check = self_check(
+        rows,
+        loop_lag[0],
+        loop_lag[1],
+        lateness_ms,
+        timing_ms,
+        chunk_lag=chunks.lag_all(),
+        chunk_lag_by_worker={w: chunks.lag(w) for w in chunks.lags if w >= 0},
+        lag_worker=loop_lag[2] if len(loop_lag) > 2 else None,
+        chunk_bound=load_info.get("chunk_bound"),
+        chunk_times=load_info.get("chunk_times"),
+    )
+    check["chunk_times"] = load_info.get("chunk_times")  # where chunk times were taken
+    check["client_path"] = load_info.get("client_path")  # compiled, or pure Python
+    if reads := load_info.get("chunk_time_reads"):  # compiled: how many reads each way
+        check["chunk_time_reads"] = reads
+    return check
 
 
 def conversations(rows: Rows, warmup: np.ndarray, measured: np.ndarray) -> dict | None:
