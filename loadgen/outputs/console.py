@@ -40,6 +40,15 @@ def _load(cfg: dict) -> str:
 
 
 def render(summary: dict) -> str:
+    lines = _header(summary) + _server(summary) + _workload(summary) + [""] + _table(summary)
+    if summary["errors"]:
+        lines.append("")
+        lines.append("Errors: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["errors"].items())))
+    return "\n".join(lines)
+
+
+def _header(summary: dict) -> list[str]:
+    """What ran, its sampling and time scale, its throughput window and steady state."""
     cfg = summary["config"]
     lines = [
         f"{summary['completed']} completed, {summary['failed']} failed"
@@ -78,7 +87,15 @@ def render(summary: dict) -> str:
         f"Tokens per decode chunk: {_f(summary['tokens_per_chunk_mean'])} mean; "
         f"token counts from {summary['token_count_source']}"
     )
+    return lines
+
+
+def _server(summary: dict) -> list[str]:
+    """What the server said: its SD counters (or, without them, its per-request counts), its
+    throughput and load over the window, its prefix cache."""
+    lines = []
     sd, srv = summary.get("spec_decode"), summary.get("server")
+    reported = (summary.get("acceptance_client") or {}).get("server_reported")
     if sd:
         lines.append(
             f"Speculative decoding (server): acceptance rate {_f(sd['acceptance_rate'], '.3f')}, "
@@ -86,6 +103,13 @@ def render(summary: dict) -> str:
             + ("/".join(f"{p:.2f}" for p in sd["per_position"]) or "-")
             + f"; {sd['drafts']:.0f} drafts, {sd['accepted_tokens']:.0f}/{sd['draft_tokens']:.0f} "
             "draft tokens accepted"
+        )
+    elif reported:  # no SD counters (SGLang's are gauges): the server's per-request counts
+        lines.append(
+            f"Speculative decoding (server, per request): acceptance rate {_f(reported['acceptance_rate'], '.3f')}, "
+            f"mean acceptance length {_f(reported.get('mean_acceptance_length'), '.2f')}; "
+            f"{reported['accepted_tokens']}/{reported['draft_tokens']} draft tokens accepted over "
+            f"{reported['requests']} requests"
         )
     if srv and srv.get("window_s") is not None:
         lines.append(
@@ -103,6 +127,12 @@ def render(summary: dict) -> str:
         )
     if srv and srv.get("prefix_cache_hit_rate") is not None:
         lines.append(f"Prefix cache (server): {srv['prefix_cache_hit_rate']:.1%} of prompt tokens found cached")
+    return lines
+
+
+def _workload(summary: dict) -> list[str]:
+    """Conversations by turn, a reasoning model's phases, goodput."""
+    lines = []
     if summary.get("conversations"):
         c = summary["conversations"]
         lines.append(
@@ -135,13 +165,17 @@ def render(summary: dict) -> str:
             + ", ".join(f"{k}<={v:g}ms" for k, v in g["objectives_ms"].items())
             + (f" ({g['req_s']:.2f} req/s)" if g["req_s"] is not None else "")
         )
-    lines.append("")
-    lines.append(f"{'(ms)':<22}" + "".join(f"{c:>10}" for c in _COLS))
+    return lines
+
+
+def _table(summary: dict) -> list[str]:
+    """The latency percentiles, each phase's, and the client's own lateness and lag."""
+    lines = [f"{'(ms)':<22}" + "".join(f"{c:>10}" for c in _COLS)]
     for label, key in _ROWS:
         d = summary[key]
         lines.append(f"{label:<22}" + "".join(f"{_f(d.get(c)):>10}" for c in _COLS))
     for label, key in _PHASE_ROWS:
-        d = (ph or {}).get(key)
+        d = (summary.get("phases") or {}).get(key)
         if d and d.get("count"):
             lines.append(f"{label:<22}" + "".join(f"{_f(d.get(c)):>10}" for c in _COLS))
     chk = summary["self_check"]
@@ -150,10 +184,7 @@ def render(summary: dict) -> str:
     lines.append(f"{'  over chunks':<22}" + "".join(f"{_f(chk['chunk_lag_ms'].get(c)):>10}" for c in _COLS))
     if "read_delay_ms" in chk:
         lines.append(f"{'First-chunk read':<22}" + "".join(f"{_f(chk['read_delay_ms'].get(c)):>10}" for c in _COLS))
-    if summary["errors"]:
-        lines.append("")
-        lines.append("Errors: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["errors"].items())))
-    return "\n".join(lines)
+    return lines
 
 
 def warnings(summary: dict) -> list[str]:

@@ -15,6 +15,36 @@ from loadgen.report.numbers import short
 DIV = "speedup-chart"
 
 
+def _hover(g: pd.DataFrame, workload: str, variant, tok: str | None, flags: pd.Series) -> list[list]:
+    """Each point's hover data: workload, variant, load, speedup, output tok/s, flags."""
+    return [
+        [
+            workload,
+            variant,
+            float(r["level"]),
+            float(r["speedup"]),
+            float(r[tok]) if tok and pd.notna(r[tok]) else None,
+            flags[i],
+        ]
+        for i, r in g.iterrows()
+    ]
+
+
+def _spread(g: pd.DataFrame) -> dict:
+    """With repeats: the rounds' lowest and highest speedup as an error bar."""
+    if "speedup_min" not in g or not g["speedup_min"].notna().any():
+        return {}
+    return {
+        "error_y": {
+            "type": "data",
+            "symmetric": False,
+            "thickness": 1,
+            "array": (g["speedup_max"] - g["speedup"]).fillna(0).astype(float),
+            "arrayminus": (g["speedup"] - g["speedup_min"]).fillna(0).astype(float),
+        }
+    }
+
+
 def speedup_chart(sp: pd.DataFrame, colours: dict[str, str], baseline: str, height: int = 430) -> str:
     """`sp`: the speedup table (workload, mode, level, variant, speedup, output_throughput_tok_s,
     flags). An HTML fragment ('' when there is nothing to draw)."""
@@ -35,28 +65,7 @@ def speedup_chart(sp: pd.DataFrame, colours: dict[str, str], baseline: str, heig
         for variant, g in w.groupby("variant", sort=False):
             g = g.sort_values("level")
             flags = g["flags"].fillna("") if "flags" in g else pd.Series([""] * len(g), index=g.index)
-            custom = [
-                [
-                    workload,
-                    variant,
-                    float(r["level"]),
-                    float(r["speedup"]),
-                    float(r[tok]) if tok and pd.notna(r[tok]) else None,
-                    flags[i],
-                ]
-                for i, r in g.iterrows()
-            ]
-            spread = {}  # with repeats: the rounds' lowest and highest speedup as an error bar
-            if "speedup_min" in g and g["speedup_min"].notna().any():
-                spread = {
-                    "error_y": {
-                        "type": "data",
-                        "symmetric": False,
-                        "thickness": 1,
-                        "array": (g["speedup_max"] - g["speedup"]).fillna(0).astype(float),
-                        "arrayminus": (g["speedup"] - g["speedup_min"]).fillna(0).astype(float),
-                    }
-                }
+            custom, spread = _hover(g, workload, variant, tok, flags), _spread(g)
             fig.add_trace(
                 go.Scatter(
                     **spread,

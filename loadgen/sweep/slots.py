@@ -222,27 +222,34 @@ def variant_events(
             continue
         if res is None:
             raise Interrupted
-        status, error = "ok", None
-        code = _died(server, res.rows)
-        if code is not None:
-            status = "failed"
-            error = (
-                f"external server {la.url} stopped serving during the cell"
-                if la.engine == "external"
-                else f"server exited with code {code} during the cell; log {server.log_path}: {server.log_tail()}"
-            )
+        status, error, died = _status(server, res)
+        if died:
             yield "note", f"{cell.key}: {error}"
-        elif res.interrupted:
-            status = "interrupted"
-        elif res.summary.get("time_scale_error"):
-            status, error = "failed", res.summary["time_scale_error"]
-        elif res.summary["completed"] == 0:
-            status = "failed"
-            error = "no request succeeded: " + ", ".join(f"{k} {v}" for k, v in res.summary["errors"].items())
         res.summary["cell"] = _cell_info(cell, plan, status, error, server)
         yield "done", cell, res.rows, res.summary
         if res.interrupted:
             raise Interrupted
+
+
+def _status(server: Server, res) -> tuple[str, str | None, bool]:
+    """A measured cell's status, error and whether its server died: failed where its server
+    died during it (or an external one stopped serving), where its time scale could not be set,
+    or where no request succeeded; interrupted where the run was; else ok."""
+    la = server.launch
+    code = _died(server, res.rows)
+    if code is not None:
+        if la.engine == "external":
+            return "failed", f"external server {la.url} stopped serving during the cell", True
+        log = f"log {server.log_path}: {server.log_tail()}"
+        return "failed", f"server exited with code {code} during the cell; {log}", True
+    if res.interrupted:
+        return "interrupted", None, False
+    if res.summary.get("time_scale_error"):
+        return "failed", res.summary["time_scale_error"], False
+    if res.summary["completed"] == 0:
+        errors = ", ".join(f"{k} {v}" for k, v in res.summary["errors"].items())
+        return "failed", f"no request succeeded: {errors}", False
+    return "ok", None, False
 
 
 def _simulated(plan: Plan, la, cells: list[Cell], workloads: dict) -> Iterator[tuple]:
