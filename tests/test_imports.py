@@ -290,3 +290,15 @@ def test_no_module_outside_the_cli_reads_options_by_flag_name():
             if isinstance(target, ast.Name) and target.id in named and isinstance(node, ast.expr):
                 broken.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not broken, "options read by name at " + ", ".join(broken)
+
+
+def test_no_room_in_loadgen_is_over_80_lines():
+    """A function over 80 lines is a room that wants splitting (DEVELOPERS.md): none in loadgen/."""
+    long = []
+    for path in sorted((REPO / "loadgen").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 80:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {lines} lines")
+    assert not long, "\n".join(long)

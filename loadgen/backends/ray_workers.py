@@ -183,16 +183,7 @@ async def execute_on_ray(
         t0_unix = time.time_ns() + int(START_MARGIN_S * 1e9)
         delta = {w: 0 if info["host"] == here else info["offset_ns"] - mine for w, info in enumerate(infos)}
         if relayed:
-            assert spec.journal is not None
-            for w in range(workers):
-                header = {
-                    "t0_ns": t0_unix - mine,
-                    "t0_unix": t0_unix / 1e9,
-                    "worker": w,
-                    "workers": workers,
-                    "time_scale": spec.time_scale,
-                }
-                journals[w] = Journal(path_for(spec.journal, w, spec.journal_part), header)
+            journals.update(_journals(spec, workers, t0_unix, mine))
 
         def journal(w: int, batches: list, lags: list) -> None:
             for batch in batches:
@@ -217,17 +208,7 @@ async def execute_on_ray(
                         kept = "its requests journaled by then are kept" if relayed else "its requests are lost"
                         lost[w] = f"worker {w} on {infos[w]['host']} was lost mid-run ({type(e).__name__}); {kept}"
             if (on_progress is not None or errors.bound is not None or relayed) and runs:
-                polled = list(runs)
-                for w, got in zip(
-                    polled,
-                    await asyncio.gather(*[_get(actors[w].progress.remote()) for w in polled], return_exceptions=True),
-                ):
-                    if not isinstance(got, BaseException):
-                        if on_progress is not None:
-                            on_progress(got[0], got[1])
-                        errors.count_reported(got[2])
-                        if relayed and w in journals:
-                            journal(w, got[3], got[4])
+                await _poll(actors, list(runs), on_progress, errors, journal if relayed else None, journals)
             if ((stop is not None and stop.is_set()) or errors.tripped is not None) and not halted:
                 halted = True
                 for w in runs:
@@ -240,6 +221,37 @@ async def execute_on_ray(
             j.close()
         for a in actors:
             ray.kill(a)
+
+
+def _journals(spec: RunSpec, workers: int, t0_unix: int, mine: int) -> dict[int, Journal]:
+    """Each actor's journal, written here on this host's clock (its records shifted as they
+    come)."""
+    assert spec.journal is not None
+    out = {}
+    for w in range(workers):
+        header = {
+            "t0_ns": t0_unix - mine,
+            "t0_unix": t0_unix / 1e9,
+            "worker": w,
+            "workers": workers,
+            "time_scale": spec.time_scale,
+        }
+        out[w] = Journal(path_for(spec.journal, w, spec.journal_part), header)
+    return out
+
+
+async def _poll(actors, polled: list[int], on_progress, errors: ErrorRate, journal, journals: dict) -> None:
+    """The running actors' progress (for `on_progress`), their finished requests' outcomes
+    (for the error rate) and, relayed, their finished requests journaled here."""
+    got_all = await asyncio.gather(*[_get(actors[w].progress.remote()) for w in polled], return_exceptions=True)
+    for w, got in zip(polled, got_all):
+        if isinstance(got, BaseException):
+            continue
+        if on_progress is not None:
+            on_progress(got[0], got[1])
+        errors.count_reported(got[2])
+        if journal is not None and w in journals:
+            journal(w, got[3], got[4])
 
 
 async def _get(ref):

@@ -171,108 +171,131 @@ async def execute_workers(
     (`load_info["workers_lost"]`); one that cannot start raises WorkerError. --max-error-rate is
     judged here, once, over every worker's finished requests, and stops them all."""
     check_workers(workers, spec)
-    ctx = multiprocessing.get_context("spawn")
-    loop = asyncio.get_running_loop()
-    inbox: asyncio.Queue = asyncio.Queue()
-    procs: list = []
-    conns: list = []
-    # the parent scrapes the server, and judges the error rate
-    worker_spec = dataclasses.replace(spec, metrics_url=None, max_error_rate=None)
-    errors = ErrorRate(spec.max_error_rate, asyncio.Event())
-
-    def reader(w: int, conn) -> Callable[[], None]:
-        def readable() -> None:
-            try:
-                inbox.put_nowait((w, conn.recv()))
-            except (EOFError, OSError):
-                loop.remove_reader(conn.fileno())
-                inbox.put_nowait((w, None))
-
-        return readable
-
-    def send_all(msg: tuple) -> None:
-        for conn in conns:
-            try:
-                conn.send(msg)
-            except OSError:
-                pass  # that worker is gone; its end is reported
-
-    window = RunWindow(spec)
+    pool = _Workers(spec, workers)
+    window = RunWindow(spec)  # the parent scrapes the server
     stopper = None
     try:
-        for w in range(workers):
+        pool.spawn(workload)
+        await pool.ready(start_timeout_s)
+        if stop is not None and stop.is_set():
+            pool.send_all(("stop",))
+            return RunResult([], [], [], time.monotonic_ns(), time.time(), interrupted=True)
+        await window.start()
+        t0 = time.monotonic_ns() + int(START_MARGIN_S * 1e9)
+        t0_unix = time.time() + START_MARGIN_S
+        pool.send_all(("start", t0))
+        if stop is not None:
+            stopper = pool.loop.create_task(stop.wait())
+            stopper.add_done_callback(lambda _: pool.send_all(("stop",)))
+        results, lost = await pool.collect(window, on_progress)
+        return merge(results, lost, workers, t0, t0_unix, await window.close(), pool.errors.tripped)
+    finally:
+        if stopper is not None:
+            stopper.cancel()
+        pool.close()
+
+
+class _Workers:
+    """The worker processes of one run, seen from the parent: started (spawn), each one's
+    messages read off its pipe into one inbox, waited for until ready, then their progress,
+    their start of measuring and their results collected; the error rate judged here, once,
+    over every worker's finished requests."""
+
+    def __init__(self, spec: RunSpec, workers: int) -> None:
+        self.spec, self.workers = spec, workers
+        self.loop = asyncio.get_running_loop()
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.procs: list = []
+        self.conns: list = []
+        self.errors = ErrorRate(spec.max_error_rate, asyncio.Event())
+
+    def spawn(self, workload: WorkloadRef) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        worker_spec = dataclasses.replace(self.spec, metrics_url=None, max_error_rate=None)
+        for w in range(self.workers):
             mine, theirs = ctx.Pipe()
             proc = ctx.Process(
                 target=_worker_main,
-                args=(theirs, worker_spec, workload, Share(w, workers), spec.max_error_rate is not None),
+                args=(theirs, worker_spec, workload, Share(w, self.workers), self.spec.max_error_rate is not None),
                 name=f"loadgen-worker-{w}",
                 daemon=True,
             )
             proc.start()
             theirs.close()
-            procs.append(proc)
-            conns.append(mine)
-            loop.add_reader(mine.fileno(), reader(w, mine))
-        ready: set[int] = set()
-        deadline = time.monotonic() + start_timeout_s
-        while len(ready) < workers:
+            self.procs.append(proc)
+            self.conns.append(mine)
+            self.loop.add_reader(mine.fileno(), self._reader(w, mine))
+
+    def _reader(self, w: int, conn) -> Callable[[], None]:
+        def readable() -> None:
             try:
-                w, msg = await asyncio.wait_for(inbox.get(), max(0.0, deadline - time.monotonic()))
+                self.inbox.put_nowait((w, conn.recv()))
+            except (EOFError, OSError):
+                self.loop.remove_reader(conn.fileno())
+                self.inbox.put_nowait((w, None))
+
+        return readable
+
+    def send_all(self, msg: tuple) -> None:
+        for conn in self.conns:
+            try:
+                conn.send(msg)
+            except OSError:
+                pass  # that worker is gone; its end is reported
+
+    async def ready(self, timeout_s: float) -> None:
+        ready: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while len(ready) < self.workers:
+            try:
+                w, msg = await asyncio.wait_for(self.inbox.get(), max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 raise WorkerError(
-                    f"--workers: {workers - len(ready)} worker(s) not ready after {start_timeout_s:g} s"
+                    f"--workers: {self.workers - len(ready)} worker(s) not ready after {timeout_s:g} s"
                 ) from None
             if msg is None:
-                procs[w].join(1.0)
+                self.procs[w].join(1.0)
                 raise WorkerError(
-                    f"--workers: worker {w} exited (code {procs[w].exitcode}) before it "
+                    f"--workers: worker {w} exited (code {self.procs[w].exitcode}) before it "
                     "was ready; run with --workers 1 to see its error"
                 )
             ready.add(w)
-        if stop is not None and stop.is_set():
-            send_all(("stop",))
-            return RunResult([], [], [], time.monotonic_ns(), time.time(), interrupted=True)
-        await window.start()
-        t0 = time.monotonic_ns() + int(START_MARGIN_S * 1e9)
-        t0_unix = time.time() + START_MARGIN_S
-        send_all(("start", t0))
-        if stop is not None:
-            stopper = loop.create_task(stop.wait())
-            stopper.add_done_callback(lambda _: send_all(("stop",)))
+
+    async def collect(self, window: RunWindow, on_progress) -> tuple[dict[int, RunResult], dict[int, str]]:
+        """Every worker's result, or why it was lost."""
         results: dict[int, RunResult] = {}
         lost: dict[int, str] = {}
         measuring = halted = False
-        while len(results) + len(lost) < workers:
-            w, msg = await inbox.get()
+        while len(results) + len(lost) < self.workers:
+            w, msg = await self.inbox.get()
             if msg is None:
                 if w not in results:
-                    procs[w].join(1.0)
-                    lost[w] = f"worker {w} exited (code {procs[w].exitcode}) mid-run; " + (
-                        "its requests journaled by then are kept" if spec.journal else "its requests are lost"
+                    self.procs[w].join(1.0)
+                    lost[w] = f"worker {w} exited (code {self.procs[w].exitcode}) mid-run; " + (
+                        "its requests journaled by then are kept" if self.spec.journal else "its requests are lost"
                     )
             elif msg[0] == "progress":
                 if on_progress is not None:
                     on_progress(msg[1], msg[2])
-                errors.count_reported(msg[3])
-                if errors.tripped is not None and not halted:
+                self.errors.count_reported(msg[3])
+                if self.errors.tripped is not None and not halted:
                     halted = True
-                    send_all(("stop",))
+                    self.send_all(("stop",))
             elif msg[0] == "measuring" and not measuring:
                 measuring = True
                 window.measuring()
             elif msg[0] == "result":
                 results[w] = msg[1]
-        return merge(results, lost, workers, t0, t0_unix, await window.close(), errors.tripped)
-    finally:
-        if stopper is not None:
-            stopper.cancel()
-        for conn in conns:
+        return results, lost
+
+    def close(self) -> None:
+        for conn in self.conns:
             try:
-                loop.remove_reader(conn.fileno())
+                self.loop.remove_reader(conn.fileno())
             except (ValueError, OSError):
                 pass
             conn.close()
-        for proc in procs:
+        for proc in self.procs:
             proc.join(5.0)
             if proc.is_alive():
                 proc.terminate()
