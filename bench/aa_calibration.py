@@ -10,8 +10,8 @@ tests/test_repeats.py (DESIGN: 2 variants x 2 levels (4 and 8 users), the same 1
 in rounds on fresh servers). The test's A/A bound (`false_mark_bound`) is derived from the
 same two numbers: the most marks a calibrated compare shows in all but FLAKE of A/A runs.
 
-    python3 bench/aa_calibration.py --sweeps 4            # the figures in docs/report.md
-    python3 bench/aa_calibration.py --sweeps 6 --json aa.json
+    python3 -m bench.aa_calibration --sweeps 4            # the figures in docs/report.md
+    python3 -m bench.aa_calibration --sweeps 6 --json aa.json
 
 Each sweep takes about a minute on 2 cores. N sweeps give N(N-1)/2 pairs (not independent:
 each sweep is in N-1 of them).

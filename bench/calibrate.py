@@ -9,9 +9,9 @@ batch of the study does). Nothing here is fitted to the speedups: the cost model
 roofline (70B), acceptance comes from acceptance statistics (bench/fit_acceptance.py), and the
 fall with B comes out of the cost model.
 
-    python bench/calibrate.py                      # Llama-3.1-8B, 48 cells, ~4 minutes
-    python bench/calibrate.py --csv calib.csv      # model, method, workload, batch, paper, simulated, rel_error
-    python bench/calibrate.py --profile h100-llama-3-70b-tp4
+    python -m bench.calibrate                      # Llama-3.1-8B, 48 cells, ~4 minutes
+    python -m bench.calibrate --csv calib.csv      # model, method, workload, batch, paper, simulated, rel_error
+    python -m bench.calibrate --profile h100-llama-3-70b-tp4
 """
 
 from __future__ import annotations
@@ -19,10 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from servers.emulator import profile as profiles  # noqa: E402
 from servers.emulator.engine import Engine, EngineConfig, EngineError  # noqa: E402
 from servers.emulator.spec import parse  # noqa: E402

@@ -29,12 +29,12 @@ chunks/s where it ran, else 3.5x the Python client's.
    worker on CPU 1; more workers on every CPU, sharing CPU 0 with the server (each CPU's busy
    share over the run is shown).
 
-    python bench/client_capacity.py                              # loadgen only, ~6 minutes
-    python bench/client_capacity.py --vllm-venv /path/to/venv    # with vLLM's two clients
-    python bench/client_capacity.py --vllm-venv VENV --vllm-rust DIR/vllm/vllm-rs --only unpaced,paced
-    python bench/client_capacity.py --quick                      # one run per step
-    python bench/client_capacity.py --only paced --csv out.csv
-    python bench/client_capacity.py --only sustain --workers 1,2
+    python -m bench.client_capacity                              # loadgen only, ~6 minutes
+    python -m bench.client_capacity --vllm-venv /path/to/venv    # with vLLM's two clients
+    python -m bench.client_capacity --vllm-venv VENV --vllm-rust DIR/vllm/vllm-rs --only unpaced,paced
+    python -m bench.client_capacity --quick                      # one run per step
+    python -m bench.client_capacity --only paced --csv out.csv
+    python -m bench.client_capacity --only sustain --workers 1,2
 
 The vLLM clients need a tokenizer; the harness builds a small word-level one in a temporary
 directory with the venv's own `transformers` (nothing is downloaded). Figures recorded for
@@ -56,7 +56,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from loadgen.client import compiled  # noqa: E402
 from loadgen.load.execute import CLIENT_PATH_ENV  # noqa: E402
 from servers.embedded import canned_server  # noqa: E402

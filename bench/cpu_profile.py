@@ -2,8 +2,8 @@
 CPU engine"): a cost profile from real vLLM's own measured steps, then every measured cell run
 again in virtual time on it (`loadgen simulate`'s engine), side by side.
 
-    python3 bench/cpu_profile.py                          # runs bench/vllm_cpu.py's sweeps first
-    python3 bench/cpu_profile.py --results DIR [DIR ...]   # finished sweeps, one per deployment
+    python3 -m bench.cpu_profile                          # runs bench/vllm_cpu.py's sweeps first
+    python3 -m bench.cpu_profile --results DIR [DIR ...]   # finished sweeps, one per deployment
     loadgen simulate --profile OUT/gemma-3-270m-vllm-cpu/ngram.toml ...   # a fitted profile, used
 
 Per deployment (a sweep's directory): the forward is fitted on the baseline cells' engine
@@ -38,11 +38,10 @@ import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).parent))
-import stepfit  # noqa: E402
 
+from loadgen.measures import enginesteps  # noqa: E402
 from servers.deployments import load, render  # noqa: E402
+from servers.emulator import costfit  # noqa: E402
 
 TOLERANCE = 0.10
 
@@ -73,7 +72,7 @@ def vllm_steps(c: dict) -> int | None:
 
 
 def fitted(found: list[dict]) -> dict:
-    """The engine's steps of every cell (bench/stepfit.py's engine_steps: the whole timeline,
+    """The engine's steps of every cell (loadgen/measures/enginesteps.py's engine_steps: the whole timeline,
     prefills included, one sample per step vLLM took), the forward fitted on the baseline's by
     plain least squares (a cell's throughput is its mean step, stalls of a CPU the client shares
     included, so none is left out): constant + per KV token + per batched token. Each drafter on
@@ -82,10 +81,10 @@ def fitted(found: list[dict]) -> dict:
     draft drafted, the others with the chance vLLM's counts leave (an n-gram drafts only where
     its lookup matches; EAGLE always)."""
     # the steps the chunk times say, never held to vLLM's count (report() prints both)
-    steps = [(c, stepfit.engine_steps(c["frame"][~c["frame"]["warmup"]], c["k"])) for c in found]
+    steps = [(c, enginesteps.engine_steps(c["frame"][~c["frame"]["warmup"]], c["k"])) for c in found]
     for c, st in steps:
         c["steps_read"] = len(st)
-    out = stepfit.fit([("baseline", s) for c, s in steps if c["variant"] == "baseline"], robust=False)
+    out = costfit.linear_fit([("baseline", s) for c, s in steps if c["variant"] == "baseline"], robust=False)
     fw = out["forward"]
     for v in dict.fromkeys(c["variant"] for c in found if c["variant"] != "baseline"):
         s = np.concatenate([s for c, s in steps if c["variant"] == v])

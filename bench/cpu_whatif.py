@@ -3,9 +3,9 @@ vLLM"): acceptance traces taken from real vLLM serving Gemma-3-270M with n-gram 
 `loadgen whatif` on a cost profile fitted from the same sweep (bench/cpu_profile.py), and its
 prediction for k = 5, which it has not seen, is set beside real vLLM run at k = 5.
 
-    python3 bench/cpu_whatif.py                      # the sweep (about 11 minutes on 2 cores), then the rest
-    python3 bench/cpu_whatif.py --results OUT/sweep  # a finished sweep of it
-    python3 bench/cpu_whatif.py --servers llama-3.1-8b --engine emulator --levels 1,4  # rehearsed on the emulator
+    python3 -m bench.cpu_whatif                      # the sweep (about 11 minutes on 2 cores), then the rest
+    python3 -m bench.cpu_whatif --results OUT/sweep  # a finished sweep of it
+    python3 -m bench.cpu_whatif --servers llama-3.1-8b --engine emulator --levels 1,4  # rehearsed on the emulator
 
 The sweep: `loadgen sweep --token-ids` of a deployment file written beside the results, the
 catalog's gemma-3-270m-vllm-cpu with one more variant, `ngram-k5` (its n-gram at k = 5), over
@@ -31,10 +31,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).parent))
-import cpu_profile  # noqa: E402
-
+from bench import cpu_profile  # noqa: E402
 from servers.deployments import load  # noqa: E402
 
 DEPLOYMENT = "gemma-3-270m-vllm-cpu"

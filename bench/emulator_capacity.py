@@ -12,9 +12,9 @@ profile: the model's throughput. "real/model" is what the real-time emulator del
 and "behind" is the emulator's own flag in the run's summary (server.emulator.behind), so a
 shortfall the flag does not catch shows.
 
-    python bench/emulator_capacity.py              # 16 .. 512 streams, ~80 s here
-    python bench/emulator_capacity.py --quick
-    python bench/emulator_capacity.py --speculative-config none   # no speculative decoding
+    python -m bench.emulator_capacity              # 16 .. 512 streams, ~80 s here
+    python -m bench.emulator_capacity --quick
+    python -m bench.emulator_capacity --speculative-config none   # no speculative decoding
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from servers.embedded import emulator_server  # noqa: E402
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"

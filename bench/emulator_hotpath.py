@@ -19,9 +19,9 @@ With --server, the same work through the real server: the emulator pinned to CPU
 scale 4 (so that it keeps up), `loadgen run` pinned to CPU 1, and each process's CPU time over
 the run (from /proc) per chunk it wrote or read: sockets, HTTP and the event loop included.
 
-    python bench/emulator_hotpath.py                 # 64 users, 1,024 requests per variant
-    python bench/emulator_hotpath.py --users 128 --requests 512
-    python bench/emulator_hotpath.py --server        # through HTTP: 64 users, 256 requests per variant
+    python -m bench.emulator_hotpath                 # 64 users, 1,024 requests per variant
+    python -m bench.emulator_hotpath --users 128 --requests 512
+    python -m bench.emulator_hotpath --server        # through HTTP: 64 users, 256 requests per variant
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from servers.embedded import emulator_server  # noqa: E402
 from servers.emulator import profile as profiles  # noqa: E402
 from servers.emulator.api import EmulatorAPI  # noqa: E402

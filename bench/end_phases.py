@@ -4,7 +4,7 @@ phase (writing requests.parquet; the per-chunk figures' first pass and the passe
 rest), beside Arrow's own peak allocation. docs/performance.md ("A run's memory, flat with its
 length") compares two runs' journals with it:
 
-    python3 bench/end_phases.py RUN_DIR [RUN_DIR ...]   # results directories of `loadgen run`
+    python3 -m bench.end_phases RUN_DIR [RUN_DIR ...]   # results directories of `loadgen run`
 
 Run against another checkout's loadgen with PYTHONPATH=THAT_CHECKOUT (the before of a change)."""
 

@@ -18,22 +18,20 @@ EAGLE head and for n-gram (prompt_lookup_min 3, max 7). This script finds:
 It runs the emulator's own code (servers.emulator.content, .ngram, .acceptance) with fixed
 random numbers and a Nelder-Mead search, and prints fitted vs. target statistics.
 
-    python bench/fit_acceptance.py                 # all classes, ~9 minutes
-    python bench/fit_acceptance.py --only chat     # one class, printed only
-    python bench/fit_acceptance.py --write         # also rewrite servers/emulator/data/llama-3.1-8b.toml
+    python -m bench.fit_acceptance                 # all classes, ~9 minutes
+    python -m bench.fit_acceptance --only chat     # one class, printed only
+    python -m bench.fit_acceptance --write         # also rewrite servers/emulator/data/llama-3.1-8b.toml
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from servers.emulator.acceptance import RegimeParams, acceptance_lengths, trace_stats  # noqa: E402
 from servers.emulator.content import ContentParams, generate, tokenize  # noqa: E402
 from servers.emulator.ngram import acceptance_lengths as ngram_lengths  # noqa: E402

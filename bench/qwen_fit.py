@@ -2,15 +2,15 @@
 judged on the others"): Qwen2.5-Coder-1.5B on vLLM's CPU build, drafted by n-gram and by its 0.5B
 sibling. A cost profile fitted on part of a real sweep predicts the rest, in one run:
 
-    python3 bench/qwen_fit.py --output OUT        # runs the real sweeps first (about 30 minutes)
-    python3 bench/qwen_fit.py --results SWEEP --alone SWEEP0 --output OUT
+    python3 -m bench.qwen_fit --output OUT        # runs the real sweeps first (about 30 minutes)
+    python3 -m bench.qwen_fit --results SWEEP --alone SWEEP0 --output OUT
 
 - The real sweeps (`--results`, `--alone`, or run here): qwen2.5-coder-1.5b-vllm-cpu's baseline,
   ngram, draft-model and draft-model-k5 at 1, 2, 4, 8 and 16 users on code-edit (InstructCoder)
   and chat (ShareGPT) with `--token-ids`; and qwen2.5-coder-0.5b-vllm-cpu (the draft model served
   alone) at the same levels on code-edit.
 - Fitted on: code-edit, k 3 (baseline, ngram, draft-model), at 1, 4 and 16 users: the engine's
-  steps read off the chunk times alone (bench/stepfit.py's engine_steps, not held to vLLM's
+  steps read off the chunk times alone (loadgen/measures/enginesteps.py's engine_steps, not held to vLLM's
   count, which is printed beside it), servers/emulator/costfit.py's roofline forward and
   non-negative drafter terms. The profile is written to OUT/profile.toml; an existing one is
   refused (a rerun into the same folder would predict with the old profile).
@@ -43,11 +43,8 @@ import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).parent))
-import cpu_profile  # noqa: E402
-import stepfit  # noqa: E402
-
+from bench import cpu_profile  # noqa: E402
+from loadgen.measures import enginesteps  # noqa: E402
 from servers.emulator import costfit  # noqa: E402
 
 DEPLOYMENT, ALONE = "qwen2.5-coder-1.5b-vllm-cpu", "qwen2.5-coder-0.5b-vllm-cpu"
@@ -371,7 +368,7 @@ def again(t: pd.DataFrame, other: Path) -> tuple[list[str], str]:
 def load(sweep_dir: Path) -> list[dict]:
     found = [c for c in cpu_profile.cells(sweep_dir) if c["variant"] in VARIANTS]
     for c in found:
-        c["steps"] = stepfit.engine_steps(c["frame"][~c["frame"]["warmup"]], c["k"])
+        c["steps"] = enginesteps.engine_steps(c["frame"][~c["frame"]["warmup"]], c["k"])
     return found
 
 
@@ -478,7 +475,7 @@ def main() -> int:
 
 
 def cpu_profile_machine() -> str:
-    import qwen_cpu
+    from bench import qwen_cpu
 
     return qwen_cpu.machine()
 

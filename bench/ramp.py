@@ -2,8 +2,8 @@
 line): `loadgen run --ramp 1:32:60` against the embedded emulator and `loadgen simulate` with the
 same ramp, requests and seed; output throughput in each 10-second window, side by side.
 
-    python bench/ramp.py                       # 1:32:60, 70 s of sending, 10 s windows
-    python bench/ramp.py --ramp 1:64:60 --time-scale 2
+    python -m bench.ramp                       # 1:32:60, 70 s of sending, 10 s windows
+    python -m bench.ramp --ramp 1:64:60 --time-scale 2
 
 Pass/fail line: every whole window within 10%."""
 

@@ -8,8 +8,8 @@ this script scrapes /metrics N times as fast as it can and reads the server's ow
 (/proc/PID/stat) over the scrapes and over as long a stretch without them. The difference, per
 scrape, is what a scrape costs the server; the load keeps its registry as busy as a run's.
 
-    python bench/scrape_cost.py                     # 300 scrapes under 32 users
-    python bench/scrape_cost.py --scrapes 1000 --users 64
+    python -m bench.scrape_cost                     # 300 scrapes under 32 users
+    python -m bench.scrape_cost --scrapes 1000 --users 64
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from servers.embedded import emulator_server  # noqa: E402
 

@@ -16,9 +16,9 @@ present, else their synthetic stand-ins):
 then prints per level: each variant's throughput (virtual, real), the best, each control
 against the best fixed k, the share of EAGLE-3's oracle, and simulate against real time.
 
-    python3 bench/sd_controls.py                         # both workloads, levels 1,4,16,64 (~25 minutes)
-    python3 bench/sd_controls.py --virtual-only          # the virtual half (~1 minute)
-    python3 bench/sd_controls.py --workloads code-edit --concurrency 1,16 --dir /tmp/ctl
+    python3 -m bench.sd_controls                         # both workloads, levels 1,4,16,64 (~25 minutes)
+    python3 -m bench.sd_controls --virtual-only          # the virtual half (~1 minute)
+    python3 -m bench.sd_controls --workloads code-edit --concurrency 1,16 --dir /tmp/ctl
 """
 
 from __future__ import annotations

@@ -4,12 +4,12 @@ prompts, no server and no loadgen; prints the acceptance from vLLM's own counter
 target drafting for itself must accept (nearly) every draft: anything less is a fault in the
 draft path, not in the model.
 
-    python3 bench/self_draft.py gemma-3-270m                      # as the catalog would serve it
-    python3 bench/self_draft.py gemma-3-270m --dtype float32
-    python3 bench/self_draft.py gemma-3-270m --all-global          # every layer global attention
-    python3 bench/self_draft.py qwen2.5-coder-0.5b                 # a model without sliding windows
-    python3 bench/self_draft.py gemma-3-270m --draft gemma-3-270m-draft
-    python3 bench/self_draft.py gemma-3-270m --temperature 1       # sampled, as vLLM's default would
+    python3 -m bench.self_draft gemma-3-270m                      # as the catalog would serve it
+    python3 -m bench.self_draft gemma-3-270m --dtype float32
+    python3 -m bench.self_draft gemma-3-270m --all-global          # every layer global attention
+    python3 -m bench.self_draft qwen2.5-coder-0.5b                 # a model without sliding windows
+    python3 -m bench.self_draft gemma-3-270m --draft gemma-3-270m-draft
+    python3 -m bench.self_draft gemma-3-270m --temperature 1       # sampled, as vLLM's default would
 
 Each configuration starts its own `LLM` (about a minute on 2 cores); the local models are made
 first where missing (servers/localmodels).

@@ -10,9 +10,9 @@ process's burst stalls the others). Before the command it prints how long a pure
 10M additions takes inside such a cgroup and outside it (the figure that says how much slower
 the emulated machine is).
 
-    sudo python3 bench/slower_machine.py -- python3 bench/sweep_default.py      # the recorded figures
-    sudo python3 bench/slower_machine.py --shared --quota-cpus 0.4 -- python3 bench/sweep_default.py
-    sudo python3 bench/slower_machine.py --loop-only                            # the loop figure
+    sudo python3 -m bench.slower_machine -- python3 -m bench.sweep_default      # the recorded figures
+    sudo python3 -m bench.slower_machine --shared --quota-cpus 0.4 -- python3 -m bench.sweep_default
+    sudo python3 -m bench.slower_machine --loop-only                            # the loop figure
 
 Needs root and cgroup v1's cpu controller at /sys/fs/cgroup/cpu (says so in one line when not).
 The cgroups are removed afterwards.

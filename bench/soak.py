@@ -10,10 +10,10 @@ user had prepared its next request when the deadline came: at most one per strea
 failed, and the journal's size. Prints a table (memory per sample) and a verdict line: the client's RSS at the end
 against minute 5 (or the first sample after a tenth of the run, for short soaks).
 
-    python3 bench/soak.py --minutes 60 --streams 256              # the recorded figures
-    python3 bench/soak.py --minutes 3 --streams 256 --json out.json
-    python3 bench/soak.py --minutes 10 --server emulator --time-scale 4
-    python3 bench/soak.py --minutes 0.25 --versus 1 --pacing-ms 8  # peak RSS flat with the length
+    python3 -m bench.soak --minutes 60 --streams 256              # the recorded figures
+    python3 -m bench.soak --minutes 3 --streams 256 --json out.json
+    python3 -m bench.soak --minutes 10 --server emulator --time-scale 4
+    python3 -m bench.soak --minutes 0.25 --versus 1 --pacing-ms 8  # peak RSS flat with the length
 
 Every soak also prints the client's peak RSS start to finish (its load and its end of run:
 requests.parquet and summary.json from the journal); `--versus MINUTES` runs a second soak of
@@ -27,8 +27,8 @@ its peak RSS and time, the journal's bytes per request. `--compare` also summari
 requests.parquet written with every value held in memory (loadgen.measures.pooled.HOLD
 unbounded: numpy's figures over whole arrays, as before) and checks that every figure agrees.
 
-    python3 bench/soak.py --synthetic hour --compare --forms   # --forms: the journal in other forms
-    python3 bench/soak.py --synthetic day
+    python3 -m bench.soak --synthetic hour --compare --forms   # --forms: the journal in other forms
+    python3 -m bench.soak --synthetic day
 
 Figures recorded for this machine: docs/performance.md ("Long runs").
 """
@@ -45,7 +45,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from servers.embedded import canned_server, emulator_server  # noqa: E402
 

@@ -3,17 +3,14 @@ tasks and on chat: acceptance length (vLLM's: 1 + accepted drafts per verify ste
 tokens per decode step, served in waves of 8 in virtual time by the emulator's engine (docs/
 emulator.md, "Suffix decoding"; tests/test_vllm_sd.py holds the claims with margins).
 
-    python3 bench/suffix_acceptance.py        # a few seconds
+    python3 -m bench.suffix_acceptance        # a few seconds
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from servers.emulator import profile as profiles  # noqa: E402
 from servers.emulator.engine import Engine, EngineConfig  # noqa: E402
 from servers.emulator.spec import parse  # noqa: E402

@@ -9,9 +9,9 @@ the lock (the other worker's timing test, or the end of its own test before one 
 when it ended. Given JUnit files instead, it prints their per-file times side by side
 (a before and an after).
 
-    python3 bench/suite_times.py                         # run the suite, print the tables
-    python3 bench/suite_times.py --keep DIR              # ... and keep junit.xml and lock.jsonl in DIR
-    python3 bench/suite_times.py BEFORE.xml AFTER.xml    # compare two runs' files
+    python3 -m bench.suite_times                         # run the suite, print the tables
+    python3 -m bench.suite_times --keep DIR              # ... and keep junit.xml and lock.jsonl in DIR
+    python3 -m bench.suite_times BEFORE.xml AFTER.xml    # compare two runs' files
 """
 
 from __future__ import annotations

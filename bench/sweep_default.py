@@ -4,10 +4,10 @@ emulated H100 would do: every cell is served again by `loadgen simulate` (the sa
 virtual time, no clock to fall behind) on the same requests and load, and the two speedups are
 set side by side.
 
-    python bench/sweep_default.py                   # the full default: 56 cells
-    python bench/sweep_default.py --data-dir ../shared/datasets   # the real data sets
-    python bench/sweep_default.py -- --time-scale 1               # options for loadgen sweep
-    python bench/sweep_default.py --results DIR     # a finished sweep of the default plan, set beside the model
+    python -m bench.sweep_default                   # the full default: 56 cells
+    python -m bench.sweep_default --data-dir ../shared/datasets   # the real data sets
+    python -m bench.sweep_default -- --time-scale 1               # options for loadgen sweep
+    python -m bench.sweep_default --results DIR     # a finished sweep of the default plan, set beside the model
 
 Pass/fail lines (issue 19): at most 3 of 56 cells flagged, every speedup within 5% of the model's.
 """
@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from loadgen.load.execute import LoadShape  # noqa: E402
 from loadgen.measures.frame import request_frame  # noqa: E402
 from loadgen.measures.summary import summarize  # noqa: E402

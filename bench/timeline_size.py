@@ -4,22 +4,19 @@ sends, ends and in flight, values of a busy 8B server's magnitude) as summary.js
 whole, and as loadgen.results.store writes it: coarsened to at most an hour's intervals in
 summary.json (every sum unchanged: checked here) with the whole series in timeline.parquet.
 
-    python bench/timeline_size.py                 # a day
-    python bench/timeline_size.py --hours 72
+    python -m bench.timeline_size                 # a day
+    python -m bench.timeline_size --hours 72
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadgen.results import store  # noqa: E402
 

@@ -8,8 +8,8 @@ For each --time-scales S: `loadgen run --trace azure:CONV --trace-window W --tra
 (each sent once?), the schedule's largest error against the trace's gaps / X, send lateness
 p99, whether the run was flagged, output tok/s against the simulator's, and the queue.
 
-    python3 bench/trace_replay.py                        # the recorded figures: 600 s at 10x, scales 1 and 3
-    python3 bench/trace_replay.py --window 120 --time-scales 1
+    python3 -m bench.trace_replay                        # the recorded figures: 600 s at 10x, scales 1 and 3
+    python3 -m bench.trace_replay --window 120 --time-scales 1
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 from workloads.traces import read_trace  # noqa: E402
 
 CONV = REPO.parent / "shared" / "datasets" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"

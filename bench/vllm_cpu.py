@@ -5,10 +5,10 @@ accepted drafts by the written rule beside them (docs/metrics.md, "Accepted draf
 a line each: every cell ok, vLLM's per-request counts summing to its /metrics counters, the
 client's count by the rule equal to vLLM's counter, every baseline 0 accepted.
 
-    python3 bench/vllm_cpu.py                                  # both deployments, every variant
-    python3 bench/vllm_cpu.py --servers tiny-llama-vllm-cpu    # one
-    python3 bench/vllm_cpu.py --results DIR [DIR ...]          # finished sweeps (merged by variant)
-    python3 bench/vllm_cpu.py --output DIR                     # the sweeps in DIR/DEPLOYMENT (bench/cpu_profile.py)
+    python3 -m bench.vllm_cpu                                  # both deployments, every variant
+    python3 -m bench.vllm_cpu --servers tiny-llama-vllm-cpu    # one
+    python3 -m bench.vllm_cpu --results DIR [DIR ...]          # finished sweeps (merged by variant)
+    python3 -m bench.vllm_cpu --output DIR                     # the sweeps in DIR/DEPLOYMENT (bench/cpu_profile.py)
 
 Needs the vllm-cpu extra (docs/vllm-cpu.md) and the data sets (--data-dir, default
 ../shared/datasets beside the repository). About 35 minutes for Gemma, 10 for the tiny Llama.

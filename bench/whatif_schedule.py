@@ -11,8 +11,8 @@
 then prints output tok/s per level for each fixed k and the schedule, and the schedule over the
 best fixed k.
 
-    python3 bench/whatif_schedule.py                       # the recorded table (~15 minutes)
-    python3 bench/whatif_schedule.py --concurrency 1,16,64       # the same schedule, three levels
+    python3 -m bench.whatif_schedule                       # the recorded table (~15 minutes)
+    python3 -m bench.whatif_schedule --concurrency 1,16,64       # the same schedule, three levels
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """How long `loadgen whatif` takes: 500 acceptance traces (the simulator's, exact, code editing,
 every drafter of the 8B profile) x 6 batch sizes x every policy, closed loop and offline.
 
-    python bench/whatif_speed.py              # ~1-2 minutes
-    python bench/whatif_speed.py --traces 200
+    python -m bench.whatif_speed              # ~1-2 minutes
+    python -m bench.whatif_speed --traces 200
 
 Prints a table: protocol, traces, policies, batch sizes, seconds of evaluation (reading the
 traces and building the plans included), CPUs used. The figure is in docs/performance.md.
@@ -18,7 +18,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from loadgen.whatif.job import WhatIfJob, whatif  # noqa: E402
 
 PROFILE = "h100-llama-3.1-8b"

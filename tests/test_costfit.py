@@ -2,14 +2,13 @@
 vLLM's CPU build). Against a server whose true costs are known: the emulator in virtual time on
 a profile written here (a roofline forward, SD mode's per-step and per-token costs, an n-gram
 priced per draft, a draft model priced by its own forward); its steps read off the chunk times as
-a real engine's are (bench/stepfit.py), never its own step records. Also what the fitted
+a real engine's are (loadgen/measures/enginesteps.py), never its own step records. Also what the fitted
 profile's new terms do in the engine: a step reads the weights whatever it computes, and an
 n-gram miss costs no drafting (the engine's own per-request counts of drafting steps say which
 steps drafted)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +23,7 @@ from servers.emulator.spec import parse
 from workloads import open_workload
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import stepfit  # noqa: E402
+from loadgen.measures import enginesteps  # noqa: E402
 
 HEAD = """description = "a roofline engine for the fit's test"
 models = ["roofline"]
@@ -73,7 +71,7 @@ def _steps(prof: str, spec, users: int, k: int = 0, workload: str = "chat,output
     cfg = EngineConfig(per_request_spec_decode_metrics="summary" if spec else "none")
     sim = SimSpec(prof, spec, ClosedLoop(users), cfg, num_requests=per_user * users, client_rtt_s=0.0)
     done = api.simulate(api.SimJob(sim, open_workload(workload)))
-    return stepfit.engine_steps(done.frame, k), done
+    return enginesteps.engine_steps(done.frame, k), done
 
 
 def test_the_roofline_forward_and_the_ngram_terms_come_back_from_the_chunk_times(tmp_path):

@@ -302,3 +302,19 @@ def test_no_room_in_loadgen_is_over_80_lines():
                 if lines > 80:
                     long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {lines} lines")
     assert not long, "\n".join(long)
+
+
+def test_bench_is_a_package_of_two_kinds_without_path_edits():
+    """bench/ runs as `python3 -m bench.NAME`: every script listed as performance or validation
+    (bench/__init__.py), and no script or test edits sys.path to reach another."""
+    from bench import PERFORMANCE, VALIDATION
+
+    scripts = {p.stem for p in (REPO / "bench").glob("*.py")} - {"__init__", "__main__"}
+    assert scripts == set(PERFORMANCE) | set(VALIDATION) and not set(PERFORMANCE) & set(VALIDATION)
+    edits = [
+        f"{p.relative_to(REPO)}"
+        for root in ("bench", "tests")
+        for p in sorted((REPO / root).glob("*.py"))
+        if "sys.path.insert" in p.read_text() and p.name != "test_imports.py"
+    ]
+    assert not edits, edits

@@ -9,20 +9,17 @@ import html
 import json
 import math
 import shutil
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+# the A/A design and its bound, shared with the bench script that measures the bound's rates
+from bench.aa_calibration import DESIGN as ARGS
+from bench.aa_calibration import LEVELS, REPEATS, false_mark_bound
 from loadgen.report.ttest import t_quantile, t_two_sided
 from loadgen.results import cells as stored
-from tests.conftest import REPO, cli, run_cli, server_pids
-
-sys.path.insert(0, str(REPO / "bench"))
-# the A/A design and its bound, shared with the bench script that measures the bound's rates
-from aa_calibration import DESIGN as ARGS  # noqa: E402
-from aa_calibration import LEVELS, REPEATS, false_mark_bound
+from tests.conftest import cli, run_cli, server_pids
 
 pytestmark = pytest.mark.timing  # two sweeps compared run to run: runs alone (tests/conftest.py)
 

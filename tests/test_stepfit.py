@@ -1,4 +1,5 @@
-"""bench/stepfit.py reads a cost profile off measured steps (for real vLLM on a GPU host,
+"""The linear step fit (loadgen/measures/enginesteps.py samples, servers/emulator/costfit.py
+linear_fit) reads a cost profile off measured steps (for real vLLM on a GPU host,
 bench/gpu_vllm.py). Against servers whose true costs are known: the emulator's own profile in
 virtual time (exact), and bench/gpu_vllm.py's whole pipeline rehearsed on the real-time
 emulator (its lines, sweep, per-request counts against Prometheus, fit and prediction)."""
@@ -20,8 +21,8 @@ from servers.emulator.engine import EngineConfig
 from workloads import open_workload
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import stepfit  # noqa: E402
+from loadgen.measures import enginesteps  # noqa: E402
+from servers.emulator import costfit  # noqa: E402
 
 PROFILE = profile.load("h100-llama-3.1-8b")
 
@@ -32,8 +33,8 @@ def test_the_fit_recovers_the_emulators_profile_from_simulated_steps():
         for users in (1, 8, 32):  # `loadgen simulate`'s library call
             sim = SimSpec(PROFILE.name, None, ClosedLoop(users), num_requests=4 * users)
             done = api.simulate(api.SimJob(sim, open_workload(workload)))
-            cells.append(("baseline", stepfit.samples(done.frame)))
-    got = stepfit.fit(cells)["forward"]
+            cells.append(("baseline", enginesteps.samples(done.frame)))
+    got = costfit.linear_fit(cells)["forward"]
     assert got["constant"] == pytest.approx(PROFILE.forward.constant + PROFILE.step_overhead, rel=0.01)
     assert got["per_kv_token"] == pytest.approx(PROFILE.forward.per_kv_token, rel=0.02)
     assert got["per_batched_token"] == pytest.approx(PROFILE.forward.per_batched_token, rel=0.02)
@@ -68,7 +69,7 @@ def test_the_engine_timeline_is_every_step_the_emulator_took_prefills_included(t
     for users in (1, 4, 16):
         sim = SimSpec(str(drafted), None, ClosedLoop(users), num_requests=3 * users, client_rtt_s=0.0)
         done = api.simulate(api.SimJob(sim, open_workload("chat,output=fixed:64")))
-        steps = stepfit.engine_steps(done.frame)
+        steps = enginesteps.engine_steps(done.frame)
         times = np.concatenate([np.asarray(t, np.int64) for t in done.frame["chunk_t_ns"]])
         span = (times.max() - done.frame["t_send_ns"].min()) / 1e9
         assert steps[:, 0].sum() == pytest.approx(span, rel=1e-6)
@@ -77,7 +78,7 @@ def test_the_engine_timeline_is_every_step_the_emulator_took_prefills_included(t
         per_request = EngineConfig(per_request_spec_decode_metrics="summary")  # which requests drafted
         sim = SimSpec(str(drafted), NGRAM, ClosedLoop(users), per_request, num_requests=3 * users, client_rtt_s=0.0)
         done = api.simulate(api.SimJob(sim, open_workload("chat,output=fixed:64")))
-        spec.append(stepfit.engine_steps(done.frame, k=3))
+        spec.append(enginesteps.engine_steps(done.frame, k=3))
     coef = _fit(np.concatenate(base))
     assert coef[0] == pytest.approx(PROFILE.forward.constant + PROFILE.step_overhead, rel=0.01)
     assert coef[1] == pytest.approx(PROFILE.forward.per_kv_token, rel=0.02)
@@ -93,7 +94,8 @@ def test_the_gpu_script_runs_end_to_end_on_the_emulator(tmp_path):
     res = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "bench" / "gpu_vllm.py"),
+            "-m",
+            "bench.gpu_vllm",
             "--engine",
             "emulator",
             "--concurrency",
@@ -105,6 +107,7 @@ def test_the_gpu_script_runs_end_to_end_on_the_emulator(tmp_path):
             "--out",
             str(tmp_path),
         ],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=900,
@@ -136,7 +139,8 @@ def test_the_cpu_profile_bench_fits_and_replays_a_sweep_of_the_emulator(tmp_path
         timeout=300,
     )
     res = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "cpu_profile.py"), "--results", str(sweep), "--output", str(tmp_path)],
+        [sys.executable, "-m", "bench.cpu_profile", "--results", str(sweep), "--output", str(tmp_path)],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,

@@ -71,14 +71,10 @@ def test_a_runs_timeline_adds_up_and_shows_a_burst(tmp_path):
 def test_a_long_runs_timeline_is_coarsened_in_the_summary_and_kept_whole_beside_it(tmp_path):
     """Over an hour of samples, summary.json keeps at most 3600 intervals, consecutive ones merged
     with every sum unchanged and gauges as time-weighted means; timeline.parquet has them all."""
-    import sys
-    from pathlib import Path
 
+    from bench.timeline_size import day
     from loadgen.measures import timeline
     from loadgen.results import store
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    from timeline_size import day
 
     n = 3 * timeline.MOST + 5  # 4 intervals merged a bin; the last bin is short
     tl = day(n)

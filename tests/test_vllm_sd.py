@@ -5,18 +5,14 @@ sampler applies it, suffix decoding over prompts and earlier outputs, and their
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+from bench import suffix_acceptance
+from bench.suffix_acceptance import serve_offline
 from servers.emulator.spec import SpecError, length_to_rates, parse
 from servers.emulator.suffix import SuffixCache, SuffixTree
 from workloads.synthetic import kind_like
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import suffix_acceptance  # noqa: E402
-from suffix_acceptance import serve_offline  # noqa: E402
 
 
 def test_synthetic_rates_are_measured_back_per_position():

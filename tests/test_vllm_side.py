@@ -40,8 +40,7 @@ def _vllm_python():
 
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import gpu_vllm  # noqa: E402
+from bench import gpu_vllm  # noqa: E402
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 

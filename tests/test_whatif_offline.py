@@ -5,7 +5,6 @@ against the engine itself on emulator-made traces (bench/calibrate.py's offline 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -89,9 +88,7 @@ def test_sampling_is_seeded_and_capped():
 def test_agrees_with_the_engine_running_the_batches(tmp_path):
     """The same requests, B copies each started together on the engine itself (calibrate's
     offline batches), against the offline protocol over the engine's own traces: within 2%."""
-    sys.path.insert(0, str(REPO / "bench"))
-    import calibrate
-
+    from bench import calibrate
     from servers.emulator.engine import Engine, EngineConfig
     from servers.emulator.spec import parse
     from workloads import kind_like

@@ -15,7 +15,7 @@ def engine_steps(frame: pd.DataFrame, k: int = 0) -> np.ndarray:
     """The engine's own timeline, step by step, from every request's chunk times together: an
     engine step ends where its requests' chunks arrive, within a few milliseconds of each other
     (a cluster: no two chunks of one request, no gap over 0.3 x the median chunk gap), so the
-    steps between them, prefills included, are all there (bench/stepfit.py's `samples` has only
+    steps between them, prefills included, are all there (`samples` below has only
     the steps a running request's gaps span: a prefill the engine ran alone, at 1 user every one
     and at round boundaries under load, is in none). The count is what the chunk times say; no
     server's count of its steps is a target (compare them beside it: bench/qwen_fit.py). A step
@@ -113,3 +113,46 @@ def _clusters(t: np.ndarray, req: np.ndarray, split: float) -> list[int]:
             members = set()
         members.add(int(req[j]))
     return bounds + [len(t)]
+
+
+def samples(frame: pd.DataFrame, drafts_per_step: float = 0.0) -> np.ndarray:
+    """(gap s, KV tokens, batched tokens, running) for every decode gap of every request: the
+    gap between two of a request's chunks is one engine step, at the KV the running requests
+    held at its start and the tokens it batched (their tokens and drafts, the prompts whose
+    first token came at its end). It sees only the steps a running request's gaps span;
+    `engine_steps` rebuilds every step."""
+    m = frame[frame["ok"] & (frame["n_chunks"] > 1)]
+    if m.empty:
+        return np.zeros((0, 4))
+    times, dkv, drun, firsts, prompts = [], [], [], [], []
+    for t, n, p in zip(m["chunk_t_ns"], m["chunk_tokens"], m["prompt_tokens"]):
+        t, n, p = np.asarray(t, np.int64), np.asarray(n, np.int64), int(p or 0)
+        times.append(t)
+        add = n.copy()
+        add[0] += p  # the prompt's KV exists from the first token on
+        step = np.zeros(len(t), np.int64)
+        step[0] = 1
+        step[-1] -= 1
+        add[-1] -= p + int(n.sum())  # a finished request frees its KV
+        dkv.append(add)
+        drun.append(step)
+        firsts.append(t[0])
+        prompts.append(p)
+    t_all = np.concatenate(times)
+    order = np.argsort(t_all, kind="stable")
+    t_sorted = t_all[order]
+    kv_after = np.cumsum(np.concatenate(dkv)[order])
+    run_after = np.cumsum(np.concatenate(drun)[order])
+    first_arr, prompt_arr = np.asarray(firsts), np.asarray(prompts)
+    f_order = np.argsort(first_arr)
+    f_sorted, p_cum = first_arr[f_order], np.concatenate([[0], np.cumsum(prompt_arr[f_order])])
+    out = []
+    for t in times:
+        a, b = t[:-1], t[1:]
+        i = np.searchsorted(t_sorted, a, side="right") - 1  # the state once everything up to a happened
+        kv, running = kv_after[i], run_after[i]
+        # prompts whose first token came at the step's end (within the gap): prefilled in it
+        prefill = p_cum[np.searchsorted(f_sorted, b, side="right")] - p_cum[np.searchsorted(f_sorted, a, side="right")]
+        batched = running * (1.0 + drafts_per_step) + prefill
+        out.append(np.column_stack([(b - a) / 1e9, kv, batched, running]))
+    return np.concatenate(out)

@@ -221,3 +221,42 @@ def negative_terms(forward: Fit, drafters: dict[str, Fit]) -> list[str]:
     """Every fitted term below zero, by name (none: non-negative least squares)."""
     out = [f"forward.{k}" for k, v in forward.terms.items() if v < 0]
     return out + [f"{m}.{k}" for m, f in drafters.items() for k, v in f.terms.items() if v < 0]
+
+
+def _robust(x: np.ndarray, y: np.ndarray, rounds: int = 3) -> tuple[np.ndarray, int]:
+    """Least squares, then again without the samples more than 5 median absolute deviations off
+    (a gap that spans a stall of the client or the server is not a step's cost); the
+    coefficients and how many samples were dropped."""
+    keep = np.ones(len(y), bool)
+    for _ in range(rounds):
+        coef = np.linalg.lstsq(x[keep], y[keep], rcond=None)[0]
+        r = y - x @ coef
+        mad = np.median(np.abs(r[keep] - np.median(r[keep]))) or 1e-12
+        keep = np.abs(r - np.median(r[keep])) <= 5 * 1.4826 * mad
+    return coef, int((~keep).sum())
+
+
+def linear_fit(cells: list[tuple[str, np.ndarray]], baseline: str = "baseline", robust: bool = True) -> dict:
+    """The plain linear cost model, gap = constant + per_kv_token x KV + per_batched_token x
+    batched, by least squares (a coefficient may come out negative: `fit_forward` is the
+    non-negative roofline). `cells`: (variant, samples of loadgen.measures.enginesteps.samples). The forward fitted on the baseline's, each other variant's
+    drafting on its residuals (robustly: _robust; `robust` False: plain least squares, every
+    gap counted, for a mean step time where stalls are part of what was measured)."""
+    base = np.concatenate([s for v, s in cells if v == baseline])
+    x = np.column_stack([np.ones(len(base)), base[:, 1], base[:, 2]])
+    coef, dropped = _robust(x, base[:, 0]) if robust else (np.linalg.lstsq(x, base[:, 0], rcond=None)[0], 0)
+    out = {
+        "forward": {
+            "constant": float(coef[0]),
+            "per_kv_token": float(coef[1]),
+            "per_batched_token": float(coef[2]),
+            "samples": int(len(base)),
+            "dropped": dropped,
+        }
+    }
+    for variant in dict.fromkeys(v for v, _ in cells if v != baseline):
+        s = np.concatenate([s for v, s in cells if v == variant])
+        resid = s[:, 0] - (coef[0] + coef[1] * s[:, 1] + coef[2] * s[:, 2])
+        d, dropped = _robust(np.column_stack([np.ones(len(s)), s[:, 3]]), resid)
+        out[variant] = {"constant": float(d[0]), "per_request": float(d[1]), "samples": int(len(s)), "dropped": dropped}
+    return out
