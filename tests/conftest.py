@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -251,6 +252,12 @@ def assert_light_load_unflagged(tmp_path: Path) -> None:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "timing: measures this machine in real time; runs alone (tests/conftest.py)")
+    config.addinivalue_line("markers", "unit: starts no process; everything in the test's own (tests/conftest.py)")
+    config.addinivalue_line("markers", "servers: starts server processes of its own, or loadgen in a subprocess")
+    config.addinivalue_line(
+        "markers",
+        "engines: needs a real engine or tool (vLLM's CPU build, llama.cpp, SGLang, Ray, Prometheus, Chromium)",
+    )
     config.addinivalue_line(
         "markers",
         "background: keeps processes busy between its tests (a Ray cluster): "
@@ -274,12 +281,59 @@ LONG = (
 )
 
 
+# -- What a test file needs: unit, servers, engines ----------------------------------------------
+# Each file is marked by the most it needs (`pytest -m unit` runs the ones that start nothing):
+# `engines`: a real engine or tool from outside Python's own (vLLM's CPU build, llama.cpp,
+# SGLang's parser, Ray, Prometheus, Chromium: the files that honour a LOADGEN_REQUIRE_* switch);
+# `servers`: processes of its own (servers/ test servers and the emulator, loadgen in a
+# subprocess, worker processes); `unit`: none, everything in the test's own process, which the
+# `_unit_starts_nothing` fixture holds (a unit test that starts a process fails).
+_STARTS = re.compile(
+    r"subprocess|emulator_server|scripted_server|canned_server|server_process|run_cli\(|Popen|launcher|"
+    r"\bserver\b\s*[,)]|--workers|multiprocessing"
+)
+
+
+# files whose processes come from the library, not from the test's own code (whatif's pool)
+_STARTS_THROUGH_THE_LIBRARY = ("test_whatif_reading.py",)
+
+
+def needs(path: Path) -> str:
+    """unit, servers or engines: what the test file at `path` needs (above)."""
+    text = path.read_text()
+    if "LOADGEN_REQUIRE_" in text:
+        return "engines"
+    return "servers" if _STARTS.search(text) or path.name in _STARTS_THROUGH_THE_LIBRARY else "unit"
+
+
+@pytest.fixture(autouse=True)
+def _unit_starts_nothing(request, monkeypatch):
+    """A test marked unit starts no process: subprocess.Popen and os.fork refuse, naming the test."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(
+            f"{request.node.nodeid} is marked unit (tests/conftest.py: needs) but starts a process: {args[:1]}"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(os, "fork", refuse)
+    yield
+
+
 def pytest_collection_modifyitems(config, items):
-    """Files with a timing test first, the rest after (pyproject.toml keeps this order:
-    --no-loadscope-reorder). While the timing files run, each worker waits for the other's test
-    to end before a timing test starts: cheap while the other's tests are those files' own
-    short ones, costly beside a minute-long one. After them, both workers run the rest in
-    parallel with nothing to wait for."""
+    """Each test marked by what its file needs (`needs`); files with a timing test first, the
+    rest after (pyproject.toml keeps this order: --no-loadscope-reorder). While the timing
+    files run, each worker waits for the other's test to end before a timing test starts:
+    cheap while the other's tests are those files' own short ones, costly beside a minute-long
+    one. After them, both workers run the rest in parallel with nothing to wait for."""
+    kinds: dict[Path, str] = {}
+    for item in items:
+        if item.path not in kinds:
+            kinds[item.path] = needs(item.path)
+        item.add_marker(kinds[item.path])
     timed = {item.path for item in items if item.get_closest_marker("timing") is not None}
 
     def order(item):
