@@ -177,3 +177,12 @@ def test_engine_names_live_in_their_modules_only():
         for hit in _decisions_naming(path, pattern)
     ]
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_map_names_every_engine_module():
+    """docs/architecture.md's engines paragraph names each module of servers/engines/."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    family = text[text.index("**Engines** decide") : text.index("Beyond one machine")]
+    modules = {p.name for p in (REPO / "servers" / "engines").glob("*.py")} - {"__init__.py"}
+    missing = sorted(m for m in modules if f"`{m}`" not in family)
+    assert not missing, f"docs/architecture.md's engines paragraph does not name {missing}"
