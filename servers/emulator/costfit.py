@@ -239,9 +239,10 @@ def _robust(x: np.ndarray, y: np.ndarray, rounds: int = 3) -> tuple[np.ndarray, 
 def linear_fit(cells: list[tuple[str, np.ndarray]], baseline: str = "baseline", robust: bool = True) -> dict:
     """The plain linear cost model, gap = constant + per_kv_token x KV + per_batched_token x
     batched, by least squares (a coefficient may come out negative: `fit_forward` is the
-    non-negative roofline). `cells`: (variant, samples of loadgen.measures.enginesteps.samples). The forward fitted on the baseline's, each other variant's
-    drafting on its residuals (robustly: _robust; `robust` False: plain least squares, every
-    gap counted, for a mean step time where stalls are part of what was measured)."""
+    non-negative roofline). `cells`: (variant, samples of loadgen.measures.enginesteps.samples).
+    The forward fitted on the baseline's, each other variant's drafting on its residuals
+    (robustly: _robust; `robust` False: plain least squares, every gap counted, for a mean step
+    time where stalls are part of what was measured)."""
     base = np.concatenate([s for v, s in cells if v == baseline])
     x = np.column_stack([np.ones(len(base)), base[:, 1], base[:, 2]])
     coef, dropped = _robust(x, base[:, 0]) if robust else (np.linalg.lstsq(x, base[:, 0], rcond=None)[0], 0)
