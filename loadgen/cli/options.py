@@ -176,6 +176,13 @@ def result_options(f):
     return f
 
 
+def ray_option(help: str):
+    """--ray [ADDRESS]: a flag that may carry the cluster's address ("" when given bare)."""
+    return click.option(
+        "--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]", help=help
+    )
+
+
 def note(message: str) -> None:
     """What a person should know, on stderr."""
     click.echo(message, err=True)

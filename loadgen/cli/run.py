@@ -96,14 +96,8 @@ RUN_OPTIONS = [
         help="Generate the load from N processes on this host, one event loop and "
         "connection pool each, the one schedule split between them (docs/metrics.md).",
     ),
-    click.option(
-        "--ray",
-        "ray_address",
-        is_flag=False,
-        flag_value="",
-        default=None,
-        metavar="[ADDRESS]",
-        help="Run the --workers as Ray actors spread over a cluster's nodes (ADDRESS: the "
+    options.ray_option(
+        "Run the --workers as Ray actors spread over a cluster's nodes (ADDRESS: the "
         "cluster's [default: RAY_ADDRESS, one on this host, else a new local one]); the server "
         "must be reachable from every node.",
     ),

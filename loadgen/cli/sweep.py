@@ -176,16 +176,10 @@ from servers.deployments.catalog import available as catalog_names
 @click.option("--retry-failed", is_flag=True, help="With --resume: run failed cells again too.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (cells, server commands) and exit.")
-@click.option(
-    "--ray",
-    "ray_address",
-    is_flag=False,
-    flag_value="",
-    default=None,
-    metavar="[ADDRESS]",
-    help="Run the cells on a Ray cluster: each variant a task that asks for its GPUs, on the "
+@options.ray_option(
+    "Run the cells on a Ray cluster: each variant a task that asks for its GPUs, on the "
     "node that holds them (ADDRESS: the cluster's, e.g. 10.0.0.1:6379 [default: RAY_ADDRESS, one "
-    "running on this host, else a new local one]); docs/sweep.md.",
+    "running on this host, else a new local one]); docs/sweep.md."
 )
 @click.option(
     "--ray-resource",
