@@ -128,6 +128,12 @@ class VllmCollector:
 
     def collect(self):
         s = self._stats()
+        yield from self._own(s)
+        if self._vllm:
+            yield from self._vllm_families(s)
+
+    def _own(self, s: EngineStats):
+        """The emulator's check on itself (`emulator:`), whatever server it answers as."""
         lv = list(self._labels.values())
         yield _histogram(
             "emulator:step_lag_seconds",
@@ -156,8 +162,10 @@ class VllmCollector:
             "CPU time of this process, to the microsecond (what loadgen sweep --time-scale auto measures).",
             time.process_time(),
         )
-        if not self._vllm:
-            return
+
+    def _vllm_families(self, s: EngineStats):
+        """vLLM's families, as ../shared/reference/vllm.md names them."""
+        lv = list(self._labels.values())
         for name, doc, value in (
             ("vllm:num_requests_running", "Number of requests in model execution batches.", s.running),
             ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting),
@@ -235,12 +243,12 @@ class SglangCollector(VllmCollector):
     (servers/engines/sglang.py), not every family it exports."""
 
     def collect(self):
-        self._vllm, full = False, self._vllm
-        yield from super().collect()  # the emulator's own families only
-        self._vllm = full
-        if not full:
-            return
         s = self._stats()
+        yield from self._own(s)
+        if self._vllm:  # --disable-log-stats: none of the server's own
+            yield from self._sglang_families(s)
+
+    def _sglang_families(self, s: EngineStats):
         labels = {"model_name": self._labels["model_name"]}
         for name, doc, value in (
             ("sglang:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens),
@@ -250,7 +258,7 @@ class SglangCollector(VllmCollector):
             fam = CounterMetricFamily(name, doc, labels=list(labels))
             fam.add_metric(list(labels.values()), value, created=self._created)
             yield fam
-        gauges = [
+        gauges: list[tuple[str, str, float]] = [
             ("sglang:num_running_reqs", "The number of running requests.", s.running),
             ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", s.waiting),
             ("sglang:token_usage", "The token usage.", s.kv_usage),
@@ -271,12 +279,12 @@ class SglangCollector(VllmCollector):
                 (
                     "sglang:spec_accept_rate",
                     "The average acceptance rate of speculative decoding.",
-                    accepted / s.spec_draft_tokens if s.spec_draft_tokens else 0.0,
+                    accepted / (drafts * self._spec_k) if drafts else 0.0,  # proposed: k a verify call
                 ),
             ]
-        for name, doc, value in gauges:
+        for name, doc, level in gauges:
             g = GaugeMetricFamily(name, doc, labels=list(labels))
-            g.add_metric(list(labels.values()), value)
+            g.add_metric(list(labels.values()), level)
             yield g
         for attr, (name, doc) in _SGLANG_HISTOGRAMS.items():
             yield _histogram(name, doc, labels, getattr(s, attr), self._created)

@@ -152,13 +152,6 @@ def _args_as_vllm(where: str, args: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _local_models(dep: Deployment, v: Variant) -> tuple[tuple[str, str], ...]:
-    names = [dep.model, (v.own.get("speculative") or {}).get("draft_model_path")]
-    return tuple(
-        (n, localmodels.resolve(n)) for n in dict.fromkeys(names) if isinstance(n, str) and localmodels.is_local(n)
-    )
-
-
 @register
 class Sglang(Base):
     name = "sglang"
@@ -200,7 +193,7 @@ class Sglang(Base):
             f"http://{host}:{port}",
             dep.served_model_name,
             dep.startup_timeout_s,
-            _local_models(dep, v),
+            vllm.locals_among(dep.model, (v.own.get("speculative") or {}).get("draft_model_path")),
         )
 
     def install_problem(self, dep: Deployment, executable: str | None) -> str | None:

@@ -81,7 +81,11 @@ def flags(dep: Deployment, v: Variant, port: int, host: str) -> list[str]:
 def local_models(dep: Deployment, v: Variant) -> tuple[tuple[str, str], ...]:
     """The `local:NAME` models the variant's server reads, (name, directory) each, for the
     launcher to make before it starts."""
-    names = [dep.model, (v.speculative_config or {}).get("model")]
+    return locals_among(dep.model, (v.speculative_config or {}).get("model"))
+
+
+def locals_among(*names: object) -> tuple[tuple[str, str], ...]:
+    """Of these model names, the `local:NAME` ones, (name, directory) each, once."""
     return tuple(
         (n, localmodels.resolve(n)) for n in dict.fromkeys(names) if isinstance(n, str) and localmodels.is_local(n)
     )
