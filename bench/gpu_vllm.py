@@ -309,7 +309,7 @@ def check_lines(python: str, out: Path) -> int:
     return int(any(got["serve_lines"]) or any(got.get("models", [])))
 
 
-def main() -> None:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="gpu-vllm", help="where the models, the sweep and the figures go")
     ap.add_argument("--engine", choices=("vllm", "emulator"), default="vllm")
@@ -317,16 +317,10 @@ def main() -> None:
     ap.add_argument("--num-requests", type=int, help="per cell [default: the sweep's, max(50, 4 x users)]")
     ap.add_argument("--output-len", type=int, default=OUTPUT, help="tokens per answer")
     ap.add_argument("--check-lines", metavar="PYTHON", help="only check the serve lines with this Python's vLLM")
-    args = ap.parse_args()
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    if args.check_lines:
-        sys.exit(check_lines(args.check_lines, out))
-    if args.engine == "vllm" and importlib.util.find_spec("vllm") is None:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"{ROOT}[vllm]"], check=True)
-    target, draft = write_models(out)
-    deployment = write_deployment(out, target, draft, args.engine)
-    sweep = out / "sweep"
+    return ap.parse_args()
+
+
+def _sweep(args, deployment: Path, sweep: Path) -> None:
     loadgen(
         "sweep",
         "--servers",
@@ -341,12 +335,10 @@ def main() -> None:
         *(["--resume"] if sweep.exists() else []),
         *(["--num-requests", str(args.num_requests)] if args.num_requests else []),
     )
-    rows = cells(sweep)
-    bad = check_counts(rows)
-    print("Per-request SD metrics against the Prometheus deltas:", "all cells agree exactly" if not bad else "")
-    for line in bad:
-        print("  DIFFERS", line)
-    f, prof = fit(rows), profiles.load(PROFILE)
+
+
+def _print_fit(f: dict, prof) -> None:
+    """The fitted forward and drafters beside the profile the emulator runs."""
     fw = f["forward"]
     print(
         f"\nCost profile fitted from {fw['samples']:,} measured steps ({fw['dropped']:,} outliers left out), "
@@ -385,12 +377,15 @@ def main() -> None:
             f"  drafting {v:<9} {f[v]['constant'] * 1e3:8.3f} ms + {f[v]['per_request'] * 1e6:7.2f} us/request"
             f"   ({expect.get(v, '')})"
         )
-    dep = json.loads((sweep / "manifest.json").read_text())
-    specs = {}
+
+
+def _predict_and_print(rows: list, deployment: Path, sweep: Path) -> dict:
+    """Each cell's throughput predicted by the profile in loadgen simulate, beside the measured."""
     from servers.deployments import load
 
-    d = load(str(deployment))
-    for v, var in d.variants.items():
+    dep = json.loads((sweep / "manifest.json").read_text())
+    specs = {}
+    for v, var in load(str(deployment)).variants.items():
         cfg = dict(var.speculative_config) if var.speculative_config else None
         if cfg and cfg.get("method") == "draft_model":
             cfg["model"] = "meta-llama/Llama-3.2-1B-Instruct"
@@ -404,6 +399,29 @@ def main() -> None:
     for c in rows:
         m, p = c["output_throughput_tok_s"], pred[c["variant"], c["workload"], c["level"]]
         print(f"{c['variant']:<10}{c['workload'][:21]:<22}{c['level']:>6}{m:>11.0f}{p:>11.0f}{p / m:>10.2f}")
+    return pred
+
+
+def main() -> None:
+    args = _args()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    if args.check_lines:
+        sys.exit(check_lines(args.check_lines, out))
+    if args.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"{ROOT}[vllm]"], check=True)
+    target, draft = write_models(out)
+    deployment = write_deployment(out, target, draft, args.engine)
+    sweep = out / "sweep"
+    _sweep(args, deployment, sweep)
+    rows = cells(sweep)
+    bad = check_counts(rows)
+    print("Per-request SD metrics against the Prometheus deltas:", "all cells agree exactly" if not bad else "")
+    for line in bad:
+        print("  DIFFERS", line)
+    f = fit(rows)
+    _print_fit(f, profiles.load(PROFILE))
+    pred = _predict_and_print(rows, deployment, sweep)
     (out / "fit.json").write_text(
         json.dumps(
             {
