@@ -36,7 +36,7 @@ def _loadgen(*args: str) -> str:
     return res.stdout
 
 
-def main() -> None:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=300, help="traces to simulate")
     ap.add_argument("--k", default="1,2,3,4,5", help="fixed k the what-if considers")
@@ -47,10 +47,11 @@ def main() -> None:
     ap.add_argument("--time-scale", default="2")
     ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "datasets"))
     ap.add_argument("--dir", help="keep everything here (default: a temporary directory)")
-    args = ap.parse_args()
-    import pandas as pd
+    return ap.parse_args()
 
-    root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="whatif-schedule-"))
+
+def _traces(args, root: Path) -> Path:
+    """1. exact acceptance traces of every drafter, simulated (kept where --dir has them)."""
     traces = root / "traces.jsonl"
     if not traces.exists():
         _loadgen(
@@ -70,6 +71,11 @@ def main() -> None:
             "--output",
             str(root / "sim"),
         )
+    return traces
+
+
+def _schedule(args, root: Path, traces: Path) -> tuple[Path, dict | None]:
+    """2. the what-if's best fixed k per batch size: its deployment file and its schedule."""
     _loadgen(
         "whatif",
         str(traces),
@@ -85,10 +91,12 @@ def main() -> None:
         "--output",
         str(root / "whatif"),
     )
-    deployment = root / "whatif" / "schedule-draft_model.toml"
     schedule = json.loads((root / "whatif" / "whatif.json").read_text()).get("schedules", {}).get("draft_model")
-    variants = [f"draft_model-k{k}" for k in args.measure_k.split(",")] + ["draft_model-schedule"]
-    sweep = root / "sweep"
+    return root / "whatif" / "schedule-draft_model.toml", schedule
+
+
+def _sweep(args, deployment: Path, variants: list[str], sweep: Path) -> None:
+    """3. the fixed k and the schedule measured on the emulator."""
     _loadgen(
         "sweep",
         "--servers",
@@ -114,6 +122,17 @@ def main() -> None:
         str(sweep),
         *(["--resume"] if sweep.exists() else []),
     )
+
+
+def main() -> None:
+    args = _args()
+    import pandas as pd
+
+    root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="whatif-schedule-"))
+    deployment, schedule = _schedule(args, root, _traces(args, root))
+    variants = [f"draft_model-k{k}" for k in args.measure_k.split(",")] + ["draft_model-schedule"]
+    sweep = root / "sweep"
+    _sweep(args, deployment, variants, sweep)
     cells = pd.read_parquet(sweep / "cells.parquet")
     ok = cells[cells["status"] == "ok"]
     table = ok.pivot_table(index="level", columns="variant", values="output_throughput_tok_s")[variants]
