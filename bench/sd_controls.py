@@ -52,7 +52,7 @@ def _cells(root: Path) -> dict[tuple[str, int], float]:
     return {(r.variant, int(r.level)): float(r.output_throughput_tok_s) for r in ok.itertuples()}
 
 
-def main() -> None:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default="chat,code-edit")
     ap.add_argument("--concurrency", default="1,4,16,64", help="levels (and the what-if's batch sizes)")
@@ -62,93 +62,115 @@ def main() -> None:
     ap.add_argument("--virtual-only", action="store_true", help="skip the real-time sweep")
     ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "datasets"))
     ap.add_argument("--dir", help="keep everything here (default: a temporary directory)")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = _args()
     data_dir = args.data_dir if Path(args.data_dir).is_dir() else None
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="sd-controls-"))
     rows = []
     for name in args.workloads.split(","):
-        workload = f"{name},{OUTPUT}"
-        here = root / name
-        here.mkdir(parents=True, exist_ok=True)
-        traces = here / "traces.jsonl"
-        if not traces.exists():
-            _loadgen(
-                "simulate",
-                "--profile",
-                PROFILE,
-                "--workload",
-                workload,
-                "--concurrency",
-                "16",
-                "--num-requests",
-                str(args.requests),
-                "--acceptance-traces",
-                str(traces),
-                "--output",
-                str(here / "simulate"),
-                data_dir=data_dir,
-            )
+        rows += _workload(args, root / name, name, data_dir)
+    _print(rows)
+
+
+def _workload(args, here: Path, name: str, data_dir: str | None) -> list[dict]:
+    """One workload: its traces, the what-if's schedule, its sweeps (virtual and real time) and
+    their reports; a row per level and variant, with the what-if's oracle."""
+    workload = f"{name},{OUTPUT}"
+    here.mkdir(parents=True, exist_ok=True)
+    traces = _traces(args, here, workload, data_dir)
+    _loadgen(
+        "whatif",
+        str(traces),
+        "--profile",
+        PROFILE,
+        "--drafters",
+        DRAFTER,
+        "--k",
+        args.k,
+        "--batch",
+        args.concurrency,
+        "--schedule",
+        "--output",
+        str(here / "whatif"),
+    )
+    doc = json.loads((here / "whatif" / "whatif.json").read_text())
+    deployment = here / "whatif" / f"schedule-{DRAFTER}.toml"
+    sweeps = {"virtual": here / "sweep-virtual"} | ({} if args.virtual_only else {"real": here / "sweep-real"})
+    for how, out in sweeps.items():
+        _sweep(args, how, out, deployment, workload, traces, data_dir)
+    got = {how: _cells(out) for how, out in sweeps.items()}
+    oracle = {
+        int(r["batch"]): r["output_tok_s"]
+        for r in doc["results"]
+        if r["kind"] == "oracle" and r["policy"].startswith(f"{DRAFTER} ")
+    }
+    rows = []
+    for level in map(int, args.concurrency.split(",")):
+        for variant in sorted({v for (v, lv) in got["virtual"] if lv == level}):
+            row = {"workload": name, "level": level, "variant": variant}
+            for how, cells in got.items():
+                row[f"{how}_tok_s"] = cells.get((variant, level))
+            row["whatif_oracle_tok_s"] = oracle.get(level)
+            rows.append(row)
+    lead = (sweeps.get("real", sweeps["virtual"]) / "report" / "report.md").read_text().splitlines()
+    print(f"[{name}] " + next((line.strip("*") for line in lead if "controls:" in line), "no controls sentence"))
+    print(f"[{name}] schedule: {json.dumps(doc['schedules'][DRAFTER]['ranges'])}")
+    return rows
+
+
+def _traces(args, here: Path, workload: str, data_dir: str | None) -> Path:
+    traces = here / "traces.jsonl"
+    if not traces.exists():
         _loadgen(
-            "whatif",
-            str(traces),
+            "simulate",
             "--profile",
             PROFILE,
-            "--drafters",
-            DRAFTER,
-            "--k",
-            args.k,
-            "--batch",
-            args.concurrency,
-            "--schedule",
+            "--workload",
+            workload,
+            "--concurrency",
+            "16",
+            "--num-requests",
+            str(args.requests),
+            "--acceptance-traces",
+            str(traces),
             "--output",
-            str(here / "whatif"),
+            str(here / "simulate"),
+            data_dir=data_dir,
         )
-        doc = json.loads((here / "whatif" / "whatif.json").read_text())
-        deployment = here / "whatif" / f"schedule-{DRAFTER}.toml"
-        sweeps = {"virtual": here / "sweep-virtual"} | ({} if args.virtual_only else {"real": here / "sweep-real"})
-        for how, out in sweeps.items():
-            if not (out / "cells.parquet").exists():
-                extra = (
-                    ["--virtual"]
-                    if how == "virtual"
-                    else (["--num-requests", str(args.num_requests)] if args.num_requests else [])
-                )
-                _loadgen(
-                    "sweep",
-                    "--servers",
-                    str(deployment),
-                    "--engine",
-                    "emulator",
-                    "--workloads",
-                    workload,
-                    "--concurrency",
-                    args.concurrency,
-                    "--quiet",
-                    "--output",
-                    str(out),
-                    *extra,
-                    data_dir=data_dir,
-                )
-            (out / "traces.jsonl").write_bytes(traces.read_bytes())  # the report's what-if and oracle
-            (out / "whatif.json").unlink(missing_ok=True)
-            _loadgen("report", str(out))
-        got = {how: _cells(out) for how, out in sweeps.items()}
-        oracle = {
-            int(r["batch"]): r["output_tok_s"]
-            for r in doc["results"]
-            if r["kind"] == "oracle" and r["policy"].startswith(f"{DRAFTER} ")
-        }
-        for level in map(int, args.concurrency.split(",")):
-            for variant in sorted({v for (v, lv) in got["virtual"] if lv == level}):
-                row = {"workload": name, "level": level, "variant": variant}
-                for how, cells in got.items():
-                    row[f"{how}_tok_s"] = cells.get((variant, level))
-                row["whatif_oracle_tok_s"] = oracle.get(level)
-                rows.append(row)
-        lead = (sweeps.get("real", sweeps["virtual"]) / "report" / "report.md").read_text().splitlines()
-        print(f"[{name}] " + next((line.strip("*") for line in lead if "controls:" in line), "no controls sentence"))
-        print(f"[{name}] schedule: {json.dumps(doc['schedules'][DRAFTER]['ranges'])}")
-    _print(rows)
+    return traces
+
+
+def _sweep(args, how: str, out: Path, deployment: Path, workload: str, traces: Path, data_dir: str | None) -> None:
+    """The deployment swept (virtual or in real time) unless already there, and reported with
+    the workload's traces beside it (the report's what-if and oracle)."""
+    if not (out / "cells.parquet").exists():
+        extra = (
+            ["--virtual"]
+            if how == "virtual"
+            else (["--num-requests", str(args.num_requests)] if args.num_requests else [])
+        )
+        _loadgen(
+            "sweep",
+            "--servers",
+            str(deployment),
+            "--engine",
+            "emulator",
+            "--workloads",
+            workload,
+            "--concurrency",
+            args.concurrency,
+            "--quiet",
+            "--output",
+            str(out),
+            *extra,
+            data_dir=data_dir,
+        )
+    (out / "traces.jsonl").write_bytes(traces.read_bytes())
+    (out / "whatif.json").unlink(missing_ok=True)
+    _loadgen("report", str(out))
 
 
 def _print(rows: list[dict]) -> None:
