@@ -70,29 +70,43 @@ def main() -> None:
         why = flag_reasons(args.results, cells)
         wall = float("nan")
     else:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "sweep"
-            t0 = time.monotonic()
-            res = subprocess.run(
-                [sys.executable, "-m", "loadgen", "sweep", "--quiet", "--output", str(out), *args.sweep_args],
-                cwd=REPO,
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            wall = time.monotonic() - t0
-            if res.returncode not in (0, 1):
-                sys.exit(f"sweep failed ({res.returncode}): {res.stderr.strip().splitlines()[-1:]}")
-            cells = pd.read_parquet(out / "cells.parquet")
-            manifest = json.loads((out / "manifest.json").read_text())
-            why = flag_reasons(out, cells)
-            print(res.stdout)
-            print("\n".join(line for line in res.stderr.splitlines() if line.startswith("time scale")))
+        cells, manifest, why, wall = _run(args, env)
     data_dir = env.get("LOADGEN_DATA_DIR")
     cells["model_tok_s"] = [model_tok_s(manifest, c, data_dir) for _, c in cells.iterrows()]
     cells["flagged"] = cells["client_bound"].fillna(False).astype(bool) | cells["server_behind"].fillna(False).astype(
         bool
     )
+    errors = _print_cells(cells)
+    _print_summary(cells, errors, wall, args.data_dir)
+    if why:
+        print("\nwhy flagged:\n" + "\n".join(f"  {k}: {v}" for k, v in why.items()))
+
+
+def _run(args, env: dict) -> tuple[pd.DataFrame, dict, dict, float]:
+    """`loadgen sweep` run here, timed: its cells, manifest, flag reasons and wall time."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "sweep"
+        t0 = time.monotonic()
+        res = subprocess.run(
+            [sys.executable, "-m", "loadgen", "sweep", "--quiet", "--output", str(out), *args.sweep_args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        wall = time.monotonic() - t0
+        if res.returncode not in (0, 1):
+            sys.exit(f"sweep failed ({res.returncode}): {res.stderr.strip().splitlines()[-1:]}")
+        cells = pd.read_parquet(out / "cells.parquet")
+        manifest = json.loads((out / "manifest.json").read_text())
+        why = flag_reasons(out, cells)
+        print(res.stdout)
+        print("\n".join(line for line in res.stderr.splitlines() if line.startswith("time scale")))
+    return cells, manifest, why, wall
+
+
+def _print_cells(cells: pd.DataFrame) -> pd.Series:
+    """Each cell's throughput and speedup beside its model's; the SD cells' speedup errors."""
     base = cells[cells["variant"] == "baseline"].set_index(["workload", "level"])
     rows = []
     print(
@@ -114,7 +128,10 @@ def main() -> None:
             + (f"{speedup:>8.2f} {model:>6.2f} {err:>+7.1%}" if err is not None else f"{'':>8} {'':>6} {'':>7}")
             + f"  {flags}"
         )
-    errors = pd.Series([e for e in rows if e is not None])
+    return pd.Series([e for e in rows if e is not None])
+
+
+def _print_summary(cells: pd.DataFrame, errors: pd.Series, wall: float, data_dir: str | None) -> None:
     flagged = int(cells["flagged"].sum())
     summary = [
         ("cells", f"{len(cells)} ({int((cells['status'] == 'ok').sum())} ok)"),
@@ -136,12 +153,10 @@ def main() -> None:
             f"to {(cells['output_throughput_tok_s'] / cells['model_tok_s']).max():.3f}",
         ),
         ("CPUs", f"{os.cpu_count()}"),
-        ("data", args.data_dir or "offline stand-ins"),
+        ("data", data_dir or "offline stand-ins"),
     ]
     width = max(len(k) for k, _ in summary)
     print("\n" + "\n".join(f"{k:<{width}}  {v}" for k, v in summary))
-    if why:
-        print("\nwhy flagged:\n" + "\n".join(f"  {k}: {v}" for k, v in why.items()))
 
 
 def flag_reasons(root: Path, cells: pd.DataFrame) -> dict[str, str]:
