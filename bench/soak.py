@@ -110,69 +110,89 @@ def synthetic_journal(directory: Path, requests: int, chunks: int = CHUNKS, rate
     done = 0
     while done < requests:
         b = min(big, requests - done)
-        index = np.arange(done, done + b)
-        sched = t0 + (index * (1e9 / rate)).astype(np.int64)
-        send = sched + rng.integers(20_000, 200_000, b)
-        ttft = rng.lognormal(np.log(40e6), 0.3, b).astype(np.int64)
-        gaps = rng.lognormal(np.log(12e6), 0.25, (b, chunks - 1)).astype(np.int64)
-        tokens = rng.choice([1, 2, 3, 4], p=[0.35, 0.3, 0.2, 0.15], size=(b, chunks))
-        dt = np.concatenate([(send + ttft)[:, None], gaps], axis=1)  # the first absolute, then gaps
-        t_end = (send + ttft + gaps.sum(axis=1)) + 50_000
-        offsets = pa.array(np.arange(0, (b + 1) * chunks, chunks, dtype=np.int32))
-        lists = {
-            "chunk_t_ns": pa.ListArray.from_arrays(offsets, pa.array(dt.ravel())),
-            "chunk_usage": pa.ListArray.from_arrays(offsets, pa.array(tokens.ravel().astype(np.int64))),
-            "chunk_chars": pa.ListArray.from_arrays(offsets, pa.array((tokens * 4).ravel().astype(np.int64))),
-        }
-        total = tokens.sum(axis=1)
-        cols = {
-            "index": index,
-            "request_id": [f"synthetic-{i}" for i in index],
-            "warmup": np.zeros(b, bool),
-            "t_scheduled_ns": sched,
-            "workload": np.full(b, "random"),
-            "category": np.full(b, ""),
-            "max_tokens": np.full(b, 512),
-            "queue_delay_ns": np.zeros(b, np.int64),
-            "worker": np.zeros(b, np.int64),
-            "session": np.full(b, ""),
-            "turn": np.zeros(b, np.int64),
-            "t_session_send_ns": np.zeros(b, np.int64),
-            "t_call_ns": send - 10_000,
-            "t_send_ns": send,
-            "t_headers_ns": send + ttft // 2,
-            "t_end_ns": t_end,
-            "read_delay_ns": rng.integers(0, 300_000, b),
-            "status": np.full(b, 200),
-            "error_type": pa.nulls(b, pa.string()),
-            "error_message": pa.nulls(b, pa.string()),
-            "finish_reason": np.full(b, "length"),
-            "prompt_tokens": rng.integers(100, 2000, b),
-            "usage_completion_tokens": total,
-            "reasoning_tokens": pa.nulls(b, pa.int64()),
-            "done": np.ones(b, bool),
-            "server_draft_tokens": pa.nulls(b, pa.int64()),
-            "server_accepted_tokens": pa.nulls(b, pa.int64()),
-            "server_spec_steps": pa.nulls(b, pa.int64()),
-            **lists,
-            "chunk_text": pa.nulls(b, pa.list_(pa.string())),
-            "chunk_phase": pa.nulls(b, pa.list_(pa.int8())),  # no reasoning phases
-            "chunk_reasoning": pa.nulls(b, pa.list_(pa.int64())),
-            "prompt_token_ids": pa.nulls(b, pa.list_(pa.int64())),
-            "token_ids": pa.nulls(b, pa.list_(pa.int64())),
-        }
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.array(cols[f.name], f.type) if not isinstance(cols[f.name], pa.Array) else cols[f.name]
-                for f in SCHEMA
-            ],
-            schema=SCHEMA,
-        )
+        batch = _requests(rng, done, b, chunks, rate, t0)
         for i in range(0, b, per_batch):
             writer.write_batch(batch.slice(i, per_batch))
         done += b
     writer.close()
     sink.close()
+    _lag(directory, rng, requests, rate, t0)
+    (directory / "end-0.json").write_text('{"interrupted": false}')
+    return path.stat().st_size
+
+
+def _requests(rng, done: int, b: int, chunks: int, rate: float, t0: int):
+    """Requests done..done+b as one record batch of the journal's schema."""
+    import numpy as np
+    import pyarrow as pa
+
+    from loadgen.client.columnar import SCHEMA
+
+    index = np.arange(done, done + b)
+    sched = t0 + (index * (1e9 / rate)).astype(np.int64)
+    send = sched + rng.integers(20_000, 200_000, b)
+    ttft = rng.lognormal(np.log(40e6), 0.3, b).astype(np.int64)
+    gaps = rng.lognormal(np.log(12e6), 0.25, (b, chunks - 1)).astype(np.int64)
+    tokens = rng.choice([1, 2, 3, 4], p=[0.35, 0.3, 0.2, 0.15], size=(b, chunks))
+    dt = np.concatenate([(send + ttft)[:, None], gaps], axis=1)  # the first absolute, then gaps
+    t_end = (send + ttft + gaps.sum(axis=1)) + 50_000
+    offsets = pa.array(np.arange(0, (b + 1) * chunks, chunks, dtype=np.int32))
+    lists = {
+        "chunk_t_ns": pa.ListArray.from_arrays(offsets, pa.array(dt.ravel())),
+        "chunk_usage": pa.ListArray.from_arrays(offsets, pa.array(tokens.ravel().astype(np.int64))),
+        "chunk_chars": pa.ListArray.from_arrays(offsets, pa.array((tokens * 4).ravel().astype(np.int64))),
+    }
+    total = tokens.sum(axis=1)
+    cols = {
+        "index": index,
+        "request_id": [f"synthetic-{i}" for i in index],
+        "warmup": np.zeros(b, bool),
+        "t_scheduled_ns": sched,
+        "workload": np.full(b, "random"),
+        "category": np.full(b, ""),
+        "max_tokens": np.full(b, 512),
+        "queue_delay_ns": np.zeros(b, np.int64),
+        "worker": np.zeros(b, np.int64),
+        "session": np.full(b, ""),
+        "turn": np.zeros(b, np.int64),
+        "t_session_send_ns": np.zeros(b, np.int64),
+        "t_call_ns": send - 10_000,
+        "t_send_ns": send,
+        "t_headers_ns": send + ttft // 2,
+        "t_end_ns": t_end,
+        "read_delay_ns": rng.integers(0, 300_000, b),
+        "status": np.full(b, 200),
+        "error_type": pa.nulls(b, pa.string()),
+        "error_message": pa.nulls(b, pa.string()),
+        "finish_reason": np.full(b, "length"),
+        "prompt_tokens": rng.integers(100, 2000, b),
+        "usage_completion_tokens": total,
+        "reasoning_tokens": pa.nulls(b, pa.int64()),
+        "done": np.ones(b, bool),
+        "server_draft_tokens": pa.nulls(b, pa.int64()),
+        "server_accepted_tokens": pa.nulls(b, pa.int64()),
+        "server_spec_steps": pa.nulls(b, pa.int64()),
+        **lists,
+        "chunk_text": pa.nulls(b, pa.list_(pa.string())),
+        "chunk_phase": pa.nulls(b, pa.list_(pa.int8())),  # no reasoning phases
+        "chunk_reasoning": pa.nulls(b, pa.list_(pa.int64())),
+        "prompt_token_ids": pa.nulls(b, pa.list_(pa.int64())),
+        "token_ids": pa.nulls(b, pa.list_(pa.int64())),
+    }
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(cols[f.name], f.type) if not isinstance(cols[f.name], pa.Array) else cols[f.name] for f in SCHEMA],
+        schema=SCHEMA,
+    )
+    return batch
+
+
+def _lag(directory: Path, rng, requests: int, rate: float, t0: int) -> None:
+    """The loop's lag ticks of the run, 100 a second."""
+    import numpy as np
+    import pyarrow as pa
+
+    from loadgen.outputs import journal
+
     lag_rows = int((requests / rate) * 100)  # the loop's lag ticks, 100 a second
     lag = pa.OSFile(str(directory / "lag-0.arrows"), "wb")
     w = pa.ipc.new_stream(lag, journal._LAG, options=journal._WRITE)
@@ -184,8 +204,6 @@ def synthetic_journal(directory: Path, requests: int, chunks: int = CHUNKS, rate
         )
     w.close()
     lag.close()
-    (directory / "end-0.json").write_text('{"interrupted": false}')
-    return path.stat().st_size
 
 
 CONFIG = {
@@ -349,7 +367,8 @@ def show_end_of_run(args, res: dict) -> None:
         )
 
 
-def soak(args, url: str, server_pid: int, out: Path) -> dict:
+def _command(args, url: str, out: Path) -> list[str]:
+    """The soak's `loadgen run`: the streams for the minutes, short prompts, fixed answers."""
     cmd = [
         sys.executable,
         "-m",
@@ -373,6 +392,11 @@ def soak(args, url: str, server_pid: int, out: Path) -> dict:
     ]
     if args.workers > 1:
         cmd += ["--workers", str(args.workers)]
+    return cmd
+
+
+def soak(args, url: str, server_pid: int, out: Path) -> dict:
+    cmd = _command(args, url, out)
     t0 = time.monotonic()
     err = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, text=True)
@@ -407,13 +431,19 @@ def soak(args, url: str, server_pid: int, out: Path) -> dict:
     stderr = err.read()
     err.close()
     wall = time.monotonic() - t0
+    return _result(args, out, proc.returncode, stderr, peak_kib, wall, samples)
+
+
+def _result(args, out: Path, code, stderr: str, peak_kib: int, wall: float, samples: list) -> dict:
+    """The soak's record: memory, every request counted (none duplicated, at most one a stream
+    missing), and the run's own summary."""
     import pandas as pd
 
     frame = pd.read_parquet(out / "requests.parquet", columns=["index", "ok", "error_type"])
     idx = frame["index"].sort_values().to_numpy()
     summary = json.loads((out / "summary.json").read_text())
     return {
-        "exit": proc.returncode,
+        "exit": code,
         "stderr_tail": stderr[-500:],
         "peak_mib": peak_kib / 1024,  # the client's, start to finish: its load and its end
         "wall_s": wall,
