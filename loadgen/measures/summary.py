@@ -311,12 +311,29 @@ def _self_check(rows: Rows, loop_lag: tuple, chunks, load_info: dict, lateness_m
         lag_worker=loop_lag[2] if len(loop_lag) > 2 else None,
         chunk_bound=load_info.get("chunk_bound"),
         chunk_times=load_info.get("chunk_times"),
+        figures=_medians(rows, chunks),
     )
     check["chunk_times"] = load_info.get("chunk_times")  # where chunk times were taken
     check["client_path"] = load_info.get("client_path")  # compiled, or pure Python
     if reads := load_info.get("chunk_time_reads"):  # compiled: how many reads each way
         check["chunk_time_reads"] = reads
     return check
+
+
+def _medians(rows: Rows, chunks) -> dict:
+    """The figures the self-check judges the client's delays against: the median TTFT,
+    inter-chunk gap and end-to-end latency of the requests that completed (None where none)."""
+    ok = rows.array("ok").astype(bool)
+
+    def median(values: np.ndarray):
+        values = values[ok & ~np.isnan(values)]
+        return float(np.median(values)) if len(values) else None
+
+    return {
+        "ttft_ms": median(_f(rows, "ttft_ms")),
+        "gap_ms": chunks.gaps.result()["p50"],
+        "e2e_ms": median(_f(rows, "e2e_ms")),
+    }
 
 
 def conversations(rows: Rows, warmup: np.ndarray, measured: np.ndarray) -> dict | None:
