@@ -168,3 +168,33 @@ def test_one_long_stall_over_many_chunks_is_flagged():
     assert s["self_check"]["loop_lag_ms"]["p99"] < 5
     assert s["self_check"]["chunk_lag_ms"]["p99"] == pytest.approx(40)
     assert s["client_bound"] and "chunk timestamps" in s["self_check"]["reasons"][0]
+
+
+def test_a_slow_engines_gaps_are_not_moved_by_a_few_ms_of_lateness():
+    """The same 20 ms lateness that flags a run of 40 ms requests (above) is under 1% of what it
+    can move where each request takes 5 s and its chunks come 500 ms apart: over the bound, but
+    below the precision, so listed and not flagged (loadgen/measures/selfcheck.py, MOVES)."""
+    recs = [_rec(i, 0, 20, [(520 + 500 * j, 1) for j in range(10)]) for i in range(10)]
+    s = summarize(request_frame(recs), ([], []), config=_config(), lateness_threshold_ms=5.0)
+    check = s["self_check"]
+    assert not s["client_bound"] and check["reasons"] == [], check
+    assert check["below_precision"] and "of the median end-to-end latency" in check["below_precision"][0]
+    assert check["figures"]["gap_ms"] == pytest.approx(500) and check["figures"]["ttft_ms"] == pytest.approx(500)
+
+
+def test_a_first_chunk_that_carries_a_decode_step_follows_the_rule():
+    """vLLM merges a request's first outputs when the client reads them late: the prefill's
+    token and the first verify step's 4 (3 drafts accepted) in one chunk. Steps 4, 2, 3, 1
+    tokens after the prefill: the server accepted 3 + 1 + 2 + 0 = 6 in 4 verify steps; the
+    stream's first chunk holds 5 tokens. Its decode tokens are the rule's too, so nothing is
+    unexplained and the three counts agree."""
+    r = _rec(0, 0, 0, [(50, 5), (80, 2), (110, 3), (140, 1)])
+    r.finish_reason, r.server_accepted_tokens, r.server_spec_steps, r.server_draft_tokens = "length", 6, 4, 12
+    figures = {
+        "spec_decode": {"drafts": 4, "accepted_tokens": 6, "draft_tokens": 12, "per_position": [0.75, 0.5, 0.25]},
+        "server": {"generation_tokens": 11},
+    }
+    s = summarize(request_frame([r]), ([], []), config=_config(), server_figures=figures)
+    rec = s["acceptance_client"]["reconciliation"]
+    assert rec["unexplained"]["tokens"] == 0 and rec["past_end"]["tokens"] == 0, rec
+    assert rec["accepted_tokens"] == rec["server_per_request"] == rec["server_counter"] == 6 and rec["exact"], rec

@@ -219,10 +219,14 @@ def _first_pass(out, batch, start, measured, ok, window, per_worker) -> None:
     out.step_count += int(steps.size)
     out.step_tokens += int(steps.sum())
     later = ~sfirst
-    out.row_accepted[start : start + rows] = np.bincount(srid[later], weights=s[later] - 1, minlength=rows).astype(
-        np.int64
-    )
-    out.row_steps[start : start + rows] = np.bincount(srid[later], minlength=rows)
+    # a first chunk of more than the prefill's one token carries decode steps too (vLLM merges a
+    # request's first outputs when the client reads them late): its tokens beyond the first are
+    # a decode chunk of their own, or the rule would miss them (tests/test_measure.py)
+    extra = np.zeros(rows, np.int64)
+    extra[slen > 0] = s[soff[:-1][slen > 0]] - 1
+    accepted = np.bincount(srid[later], weights=s[later] - 1, minlength=rows).astype(np.int64)
+    out.row_accepted[start : start + rows] = accepted + np.maximum(extra - 1, 0)
+    out.row_steps[start : start + rows] = np.bincount(srid[later], minlength=rows) + (extra > 0)
     out.row_tokens[start : start + rows] = np.bincount(srid, weights=s, minlength=rows).astype(np.int64)
     last = np.zeros(rows, np.int64)
     last[slen > 0] = s[soff[1:][slen > 0] - 1]
