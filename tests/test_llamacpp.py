@@ -141,15 +141,18 @@ def test_what_the_client_measured_agrees_with_the_servers_counters(deployment, v
                 assert frame["server_accepted_tokens"].isna().all()  # no timings.draft_n without drafts
                 # every chunk its own step, but for a client (or llama-server's writer thread) that
                 # fell a step behind on a busy core: two chunks that come together read as a burst
-                # (docs/metrics.md, steps' limits; once in CI, beside the real pair's vLLM test).
-                # A few such at most (up to 6 of 124 gaps seen under the full suite's load, 2026-12-06):
-                # a detector that split steps wrongly would find dozens, more than a fifth (the
-                # stream's raw count: by the rule a server that drafted nothing accepted nothing)
-                gaps = num * (tokens - 1)
+                # (docs/metrics.md, steps' limits). How many depends on the machine's load, not on
+                # loadgen, so no count is held here; what loadgen owes is that none of them reaches
+                # a figure: a server that drafted nothing accepted nothing, and every merged step
+                # is named as coalesced. (A detector that split steps wrongly is caught where the
+                # truth is known: the n-gram variants below, within 10% of llama.cpp's counters,
+                # and tests/test_steps.py.)
                 merged = client["stream_accepted_tokens"]
-                assert merged <= 0.10 * gaps, (merged, gaps)
                 assert (frame["steps_source"] == "bursts").sum() <= merged
                 assert client["accepted_tokens"] == 0 and client["accepted_source"] == "server_drafted_nothing"
+                rec = client["reconciliation"]
+                assert rec["exact"] and rec["stream"]["coalesced_steps"] == merged, rec
+                assert not merged or any("coalesced" in d for d in rec["differences"]), rec["differences"]
                 continue
             # the scraped window holds exactly these requests: per-request counts add up to it
             reported = client["server_reported"]
