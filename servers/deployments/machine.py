@@ -26,15 +26,40 @@ def cpus() -> str:
     return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def cpu() -> str:
-    """This CPU's model name and flags, hashed to 12 characters, prefixed by its widest vector
-    instructions (avx512, avx2 or other), so a person reading a cache path can tell them apart."""
+KINDS = ("avx512_bf16", "avx512", "avx2", "other")
+
+
+def _cpuinfo() -> tuple[str, list[str]]:
+    """This CPU's model name and flags (/proc/cpuinfo's first processor)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         text = ""
     model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "")
     flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
+    return model, flags
+
+
+def model_name() -> str:
+    """This CPU's model name, as /proc/cpuinfo gives it ("" where it says none)."""
+    return _cpuinfo()[0]
+
+
+def kind() -> str:
+    """This CPU's kind as vLLM's CPU build tells them apart when it picks its kernels (`_C` for
+    AVX-512 with BF16, `_C_AVX512`, `_C_AVX2`): avx512_bf16, avx512, avx2 or other. A
+    deployment's dtype may differ by kind (engine vllm-cpu's `dtype_by_cpu`): bf16 is native
+    arithmetic on the first and converted on the others."""
+    flags = set(_cpuinfo()[1])
+    if "avx512f" in flags:
+        return "avx512_bf16" if "avx512_bf16" in flags else "avx512"
+    return "avx2" if "avx2" in flags else "other"
+
+
+def cpu() -> str:
+    """This CPU's model name and flags, hashed to 12 characters, prefixed by its widest vector
+    instructions (avx512, avx2 or other), so a person reading a cache path can tell them apart."""
+    model, flags = _cpuinfo()
     isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
     digest = hashlib.sha256(f"{model}|{' '.join(sorted(flags))}".encode()).hexdigest()[:12]
     return f"{isa}-{digest}"
