@@ -78,6 +78,17 @@ def cell(out: Path, level: int) -> tuple[float | None, dict[str, list[int]], flo
     return summary.get("output_throughput_tok_s") or None, ids, (summary.get("tpot_ms") or {}).get("p50")
 
 
+def why_not(out: Path) -> str:
+    """Why a dtype did not serve: the last error its server's log gave (vLLM refuses some
+    dtypes for some models), or that no sweep ran."""
+    log = out / "servers" / "baseline.log"
+    if not log.exists():
+        return "did not serve: no sweep"
+    lines = log.read_text(errors="replace").splitlines()
+    errors = [ln.strip() for ln in lines if "rror" in ln and "WARNING" not in ln and "visit" not in ln]
+    return f"did not serve: {errors[-1][:110]}" if errors else "did not serve (its server's log says no error)"
+
+
 def same(ids: dict[str, list[int]], ref: dict[str, list[int]]) -> str:
     """Whether every answer both served has the reference's tokens, and if not where the first differs."""
     both = sorted(set(ids) & set(ref))
@@ -97,7 +108,7 @@ def table(results: Path, models, dtypes) -> list[str]:
         ref = rows.get(REFERENCE, ((None, {}, None), None))[0][1]
         speed, verdicts = {}, {}
         for d, ((one, ids, tpot), (four, _, _)) in rows.items():
-            verdicts[d] = same(ids, ref) if one is not None else "did not serve"
+            verdicts[d] = same(ids, ref) if one is not None else why_not(results / name / d)
             one_s, four_s = (f"{x:8.2f}" if x else f"{'-':>8}" for x in (one, four))
             tpot_s = f"{tpot:7.1f}" if tpot else f"{'-':>7}"
             lines.append(f"{name:<30} {kind:<12} {d:<9} {one_s} {four_s} {tpot_s}  {verdicts[d]}")

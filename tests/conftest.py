@@ -227,6 +227,22 @@ def light_run(tmp_path: Path) -> tuple[dict, object, list[dict]]:
     return summary, pd.read_parquet(out / "requests.parquet"), [json.loads(x) for x in trace.read_text().splitlines()]
 
 
+def judged_late(summary: dict) -> bool:
+    """Send lateness over its bound is never silent (docs/metrics.md, the self-check): it flags
+    the run where its p99 is over the precision's share of the median end-to-end time it can
+    move, and is listed below the precision otherwise. Returns whether it flagged the run."""
+    check = summary["self_check"]
+    late = check["lateness_ms"]["p99"]
+    flagged = any("send lateness" in r for r in check["reasons"])
+    below = any("send lateness" in r for r in check["below_precision"])
+    if late is None or late <= check["threshold_ms"]:
+        assert not flagged and not below, check
+        return False
+    assert flagged == (late > check["precision"] * check["figures"]["e2e_ms"]) != below, check
+    assert summary["client_bound"] or not flagged
+    return flagged
+
+
 def assert_light_load_unflagged(tmp_path: Path) -> None:
     """For a test that accepts an honest client_bound flag in place of a figure: the same
     client, on the same machine, does not flag a light load, so a client that flags every run

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import assert_light_load_unflagged, run_cli
+from tests.conftest import assert_light_load_unflagged, judged_late, run_cli
 
 pytestmark = pytest.mark.timing  # send lateness and rates in real time: runs alone (tests/conftest.py)
 
@@ -42,8 +42,7 @@ def test_constant_rate_is_delivered_on_time(server, tmp_path):
     # the run says otherwise (a machine too slow to send on time must not pass for one that is)
     late = s["self_check"]["lateness_ms"]
     assert late["p50"] < 2.5, late
-    if late["p99"] > 5:
-        assert s["client_bound"] and any("send lateness" in r for r in s["self_check"]["reasons"])
+    if judged_late(s):
         assert_light_load_unflagged(tmp_path)  # a client that flags every run does not pass
     assert (f["queue_delay_ms"] == 0).all()
 

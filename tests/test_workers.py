@@ -20,7 +20,7 @@ import pytest
 from loadgen.client.record import RequestRecord
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
-from tests.conftest import REPO, assert_light_load_unflagged, run_cli, wait_served
+from tests.conftest import REPO, assert_light_load_unflagged, judged_late, run_cli, wait_served
 
 
 def _load(out: Path) -> tuple[dict, pd.DataFrame]:
@@ -72,9 +72,7 @@ def test_an_open_loop_schedule_is_the_same_split_over_workers(server, tmp_path):
     sent = f3.loc[f3["t_send_ns"] > 0, "lateness_ms"]
     assert late["count"] == 66 and late["p50"] == pytest.approx(np.percentile(sent, 50))
     assert late["p99"] == pytest.approx(np.percentile(sent, 99))
-    assert (late["p99"] > 5) == any("send lateness" in r for r in s3["self_check"]["reasons"])
-    if late["p99"] > 5:
-        assert s3["client_bound"]
+    if judged_late(s3):
         assert_light_load_unflagged(tmp_path)  # a client that flags every run does not pass
     assert set(s3["self_check"]["workers"]) == {"0", "1", "2"}
     assert s3["sending"]["workers"] == 3 and s3["sending"]["workers_lost"] == []

@@ -47,10 +47,19 @@ MOVES = {
 }
 
 
-def _share(key: str, p99: float, figures: dict | None) -> float | None:
+# where every read's chunk times are the kernel's, the loop's lag moves no chunk time (the
+# chunk-gap bound says what it did to each): only when a request was sent
+KERNEL_MOVES = {**MOVES, "loop_lag_ms": ("e2e_ms",)}
+
+
+def _moves(key: str, kernel_times: bool) -> tuple[str, ...]:
+    return (KERNEL_MOVES if kernel_times else MOVES)[key]
+
+
+def _share(key: str, p99: float, figures: dict | None, kernel_times: bool) -> float | None:
     """How large a share of the smallest figure `key`'s delay can move its p99 is (None: no
     figure to judge against, as in a run with no completed request: the bound alone decides)."""
-    moved = [figures[f] for f in MOVES[key] if figures and (figures.get(f) or 0) > 0]
+    moved = [figures[f] for f in _moves(key, kernel_times) if figures and (figures.get(f) or 0) > 0]
     return p99 / min(moved) if moved else None
 
 
@@ -76,18 +85,18 @@ def _judge(
         p99, bound = views[key]["p99"] or 0.0, bounds.get(key, timing_threshold_ms)
         if not views[key]["count"] or p99 <= bound:
             continue
-        share = _share(key, p99, figures)
+        share = _share(key, p99, figures, kernel_times)
         text = f"{_NAMES[key]} p99 {p99:.1f} ms > {bound:g} ms"
         if share is None:
             reasons.append(text)
         else:
-            shared = f"{text}, {100 * share:.1f}% of the median {_smallest(key, figures or {})}"
+            shared = f"{text}, {100 * share:.1f}% of the median {_smallest(_moves(key, kernel_times), figures or {})}"
             (reasons if share > PRECISION else below).append(shared)
     return {"client_bound": bool(reasons), "reasons": reasons, "below_precision": below, **views}
 
 
-def _smallest(key: str, figures: dict) -> str:
-    name = min((f for f in MOVES[key] if (figures.get(f) or 0) > 0), key=lambda f: figures[f])
+def _smallest(moved: tuple[str, ...], figures: dict) -> str:
+    name = min((f for f in moved if (figures.get(f) or 0) > 0), key=lambda f: figures[f])
     return {"gap_ms": "inter-chunk gap", "ttft_ms": "TTFT", "e2e_ms": "end-to-end latency"}[name]
 
 
