@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from servers import conformance, vllm_cpu
-from tests.conftest import REPO, describe_pids, server_pids
+from tests.conftest import REPO, a_core_of_its_own, describe_pids, server_pids
 from tests.test_vllm_cpu import on_one_core
 
 REQUIRED = os.environ.get("LOADGEN_REQUIRE_VLLM") == "1"
@@ -28,15 +28,11 @@ def test_the_emulator_answers_as_vllm_but_for_what_docs_list():
         message = f"{why}; {vllm_cpu.INSTALL}"
         pytest.fail(message) if REQUIRED else pytest.skip(message)
     before = server_pids()
-    # on one core, as the other real-vLLM tests run (tests/test_vllm_cpu.py, on_one_core): vLLM's
-    # threads bound to both cores would wait at every kernel for the one the other test holds
-    proc = subprocess.run(
-        on_one_core([sys.executable, "-m", "servers.conformance"]),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    # on a core of its own, as the other real-vLLM tests run (tests/conftest.py, a_core_of_its_own):
+    # vLLM's threads bound to both cores would wait at every kernel for the one another test holds
+    with a_core_of_its_own() as core:
+        argv = on_one_core([sys.executable, "-m", "servers.conformance"], core)
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
     left = server_pids() - before
     assert not left, f"a server was left running: {describe_pids(left)}"
     lines = [x for x in proc.stdout.splitlines() if x.startswith("[")]

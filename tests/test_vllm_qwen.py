@@ -18,12 +18,11 @@ as .ci/run makes them); skipped without vLLM unless LOADGEN_REQUIRE_VLLM=1.
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 import pytest
 
-from tests.conftest import REPO, drop_one_draft, reconciled
+from tests.conftest import REPO, a_core_of_its_own, drop_one_draft, reconciled
 from tests.test_vllm_cpu import cell_figures, check_counters, on_one_core, requests_of, sweep_argv, vllm  # noqa: F401
 
 NUM, TOKENS = 2, 16
@@ -44,13 +43,8 @@ def qwen(vllm, tmp_path_factory):  # noqa: F811
     argv[argv.index("--num-requests") + 1] = str(NUM)
     argv[argv.index("--warmup") + 1] = "0"  # vLLM's counters open after the start; no warm-up to leave out
     argv += ["--extra-body", '{"stream_interval": 2}']
-    res = subprocess.run(
-        on_one_core(argv, core=min(os.sched_getaffinity(0))),
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=900,
-    )
+    with a_core_of_its_own() as core:
+        res = subprocess.run(on_one_core(argv, core), capture_output=True, text=True, cwd=REPO, timeout=900)
     return {"out": out, "res": res}
 
 
