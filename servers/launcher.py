@@ -104,7 +104,31 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+def _ephemeral() -> tuple[int, int]:
+    """The range the kernel takes a connection's own port from (Linux: 32768-60999 unless set)."""
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now, for a server to be started on it. Taken below the kernel's ephemeral range
+    where there is room: a port from that range (bind to 0) is free when asked but is also any
+    outgoing connection's own port, so the server that binds it a moment later can find it taken
+    by a client's connection ("Address already in use": a test's sweep failed so once)."""
+    import random
+
+    low, _ = _ephemeral()
+    if low > 21000:  # 20000 up: Ray's workers take 10002-19999 as they start
+        for port in random.sample(range(20000, low), 64):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
