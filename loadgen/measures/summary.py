@@ -203,12 +203,11 @@ def summarize(
     sent = send[send > 0]
     out["duration_s"] = (int(rows.array("t_end_ns").max()) - int(sent.min())) / _NS if len(sent) else 0.0
     lag_worker = loop_lag[2] if len(loop_lag) > 2 else None
-    chunks = chunk_figures(
-        rows, measured, ok, None if window is None else window[:2], loop_lag[0], loop_lag[1], lag_worker
-    )
     window_ns = None if window is None else window[:2]
+    chunks = chunk_figures(rows, measured, ok, window_ns, loop_lag[0], loop_lag[1], lag_worker)
     out.update(_throughput(rows, ok, chunks, window, config["clock"]["t0_ns"]))
-    check = _self_check(rows, loop_lag, chunks, load_info or {}, lateness_threshold_ms, timing_threshold_ms)
+    gaps = chunks.gaps.result()  # once: the summary's inter-chunk figure and the self-check's yardstick
+    check = _self_check(rows, loop_lag, chunks, gaps, load_info or {}, lateness_threshold_ms, timing_threshold_ms)
     with_chunks = rows.array("n_chunks") > 0
     sources = counts(rows.col("token_count_source")[measured & with_chunks])
     source = "none" if not sources else (next(iter(sources)) if len(sources) == 1 else "mixed")
@@ -217,7 +216,7 @@ def summarize(
         ttft_ms=describe(_f(rows, "ttft_ms")[measured]),
         tpot_ms=describe(_f(rows, "tpot_ms")[measured]),
         itl_ms=chunks.itl.result(),
-        inter_chunk_ms=chunks.gaps.result(),
+        inter_chunk_ms=gaps,
         e2e_ms=describe(_f(rows, "e2e_ms")[measured]),
         ttft_from_scheduled_ms=describe(_f(rows, "ttft_from_scheduled_ms")[measured]),
         e2e_from_scheduled_ms=describe(_f(rows, "e2e_from_scheduled_ms")[measured]),
@@ -297,7 +296,9 @@ def _throughput(rows: Rows, ok: np.ndarray, chunks, window, t0_ns: int) -> dict:
     )
 
 
-def _self_check(rows: Rows, loop_lag: tuple, chunks, load_info: dict, lateness_ms: float, timing_ms: float) -> dict:
+def _self_check(
+    rows: Rows, loop_lag: tuple, chunks, gaps: dict, load_info: dict, lateness_ms: float, timing_ms: float
+) -> dict:
     """Is the client the bottleneck? (loadgen.measures.selfcheck), with where its chunk times
     were taken and which path measured."""
     check = self_check(
@@ -311,7 +312,7 @@ def _self_check(rows: Rows, loop_lag: tuple, chunks, load_info: dict, lateness_m
         lag_worker=loop_lag[2] if len(loop_lag) > 2 else None,
         chunk_bound=load_info.get("chunk_bound"),
         chunk_times=load_info.get("chunk_times"),
-        figures=_medians(rows, chunks),
+        figures=_medians(rows, gaps),
     )
     check["chunk_times"] = load_info.get("chunk_times")  # where chunk times were taken
     check["client_path"] = load_info.get("client_path")  # compiled, or pure Python
@@ -320,7 +321,7 @@ def _self_check(rows: Rows, loop_lag: tuple, chunks, load_info: dict, lateness_m
     return check
 
 
-def _medians(rows: Rows, chunks) -> dict:
+def _medians(rows: Rows, gaps: dict) -> dict:
     """The figures the self-check judges the client's delays against: the median TTFT,
     inter-chunk gap and end-to-end latency of the requests that completed (None where none)."""
     ok = rows.array("ok").astype(bool)
@@ -331,7 +332,7 @@ def _medians(rows: Rows, chunks) -> dict:
 
     return {
         "ttft_ms": median(_f(rows, "ttft_ms")),
-        "gap_ms": chunks.gaps.result()["p50"],
+        "gap_ms": gaps["p50"],
         "e2e_ms": median(_f(rows, "e2e_ms")),
     }
 
