@@ -24,6 +24,7 @@ _OPTIONAL_LISTS = {
     "chunk_reasoning": pa.list_(pa.int64()),
     "prompt_token_ids": pa.list_(pa.int64()),
     "token_ids": pa.list_(pa.int64()),
+    "server_step_accepted": pa.list_(pa.int64()),
 }
 _TRANSIENT = ("answer_text", "tool_calls")  # needed while the run goes on, never journaled
 _PHASES = ("chunk_phase", "chunk_reasoning")
@@ -90,6 +91,7 @@ class Columns:
             values = getattr(rec, name)
             self.optional[name].append(None if values is None else values.tolist())
         self.optional["prompt_token_ids"].append(rec.prompt_token_ids)
+        self.optional["server_step_accepted"].append(rec.server_step_accepted)
         self.optional["token_ids"].append(rec.token_ids)
 
     def batch(self) -> pa.RecordBatch:

@@ -35,6 +35,11 @@ def _keys(which: str) -> re.Pattern[bytes]:
 # per-request speculative-decoding counts, each engine's keys (vLLM's `speculative_decoding`, ...);
 # a payload holding MARK is read in full for them
 _DRAFTED, _ACCEPTED, _SPEC_STEPS = _keys("drafted"), _keys("accepted"), _keys("steps")
+_PER_STEP = re.compile(
+    rb'"(?:'
+    + b"|".join(re.escape(k.encode()) for k in sorted({sd.per_step for sd in engines.request_sd_keys() if sd.per_step}))
+    + rb')":\s*\[([\d,\s]*)\]'
+)
 _MARK = engines.MARK.encode()
 
 
@@ -153,6 +158,8 @@ def _spec_counts(rec: RequestRecord, payload: bytes) -> None:
         rec.server_draft_tokens, rec.server_accepted_tokens = int(d.group(1)), int(a.group(1))
         if s := _SPEC_STEPS.search(payload):
             rec.server_spec_steps = int(s.group(1))
+        if p := _PER_STEP.search(payload):
+            rec.server_step_accepted = [int(v) for v in p.group(1).split(b",") if v.strip()]
 
 
 def _counts(usages, cum: int) -> bool:

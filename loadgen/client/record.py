@@ -48,6 +48,9 @@ class RequestRecord:
     server_draft_tokens: int | None = None
     server_accepted_tokens: int | None = None
     server_spec_steps: int | None = None  # vLLM's num_spec_steps: verify steps that had drafts
+    # vLLM's per_step_accepted (--per-request-spec-decode-metrics detailed): each verify step's
+    # accepted drafts, in order
+    server_step_accepted: list[int] | None = None
     chunk_t_ns: array = field(default_factory=lambda: array("q"))
     chunk_usage: array = field(default_factory=lambda: array("q"))
     chunk_chars: array = field(default_factory=lambda: array("q"))
@@ -103,3 +106,11 @@ def ended(rec: RequestRecord, now_ns: int) -> RequestRecord:
         elif not rec.chunk_t_ns:
             fail(rec, "empty_completion", "stream completed with no tokens")
     return rec
+
+
+def request_id(rec: RequestRecord) -> bytes:
+    """What the request is called on the wire (its X-Request-Id header): the run's index of it.
+    vLLM takes the header as its request id (serving.py `_base_request_id`, with a suffix of its
+    own), and the emulator names its step log's requests so (servers/emulator: --step-log), so
+    a request in loadgen's frame (its `index`) is the one in the server's own record."""
+    return b"loadgen-%d" % rec.index

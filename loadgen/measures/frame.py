@@ -58,6 +58,7 @@ def _row(rec: RequestRecord, tokenizer) -> dict:
         "server_draft_tokens": rec.server_draft_tokens,
         "server_accepted_tokens": rec.server_accepted_tokens,
         "server_spec_steps": rec.server_spec_steps,
+        "server_step_accepted": rec.server_step_accepted,
         # the server's per-request acceptance length (vLLM's mean_acceptance_length)
         "server_acceptance_length": (
             1 + rec.server_accepted_tokens / rec.server_spec_steps
@@ -119,7 +120,14 @@ _STRINGS = (
     "steps_source",
 )
 _BOOLS = ("warmup", "ok")
-_INT_LISTS = ("chunk_t_ns", "chunk_tokens", "step_tokens", "prompt_token_ids", "output_token_ids")
+_INT_LISTS = (
+    "chunk_t_ns",
+    "chunk_tokens",
+    "step_tokens",
+    "prompt_token_ids",
+    "output_token_ids",
+    "server_step_accepted",
+)
 _FLOATS = (
     "queue_delay_ms",
     "lateness_ms",
@@ -278,6 +286,7 @@ def _table(batch: pa.RecordBatch, derived: dict) -> pa.Table:
         "server_draft_tokens": c["server_draft_tokens"],
         "server_accepted_tokens": accepted,
         "server_spec_steps": steps,
+        "server_step_accepted": c["server_step_accepted"],
         "server_acceptance_length": length,
         "prompt_token_ids": c["prompt_token_ids"],
         "output_token_ids": pa.array([ids if ids else None for ids in token_ids.to_pylist()], pa.list_(pa.int64()))

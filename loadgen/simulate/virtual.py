@@ -325,6 +325,7 @@ class _VirtualClient:
             rec.server_draft_tokens = sd["num_draft_tokens"]
             rec.server_accepted_tokens = sd["num_accepted_draft_tokens"]
             rec.server_spec_steps = sd["num_spec_steps"]
+            rec.server_step_accepted = sd.get("per_step_accepted")  # with `detailed`
 
     def next_turn(self, seq, item: tuple[int, Request], user: int | None, turns: Conversation, t_end: float) -> bool:
         """The conversation's next turn, due after the think time: the history with this reply,

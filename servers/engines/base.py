@@ -49,6 +49,7 @@ class RequestSD:
     drafted: str
     accepted: str
     steps: str | None = None
+    per_step: str | None = None  # a list of each verify step's accepted drafts (vLLM's `detailed`)
 
 
 MARK = "draft"  # in every RequestSD.drafted key (tests/test_engines.py)

@@ -41,7 +41,7 @@ METRICS = Metrics(
         "iteration_tokens": ("vllm:iteration_tokens_total",),  # a histogram whose name ends in _total
     },
 )
-REQUEST_SD = RequestSD("num_draft_tokens", "num_accepted_draft_tokens", "num_spec_steps")
+REQUEST_SD = RequestSD("num_draft_tokens", "num_accepted_draft_tokens", "num_spec_steps", "per_step_accepted")
 
 
 def gpus_for(dep: Deployment, gpus: tuple[int, ...] | None) -> tuple[int, ...]:
