@@ -14,48 +14,87 @@ written rule and counted (docs/metrics.md, "Accepted drafts: three sources and t
    `timings`), summed.
 3. The server's counters' delta over the window.
 
-The rule that links them, per request the server reported (steps = the engine's decode steps,
-at least the stream's decode chunks and at least the server's own verify-step count):
-
-    server's accepted = stream's decode tokens − steps + past_end
-    coalesced steps   = steps − stream's decode chunks
-
-where past_end (drafts the last step accepted that max_tokens or a stop then cut off: counted
-by the server, never streamed) is 0..k and only for a request that ended by length or a stop.
-A stream with more tokens than those steps and the count explain had more steps, merged into
-its chunks (steps that drafted nothing, which no verify count shows); a server count beyond
-what the rule's room explains, and a stream whose tokens are not the server's usage count, are
-unexplained differences, named and counted: a stream off by one draft shows there.
+The rule that links them is checked request by request (loadgen.measures.rule): whether an
+engine that works as vLLM's can have sent this request's chunks and counted what its server
+says, with its verify steps, drafts accepted past the end only in its last step (at most
+k − (that step's tokens − 1), only for finish length or stop) and steps that drafted nothing
+only where the drafter can skip a step. A request that fits no such history is a difference,
+named; `exact` holds only when every request fits and the per-request counts sum to the
+counter. A sum that agrees while its requests do not is not exact.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
 
+from loadgen.client.columnar import flat
+from loadgen.measures.rule import ENDS, Verdict, explain, explain_steps
+
 RULE = (  # docs/metrics.md, "Accepted drafts: three sources and the rule"
-    "per request: server's accepted = stream's decode tokens - engine decode steps + drafts accepted past "
-    "the end (0..k, only for a request cut by max_tokens or a stop); engine decode steps = the stream's "
-    "decode chunks + the steps merged into them (coalesced)"
+    "per request: server's accepted = stream's decode tokens - verify steps - steps that drafted nothing + "
+    "drafts accepted past the end; the stream splits chunk by chunk into verify steps of 1..k+1 tokens and "
+    "one-token steps; past the end only in the last step, at most k - (its tokens - 1), only for finish "
+    "length or stop (loadgen/measures/rule.py)"
 )
 
-_ENDS = ("length", "stop")  # finish reasons that can cut a last step short
+_ENDS = ENDS
+_NAMED = 5  # requests named in the reconciliation when they break the rule
+_ALWAYS_DRAFTS = ("draft_model", "eagle", "eagle3", "mtp", "medusa")
 
 
-def _per_request(decode_tokens, chunks, verify, server, finish, k):
-    """Per request the server reported: (past_end, coalesced steps, unexplained tokens) by the
-    rule, from its own numbers. The engine's steps are at least max(chunks, verify steps); a
-    stream that shows more tokens than those steps and the server's count explain had more
-    steps than that, merged into its chunks (steps that drafted nothing: n-gram misses, k 0 by
-    batch size, which no verify count shows); a server count beyond what the stream's tokens,
-    its steps and the room past the end explain is unexplained."""
-    at_least = np.maximum(chunks, np.nan_to_num(verify).astype(np.int64))
-    past = at_least + server - decode_tokens
-    room = np.iinfo(np.int64).max if k is None else k
-    kept = np.clip(past, 0, np.where(np.isin(finish, _ENDS), room, 0))
-    steps = at_least + np.maximum(-past, 0)  # the steps the stream's tokens need
-    return kept, steps - chunks, np.maximum(past - kept, 0)
+def can_skip(speculative_config) -> bool:
+    """Whether a decode step may have drafted nothing, from the server's speculative config (a
+    dict or its JSON): yes for a lookup drafter (n-gram, suffix: a miss proposes nothing), k by
+    batch size and adaptive verification (a step may get 0 drafts); a model drafter at a fixed
+    k drafts every step. Unknown: yes (the weaker rule)."""
+    spec = speculative_config
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except ValueError:
+            return True
+    if not isinstance(spec, dict):
+        return True
+    varying = spec.get("num_speculative_tokens_per_batch_size") or spec.get("enable_adaptive_verification")
+    return spec.get("method") not in _ALWAYS_DRAFTS or bool(varying)
+
+
+def _decode_chunks(rows, picked: np.ndarray) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """Each picked row's chunks as decode tokens: the first chunk's beyond the prefill's one,
+    then every later chunk's (llama.cpp: its bursts); and its server's per-step record where it
+    sent one (vLLM's per_step_accepted)."""
+    chunks: dict[int, list[int]] = {}
+    per_step: dict[int, list[int]] = {}
+    names = ["step_tokens"] + (["server_step_accepted"] if "server_step_accepted" in rows else [])
+    for start, batch in rows.batches(names):
+        values, off = flat(batch.column("step_tokens"))
+        steps_col = batch.column("server_step_accepted") if len(names) > 1 else None
+        for i in np.flatnonzero(picked[start : start + batch.num_rows]).tolist():
+            steps = values[off[i] : off[i + 1]].tolist()
+            chunks[start + i] = [steps[0] - 1, *steps[1:]] if steps else []
+            if steps_col is not None and steps_col[i].is_valid:
+                per_step[start + i] = steps_col[i].as_py()
+    return chunks, per_step
+
+
+def _per_request(rows, reported, server, verify, finish, k, skip):
+    """Every reported request judged by the rule: against the server's per-step record where it
+    sent one (rule.explain_steps, whose sum must be its count), else by its counts (rule.explain)."""
+    chunks, per_step = _decode_chunks(rows, reported)
+    out = {}
+    for i in np.flatnonzero(reported).tolist():
+        if i in per_step:
+            v = explain_steps(chunks[i], per_step[i], k, finish[i], skip)
+            if v.explained and sum(per_step[i]) != int(server[i]):
+                v = Verdict(False, off=abs(sum(per_step[i]) - int(server[i])))
+            out[i] = v
+            continue
+        steps = None if np.isnan(verify[i]) else int(verify[i])
+        out[i] = explain(chunks[i], int(server[i]), steps, k, finish[i], skip)
+    return out
 
 
 def _part(values: np.ndarray, pick: np.ndarray) -> dict:
@@ -82,14 +121,17 @@ def _stream_figure(stream, chunks, seen, measured, spec_decode, nothing_drafted)
     return seen_fig, measured_fig, told
 
 
-def reconcile(rows, chunks, measured: np.ndarray, spec_decode: dict | None, server: dict | None) -> dict:
+def reconcile(
+    rows, chunks, measured: np.ndarray, spec_decode: dict | None, server: dict | None, skip: bool = True
+) -> dict:
     """The three counts and their reconciliation. Returns {"measured": the stream's figure over
     `measured` (with the rule's parts where the server reported per request), "reconciliation":
-    the three over every request the server's window saw}."""
+    the three over every request the server's window saw}. `skip`: whether a decode step may
+    have drafted nothing (can_skip)."""
     stream, steps_seen = chunks.row_accepted, chunks.row_steps
-    decode_tokens = stream + steps_seen
-    reported = ~np.isnan(rows.array("server_accepted_tokens", float))
-    server_acc = np.nan_to_num(rows.array("server_accepted_tokens", float)).astype(np.int64)
+    server_col = rows.array("server_accepted_tokens", float)
+    reported = ~np.isnan(server_col)
+    server_acc = np.nan_to_num(server_col).astype(np.int64)
     finish = rows.col("finish_reason").astype(object).fillna("").to_numpy().astype(str)  # categorical, with gaps
     ok = rows.array("ok").astype(bool)
     k = len(spec_decode["per_position"]) if spec_decode and spec_decode.get("per_position") else None
@@ -98,12 +140,11 @@ def reconcile(rows, chunks, measured: np.ndarray, spec_decode: dict | None, serv
     nothing_drafted = reported.sum() == 0 and ((spec_decode is None and engine_seen) or drafts == 0)
     seen = ok | (rows.array("n_chunks") > 0)  # what the server served: every request with a stream
 
-    past, coal, other = (np.zeros(rows.n, np.int64) for _ in range(3))
-    if reported.any():
-        verify = rows.array("server_spec_steps", float)[reported]
-        past[reported], coal[reported], other[reported] = _per_request(
-            decode_tokens[reported], steps_seen[reported], verify, server_acc[reported], finish[reported], k
-        )
+    verdicts = _per_request(rows, reported & seen, server_acc, rows.array("server_spec_steps", float), finish, k, skip)
+    past, coal, off = (np.zeros(rows.n, np.int64) for _ in range(3))
+    broken = np.zeros(rows.n, bool)
+    for i, v in verdicts.items():
+        past[i], coal[i], off[i], broken[i] = v.past_end, v.merged, v.off, not v.explained
     # the stream's tokens (every chunk's, the first included) against the server's own usage count
     usage = rows.array("completion_tokens", float) if "completion_tokens" in rows else np.full(rows.n, np.nan)
     has_usage = ok & ~np.isnan(usage) & (rows.array("n_chunks") > 0)
@@ -116,7 +157,7 @@ def reconcile(rows, chunks, measured: np.ndarray, spec_decode: dict | None, serv
         "stream_accepted_tokens": int(stream[measured].sum()),
         "past_end": _part(past, measured),
         "coalesced": _part(coal, measured),
-        "unexplained": _part(other, measured),
+        "unexplained": {"tokens": int(off[measured].sum()), "requests": int(broken[measured].sum())},
         "stream_unmatched": _part(unmatched, measured),
     }
     counter = (spec_decode or {}).get("accepted_tokens")
@@ -128,6 +169,8 @@ def reconcile(rows, chunks, measured: np.ndarray, spec_decode: dict | None, serv
         "rule": RULE,
         "source": told,
         "requests": int(seen.sum()),
+        "requests_checked": len(verdicts),
+        "steps_that_drafted_nothing": "allowed" if skip else "not allowed (a model drafter at a fixed k)",
         "stream": seen_fig,
         "accepted_tokens": seen_fig["accepted_tokens"],
         "stream_accepted_tokens": seen_fig["raw"],
@@ -135,32 +178,72 @@ def reconcile(rows, chunks, measured: np.ndarray, spec_decode: dict | None, serv
         "server_counter": counter,
         "past_end": _part(past, seen),
         "coalesced": _part(coal, seen),
-        "unexplained": _part(other, seen),
+        "unexplained": {"tokens": int(off[seen].sum()), "requests": int(broken[seen].sum())},
+        "unexplained_requests": _named(rows, verdicts, finish),
         "stream_unmatched": _part(unmatched, seen),
     }
     out["exact"] = _exact(out, reported, seen, nothing_drafted)
-    out["differences"] = _differences(out, seen, ok, reported, stream, finish, k, steps_seen)
+    out["checked"] = _checked(out, nothing_drafted)
+    out["differences"] = _differences(out, seen, ok, reported, stream, finish, k)
     return {"measured": figure, "reconciliation": out}
 
 
+def _named(rows, verdicts: dict, finish) -> list[dict]:
+    """The first requests that break the rule, each with what its server said and what would fit."""
+    ids = rows.col("request_id").astype(object).to_numpy() if "request_id" in rows else None
+    index = rows.array("index") if "index" in rows else None
+    out: list[dict] = []
+    for i, v in sorted(verdicts.items()):
+        if v.explained:
+            continue
+        if len(out) == _NAMED:
+            break
+        out.append(
+            {
+                "request": None if ids is None else str(ids[i]),
+                "index": None if index is None else int(index[i]),
+                "finish_reason": str(finish[i]),
+                "server": int(rows.array("server_accepted_tokens", float)[i]),
+                "fits": None if v.low is None else [v.low, v.high],
+                "off": v.off,
+            }
+        )
+    return out
+
+
 def _exact(rec: dict, reported, seen, nothing_drafted: bool) -> bool | None:
-    """The three agree by the rule: every request the server reported follows it (nothing
-    unexplained, every stream's tokens the server's usage), the per-request counts sum to the
-    counter, and the stream's count plus the drafts accepted past the end is the counter (the
-    step counter told every coalesced step). None where a source is missing."""
+    """Every request the window saw reported its count and satisfies the rule with it, every
+    stream's tokens are the server's usage, and the per-request counts sum to the counter.
+    None where a source is missing, or where there is nothing to reconcile (the server drafted
+    nothing: every extra token of a chunk is a merged step, by the server's own word)."""
     counter, per_request = rec["server_counter"], rec["server_per_request"]
-    if counter is None:
+    if counter is None or nothing_drafted:
         return None
-    stream = rec["stream"]["accepted_tokens"]
-    if nothing_drafted:
-        return stream == counter == 0 and rec["stream_unmatched"]["tokens"] == 0
     if per_request is None or (reported[seen] == 0).any():
-        return None  # past_end is known only per request, from the server's own counts
-    clean = rec["unexplained"]["tokens"] == 0 and rec["stream_unmatched"]["tokens"] == 0
-    return clean and per_request == counter and stream + rec["past_end"]["tokens"] == counter
+        return None  # the rule is checked per request, with the server's own counts
+    clean = rec["unexplained"]["requests"] == 0 and rec["stream_unmatched"]["tokens"] == 0
+    return clean and per_request == counter
 
 
-def _differences(rec: dict, seen, ok, reported, stream, finish, k, chunks) -> list[str]:
+def _checked(rec: dict, nothing_drafted: bool) -> str:
+    """What `exact` checked, in one sentence (the report's)."""
+    n, bad = rec["requests_checked"], rec["unexplained"]["requests"]
+    if nothing_drafted:
+        return "nothing to reconcile: the server drafted nothing"
+    if not n:
+        return "not checked per request: the server reported no per-request counts"
+    if bad:
+        named = ", ".join(r["request"] or str(r["index"]) for r in rec["unexplained_requests"])
+        return f"{bad} of {n} requests break the rule ({rec['unexplained']['tokens']} drafts off; first: {named})"
+    total = (
+        ""
+        if rec["server_counter"] is None
+        else f"; their sum against the counter: {rec['server_per_request']} vs {rec['server_counter']}"
+    )
+    return f"every request's accepted drafts agree with its stream within the rule ({n} requests){total}"
+
+
+def _differences(rec: dict, seen, ok, reported, stream, finish, k) -> list[str]:
     """One line per cause of a difference between the three counts."""
     lines: list[str] = []
     counter, per_request, fig = rec["server_counter"], rec["server_per_request"], rec["stream"]
@@ -170,20 +253,16 @@ def _differences(rec: dict, seen, ok, reported, stream, finish, k, chunks) -> li
             "(max_tokens or a stop cut their last step short): counted by the server, never streamed"
         )
     if fig["coalesced_steps"]:
+        what = "merged steps" if rec["source"] == "server_drafted_nothing" else "as the step counter shows"
         lines.append(
-            f"{fig['coalesced_steps']} engine steps arrived inside other chunks (coalesced), as the step counter "
-            f"shows ({fig['raw']} tokens beyond one a chunk, {fig['coalesced_steps']} of them merged steps' own)"
+            f"{fig['coalesced_steps']} engine steps arrived inside other chunks (coalesced), {what} "
+            f"({fig['raw']} tokens beyond one a chunk, {fig['coalesced_steps']} of them merged steps' own)"
         )
-    told = rec["coalesced"]["tokens"] - fig["coalesced_steps"]
-    if rec["source"] == "stream_with_step_counter" and per_request is not None and told > 0:
+    if rec["unexplained"]["requests"]:
         lines.append(
-            f"{told} coalesced steps the step counter did not show (steps that drafted nothing), found by the "
-            "per-request counts: the stream's count is that much high"
-        )
-    if rec["unexplained"]["tokens"]:
-        lines.append(
-            f"{rec['unexplained']['tokens']} accepted drafts of {rec['unexplained']['requests']} requests break the "
-            "rule (the server's per-request count against the stream's tokens and steps): not explained"
+            f"{rec['unexplained']['requests']} requests break the rule by {rec['unexplained']['tokens']} accepted "
+            "drafts (the server's per-request count against the stream's chunks, its verify steps and the room "
+            "past the end): not explained"
         )
     if rec["stream_unmatched"]["tokens"]:
         lines.append(
@@ -210,8 +289,8 @@ def _differences(rec: dict, seen, ok, reported, stream, finish, k, chunks) -> li
         if 0 < gap and (room is None or gap <= room):
             lines.append(
                 f"the counter says {gap} more than the stream: within what max_tokens could cut off "
-                f"({'unbounded' if room is None else room} at most), as the rule allows; no per-request "
-                "counts to tell it (vLLM: --per-request-spec-decode-metrics summary)"
+                f"({'unbounded' if room is None else room} at most); no per-request counts to check it "
+                "request by request (vLLM: --per-request-spec-decode-metrics summary)"
             )
         elif gap:
             lines.append(f"the counter and the stream differ by {gap}, beyond what the rule explains")
@@ -223,6 +302,7 @@ def note_resumed(rec: dict[str, Any], before: int) -> None:
     if rec.get("server_counter") is None:
         return
     rec["exact"] = None
+    rec["checked"] = rec.get("checked", "") + "; resumed after a kill: the counter covers its last part only"
     rec["differences"].append(
         f"the cell was resumed: the server's counters cover its last part only ({before} requests before it "
         "count on the client's side alone)"

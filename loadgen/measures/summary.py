@@ -13,7 +13,7 @@ import pandas as pd
 from loadgen.measures import phases, slo, timeline
 from loadgen.measures.chunks import ChunkFigures, chunk_figures
 from loadgen.measures.describe import describe
-from loadgen.measures.reconcile import reconcile
+from loadgen.measures.reconcile import can_skip, reconcile
 from loadgen.measures.rows import Rows, counts
 from loadgen.measures.selfcheck import self_check
 
@@ -66,18 +66,20 @@ def sending(rows: Rows, load_info: dict) -> dict:
 
 
 def acceptance_client(
-    rows: Rows, measured: np.ndarray, chunks: ChunkFigures, server_figures: dict | None = None
+    rows: Rows, measured: np.ndarray, chunks: ChunkFigures, server_figures: dict | None = None, config=None
 ) -> dict:
     """The client's view of speculative decoding over the measured requests: engine steps
     (from chunks, or reconstructed from bursts; loadgen.measures.steps), the stream's count of
     accepted drafts (loadgen.measures.reconcile: coalesced steps told by the server's step
     counter, never by its per-request counts), its reconciliation with the server's per-request
-    counts and counters by the written rule, and the per-request counts themselves."""
+    counts and counters by the written rule (told by the run's speculative config whether a step
+    may draft nothing), and the per-request counts themselves."""
     source = rows.col("steps_source")
     sources = counts(source[measured & (source != "none").to_numpy()])
     total = chunks.step_tokens
     figures = server_figures or {}
-    rec = reconcile(rows, chunks, measured, figures.get("spec_decode"), figures.get("server"))
+    skip = can_skip((config or {}).get("speculative_config"))
+    rec = reconcile(rows, chunks, measured, figures.get("spec_decode"), figures.get("server"), skip)
     mine = rec["measured"]
     n = total - mine["accepted_tokens"]  # each step: one token + its delivered drafts (the stream's count)
     out: dict[str, Any] = {
@@ -223,7 +225,7 @@ def summarize(
         queue_delay_ms=describe(_f(rows, "queue_delay_ms")[~warmup]),
         tokens_per_chunk_mean=chunks.decode_total / chunks.decode_count if chunks.decode_count else None,
         tokens_per_chunk=decode,
-        acceptance_client=acceptance_client(rows, measured, chunks, server_figures),
+        acceptance_client=acceptance_client(rows, measured, chunks, server_figures, config),
         prompt_tokens_total=int(np.nan_to_num(_f(rows, "prompt_tokens")[measured]).sum()),
         completion_tokens_total=int(rows.array("completion_tokens")[measured].sum()),
         token_count_source=source,

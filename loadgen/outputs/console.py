@@ -111,6 +111,9 @@ def _server(summary: dict) -> list[str]:
             f"{reported['accepted_tokens']}/{reported['draft_tokens']} draft tokens accepted over "
             f"{reported['requests']} requests"
         )
+    rec = (summary.get("acceptance_client") or {}).get("reconciliation") or {}
+    if rec.get("requests_checked"):  # what the rule checked, request by request (loadgen.measures.reconcile)
+        lines.append(f"Accepted drafts against the stream: {rec['checked']}")
     if srv and srv.get("window_s") is not None:
         lines.append(
             f"Server over {srv['window_s']:.1f} s: {_f(srv.get('generation_tok_s'), '.1f')} generated tok/s"

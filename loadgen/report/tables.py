@@ -171,6 +171,7 @@ def acceptance(sw: Sweep) -> pd.DataFrame:
                 "past_end_tokens": (rec.get("past_end") or {}).get("tokens"),
                 "coalesced_tokens": (rec.get("coalesced") or {}).get("tokens"),
                 "reconciled": rec.get("exact"),
+                "reconciliation": rec.get("checked"),
                 "accepted_source": client.get("accepted_source"),
                 "client_tokens_per_step": client.get("tokens_per_step_mean"),
                 "client_steps_source": client.get("steps_source"),

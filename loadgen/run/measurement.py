@@ -349,7 +349,7 @@ def run_config(job: RunJob, result: RunResult | None) -> dict:
         tokenizer=job.tokenizer_path,
         extra_body=spec.extra_body,
         token_ids=spec.token_ids,
-        speculative_config=job.target.speculative_config,
+        speculative_config=job.config.get("speculative_config", job.target.speculative_config),
         metrics_url=configs.public_url(spec.metrics_url),
         api_key_provided=bool(spec.headers),
         keep_alive=spec.keep_alive,
@@ -359,5 +359,5 @@ def run_config(job: RunJob, result: RunResult | None) -> dict:
         time_scale=spec.time_scale,
         time_scale_requested=job.target.time_scale if job.set_time_scale is None else job.set_time_scale,
         workers_on_ray=job.ray_address is not None,
-        **job.config,
+        **{k: v for k, v in job.config.items() if k != "speculative_config"},
     )

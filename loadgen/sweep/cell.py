@@ -5,6 +5,7 @@ was and how it ended."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -110,8 +111,21 @@ def cell_job(
         probe_required=False,
         on_start=on_start,
         on_record=on_record,
-        config={"warmup_separate": True, "started_unix": time.time()},
+        config={"warmup_separate": True, "started_unix": time.time(), **_speculative(plan, cell)},
     )
+
+
+def _speculative(plan: Plan, cell: Cell) -> dict:
+    """The variant's speculative config as the run's config records it: the rule for accepted
+    drafts reads from it whether a step may draft nothing (loadgen.measures.reconcile.can_skip)."""
+    from servers.deployments import DeploymentError
+
+    try:
+        variant = plan.deployment_object().variants.get(cell.variant)
+    except DeploymentError:  # a resumed plan whose deployment no longer loads: the weaker rule
+        return {}
+    spec = getattr(variant, "speculative_config", None)
+    return {"speculative_config": json.dumps(spec, separators=(",", ":"))} if spec else {}
 
 
 def run_cell(
