@@ -6,7 +6,8 @@ dripping stream, a refused connect), at the TCP level, whatever the HTTP above i
 
 Faults apply to load connections only (those whose first bytes are a POST), to every
 `--every`-th of them (1: all), from response byte `--after-bytes` on:
-- `latency`: every response chunk held `--ms` milliseconds (data intact);
+- `latency`: every response chunk held `--ms` milliseconds (data intact); with `--recv-buffer`
+  a slow reader: at most that many bytes a read, so the server waits for it;
 - `reset`: the connection reset (RST) once `--after-bytes` response bytes went through;
 - `stall`: nothing more forwarded after `--after-bytes`, the connection held open;
 - `drip`: the response forwarded at `--bytes-per-s`, a few bytes at a time;
@@ -41,7 +42,7 @@ class Proxy:
         if a.fault == "refuse" and self.connections >= a.after_connections and self.server is not None:
             self.server.close()  # no more connections: later connects are refused
         try:
-            u_reader, u_writer = await asyncio.open_connection(self.up_host, self.up_port)
+            u_reader, u_writer = await self._upstream()
         except OSError:
             c_writer.transport.abort()
             return
@@ -60,6 +61,21 @@ class Proxy:
                 if not w.is_closing():
                     w.close()
 
+    async def _upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to the server; with --recv-buffer, its receive buffer set before the
+        connect (the window the server may fill before it must wait)."""
+        if self.args.recv_buffer is None:
+            return await asyncio.open_connection(self.up_host, self.up_port)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.args.recv_buffer)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, (self.up_host, self.up_port))
+        except OSError:
+            sock.close()
+            raise
+        return await asyncio.open_connection(sock=sock, limit=self.args.recv_buffer)
+
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(65536):
@@ -75,7 +91,7 @@ class Proxy:
         a = self.args
         sent = 0
         try:
-            while data := await reader.read(65536):
+            while data := await reader.read(a.recv_buffer or 65536):
                 if faulty and a.fault == "latency":
                     await asyncio.sleep(a.ms / 1e3)
                 if faulty and sent + len(data) > a.after_bytes and a.fault in ("reset", "stall", "drip"):
@@ -136,6 +152,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--after-connections", type=int, default=1, help="refuse: connections accepted first")
     p.add_argument("--ms", type=float, default=50.0, help="latency: milliseconds per response chunk")
     p.add_argument("--bytes-per-s", type=float, default=200.0, help="drip: the response's pace")
+    p.add_argument(
+        "--recv-buffer",
+        type=int,
+        metavar="BYTES",
+        help="read the server through a receive buffer this small, at most this many bytes a read "
+        "(with latency: a slow reader, whose server must wait for it)",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     args = p.parse_args(argv)

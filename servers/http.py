@@ -46,8 +46,11 @@ Handler = Callable[[HttpRequest, "HttpConnection"], Awaitable[None]]
 
 
 class HttpConnection(asyncio.Protocol):
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, send_buffer: int | None = None) -> None:
         self._handler = handler
+        # bytes a response may hold unsent before the server waits for its reader (the socket's
+        # send buffer and the transport's high-water mark); None: the system's (emulator --send-buffer)
+        self.send_buffer = send_buffer
         self._buf = b""
         self._t_first: float | None = None
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set by connection_made, first
@@ -64,8 +67,12 @@ class HttpConnection(asyncio.Protocol):
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.send_buffer is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
             except OSError:
                 pass
+        if self.send_buffer is not None:
+            transport.set_write_buffer_limits(high=self.send_buffer)
 
     def data_received(self, data: bytes) -> None:
         if self._t_first is None:
@@ -197,6 +204,11 @@ class HttpConnection(asyncio.Protocol):
             await self._writable.wait()
 
     @property
+    def writable(self) -> bool:
+        """False while the transport holds more than its high-water mark: the reader is behind."""
+        return self._writable.is_set()
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
@@ -242,9 +254,11 @@ def frame_chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
-async def serve(handler: Handler, host: str, port: int) -> asyncio.base_events.Server:
+async def serve(handler: Handler, host: str, port: int, send_buffer: int | None = None) -> asyncio.base_events.Server:
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: HttpConnection(handler), host, port, backlog=4096, reuse_address=True)
+    return await loop.create_server(
+        lambda: HttpConnection(handler, send_buffer), host, port, backlog=4096, reuse_address=True
+    )
 
 
 async def announce_and_wait(listener: asyncio.base_events.Server, host: str) -> None:

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from loadgen.client.bodies import ENDPOINTS
 from loadgen.client.events import error_message, on_event, page_text
-from loadgen.client.record import RequestRecord, ended, fail, timed_out
+from loadgen.client.record import RequestRecord, ended, fail, request_id, timed_out
 from loadgen.client.selectclock import SelectClock, install
 from loadgen.client.sse import StreamFault, _parse_block
 
@@ -289,7 +289,7 @@ class CompiledClient:
         head = {"Host": url.netloc, "Content-Type": "application/json", "Accept": "*/*", **headers}
         self.close_after = head.get("Connection", "").lower() == "close"
         self._head = (
-            f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in head.items()) + "Content-Length: "
+            f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in head.items()) + "X-Request-Id: "
         ).encode("latin-1")
         self.timeout_s = timeout_s
         self.keep_text = keep_text
@@ -313,7 +313,7 @@ class CompiledClient:
                     raise _Failed("connection_error", f"Cannot connect to host {self.where} [timed out]") from None
                 ex = conn.exchange = _Exchange(rec, conn)
                 conn.reader.begin(rec, functools.partial(on_event, rec), _parse_block)
-                data = self._head + b"%d\r\n\r\n" % len(body) + body
+                data = self._head + b"%s\r\nContent-Length: %d\r\n\r\n" % (request_id(rec), len(body)) + body
                 rec.t_send_ns = _monotonic_ns()
                 try:
                     sent = conn.sock.send(data)

@@ -32,7 +32,7 @@ from yarl import URL
 
 from loadgen.client.bodies import ENDPOINTS
 from loadgen.client.events import error_message, on_event, on_events, page_text
-from loadgen.client.record import RequestRecord, ended, fail, timed_out
+from loadgen.client.record import RequestRecord, ended, fail, request_id, timed_out
 from loadgen.client.selectclock import install, read_time
 from loadgen.client.sse import SSEDecoder, StreamFault
 
@@ -172,7 +172,8 @@ class StreamClient:
         rec.t_call_ns = rec.t_send_ns = _monotonic_ns()
         try:
             async with asyncio.timeout(self.timeout_s):
-                async with self.session.post(self.url, data=body, headers=self.headers, trace_request_ctx=rec) as resp:
+                headers = {**self.headers, "X-Request-Id": request_id(rec).decode()}
+                async with self.session.post(self.url, data=body, headers=headers, trace_request_ctx=rec) as resp:
                     rec.t_headers_ns = _monotonic_ns()
                     rec.status = resp.status
                     if resp.status != 200:

@@ -90,6 +90,21 @@ def _parser() -> argparse.ArgumentParser:
         "ns, cumulative completion and reasoning tokens, phase 0 answer / 1 reasoning / 2 tool call)",
     )
     s.add_argument(
+        "--step-log",
+        metavar="FILE",
+        help="append each finished request's engine steps (JSONL): per step the drafts verified, "
+        "those accepted, the tokens emitted and the stream chunk that carried them; the server's "
+        "own record, to check a reader's counts against (docs/emulator.md, The step log)",
+    )
+    s.add_argument(
+        "--send-buffer",
+        type=int,
+        metavar="BYTES",
+        help="hold at most this many response bytes unsent (socket send buffer and write buffer): "
+        "with a slow reader the server then waits, and merges the steps it has not sent into one "
+        "chunk, as vLLM's output collector does",
+    )
+    s.add_argument(
         "--exit-after-requests",
         type=int,
         metavar="N",
@@ -171,6 +186,8 @@ def engine_for(args) -> tuple[Engine, list[str]]:
         spec = parse(args.speculative_config)
         if args.stream_interval < 1:
             raise ValueError(f"--stream-interval must be at least 1, got {args.stream_interval}")
+        if args.send_buffer is not None and args.send_buffer < 1:
+            raise ValueError(f"--send-buffer must be at least 1 byte, got {args.send_buffer}")
         if args.flavor == "sglang" and args.per_request_spec_decode_metrics != "none":
             raise ValueError("--per-request-spec-decode-metrics is vLLM's; --flavor sglang answers as SGLang does")
         if spec is None and args.per_request_spec_decode_metrics != "none":  # vLLM's VllmConfig check
@@ -209,6 +226,7 @@ def engine_for(args) -> tuple[Engine, list[str]]:
                 enable_prefix_caching=args.enable_prefix_caching,
                 reasoning=args.reasoning_parser is not None,
                 tool_calls=args.enable_auto_tool_choice,
+                step_log=args.step_log is not None,
             ),
             trace_sink=_trace_writer(args.acceptance_traces) if args.acceptance_traces else None,
         )
@@ -244,13 +262,13 @@ def _trace_writer(path: str):
     return write
 
 
-def _chunk_log(path: str | None):
+def _log_file(path: str | None, flag: str):
     if path is None:
         return None
     try:
         return open(path, "a")  # noqa: SIM115  # open while the server runs
     except OSError as e:
-        _fail(f"cannot write --chunk-log {path!r}: {e.strerror or e}")
+        _fail(f"cannot write {flag} {path!r}: {e.strerror or e}")
 
 
 async def _serve(args, engine: Engine, served: list[str]) -> None:
@@ -267,12 +285,13 @@ async def _serve(args, engine: Engine, served: list[str]) -> None:
         crash_after=args.exit_after_requests,
         log_requests=args.enable_log_requests,
         max_log_len=args.max_log_len,
-        chunk_log=_chunk_log(args.chunk_log),
+        chunk_log=_log_file(args.chunk_log, "--chunk-log"),
+        step_log=_log_file(args.step_log, "--step-log"),
         stream_interval=args.stream_interval,
         flavor=args.flavor,
     )
     try:
-        listener = await serve(api.handle, args.host, args.port)
+        listener = await serve(api.handle, args.host, args.port, args.send_buffer)
     except OSError as e:
         _fail(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
     log.info(

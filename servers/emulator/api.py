@@ -106,12 +106,14 @@ class EmulatorAPI:
         log_requests: bool = False,
         max_log_len: int | None = None,
         chunk_log=None,
+        step_log=None,
         stream_interval: int = 1,
         flavor: str = "vllm",
     ) -> None:
         self.flavor = flavor  # --flavor: whose server it answers as (vllm, sglang)
         self.stream_interval = stream_interval  # --stream-interval: the least a request's field may ask
         self.chunk_log = chunk_log  # --chunk-log: a file each streamed response's chunks go to
+        self.step_log = step_log  # --step-log: a file each request's engine steps go to
         self.driver = driver
         self.log_requests = log_requests  # vLLM's --enable-log-requests: each prompt as received
         self.max_log_len = max_log_len
@@ -319,11 +321,12 @@ class EmulatorAPI:
         max_tokens = p["max_tokens"]
         if max_tokens is None:  # vLLM: 16 for completions, the rest of the context for chat
             max_tokens = max(1, engine.max_model_len - len(p["text"].split())) if chat else 16
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
+        # vLLM: the client's X-Request-Id, if it sent one, names the request (serving.py _base_request_id)
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{req.headers.get('x-request-id') or uuid.uuid4().hex[:16]}"
         done = asyncio.get_running_loop().create_future()
         state: dict = {}
         sink = (
-            self._stream_sink(conn, chat, rid, p, state, done, self.chunk_log)
+            self._stream_sink(conn, chat, rid, p, state, done, self.chunk_log, self.step_log)
             if p["stream"]
             else self._whole_sink(state, done)
         )
@@ -366,6 +369,8 @@ class EmulatorAPI:
             else:
                 msg = {"role": "assistant", "content": text}
             whole = whole_response(rid, chat, p, seq, state["words"], msg if chat else text)
+            if self.step_log is not None:
+                log_steps(self.step_log, rid, seq)
             _json(conn, 200, whole)
 
     @staticmethod
@@ -382,8 +387,8 @@ class EmulatorAPI:
 
     @staticmethod
     def _stream_sink(
-        conn: HttpConnection, chat: bool, rid: str, p: dict, state: dict, done: asyncio.Future, log=None
-    ):  # log: the --chunk-log file
+        conn: HttpConnection, chat: bool, rid: str, p: dict, state: dict, done: asyncio.Future, log=None, steps_log=None
+    ):  # log: the --chunk-log file; steps_log: the --step-log file
         include_usage = bool(p["opts"].get("include_usage"))
         continuous = include_usage and bool(p["opts"].get("continuous_usage_stats"))
         renderer: list[StreamRenderer] = []
@@ -391,41 +396,35 @@ class EmulatorAPI:
         last = [chatting.ANSWER]  # the phase of the last chunk with text: a chunk without inherits it
 
         interval = p.get("stream_interval", 1)
-        held: list[Emission] = []  # stream_interval: steps' outputs not sent yet
+        held: list[Emission] = []  # steps' outputs not sent yet (stream_interval, a reader behind)
+        chunks = [0]  # token-carrying chunks written so far (the step log's chunk numbers)
+        waiting: list[asyncio.Task] = []
+
+        async def when_writable() -> None:  # the reader caught up: what was held goes as one chunk
+            await conn.drain()
+            waiting.clear()
+            if held and not conn.closed:
+                write(_merged(held))
 
         def sink(em: Emission) -> None:
             if interval > 1:  # vLLM: send the first output, the last, and then every `interval` tokens
                 if renderer and not em.finished and sum(len(h.tokens) for h in held) + len(em.tokens) < interval:
                     held.append(em)
                     return
-                if held:
-                    em = Emission(
-                        em.seq,
-                        [t for h in held for t in h.tokens] + em.tokens,
-                        [w for h in held for w in h.words] + em.words,
-                        em.finished,
-                        held[0].start,
-                    )
-                    held.clear()
+            if not conn.writable:  # vLLM's output collector merges the outputs its handler has not sent
+                held.append(em)
+                if not waiting:
+                    waiting.append(asyncio.get_running_loop().create_task(when_writable()))
+                return
+            if held:
+                held.append(em)
+                em = _merged(held)
+            write(em)
+
+        def write(em: Emission) -> None:
             seq = em.seq
             if not renderer:  # first output: vLLM sends the role first (chat), then content
-                renderer.append(
-                    StreamRenderer(
-                        chat=chat,
-                        request_id=rid,
-                        model=p["model"],
-                        created=int(time.time()),
-                        prompt_tokens=len(seq.prompt),
-                        continuous_usage=continuous,
-                        prompt_token_ids=list(seq.prompt) if p["return_token_ids"] else None,
-                        return_token_ids=p["return_token_ids"],
-                        reasoning_details=p.get("reasoning", False),
-                        finish_fingerprint=None if include_usage else SYSTEM_FINGERPRINT,
-                        logprobs=None
-                        if p["logprobs"] is None
-                        else (lambda ids, text, at: parity.block(ids, text.split(" ")[1:], p["logprobs"], chat, at)),
-                    )
-                )
+                renderer.append(_renderer(chat, rid, p, seq, continuous, include_usage))
                 if chat:
                     conn.write_chunk(renderer[0].role())
             r = renderer[0]
@@ -442,6 +441,10 @@ class EmulatorAPI:
                 out += _ending(r, seq, p, include_usage)
             if written is not None and out:
                 written.append((time.monotonic_ns(), seq.emitted, seq.reasoning_tokens, phase))
+            if seq.steps is not None and em.tokens:
+                for i in em.steps:
+                    seq.steps[i][3] = chunks[0]
+                chunks[0] += 1
             if out:
                 conn.write_chunk(out)
             if written is not None and em.finished:
@@ -450,11 +453,60 @@ class EmulatorAPI:
                 log.write(json.dumps(record, separators=(",", ":")) + "\n")
                 log.flush()
             if em.finished:
+                if steps_log is not None:
+                    log_steps(steps_log, rid, seq)
                 conn.end_stream()
                 if not done.done():
                     done.set_result(None)
 
         return sink
+
+
+def _renderer(chat: bool, rid: str, p: dict, seq, continuous: bool, include_usage: bool) -> StreamRenderer:
+    return StreamRenderer(
+        chat=chat,
+        request_id=rid,
+        model=p["model"],
+        created=int(time.time()),
+        prompt_tokens=len(seq.prompt),
+        continuous_usage=continuous,
+        prompt_token_ids=list(seq.prompt) if p["return_token_ids"] else None,
+        return_token_ids=p["return_token_ids"],
+        reasoning_details=p.get("reasoning", False),
+        finish_fingerprint=None if include_usage else SYSTEM_FINGERPRINT,
+        logprobs=None
+        if p["logprobs"] is None
+        else (lambda ids, text, at: parity.block(ids, text.split(" ")[1:], p["logprobs"], chat, at)),
+    )
+
+
+def _merged(held: list[Emission]) -> Emission:
+    """The held steps' outputs as one (emptying `held`), as vLLM's output collector merges them."""
+    em = Emission(
+        held[-1].seq,
+        [t for h in held for t in h.tokens],
+        [w for h in held for w in h.words],
+        held[-1].finished,
+        held[0].start,
+        tuple(i for h in held for i in h.steps),
+    )
+    held.clear()
+    return em
+
+
+def log_steps(out, rid: str, seq) -> None:
+    """The request's line in the --step-log: what the engine did for it, step by step, written by
+    the server (not by any reader of its stream): [drafts verified, accepted, tokens emitted, the
+    stream chunk that carried them (0 the first; -1 not streamed)], the prefill's step first."""
+    record = {
+        "id": rid,
+        "finish_reason": seq.finish_reason,
+        "prompt_tokens": len(seq.prompt),
+        "completion_tokens": seq.emitted,
+        "steps": seq.steps or [],
+    }
+    out.write(json.dumps(record, separators=(",", ":")) + "\n")
+    out.flush()
 
 
 def _ending(r, seq, p: dict, include_usage: bool) -> bytes:

@@ -50,6 +50,8 @@ class EngineConfig:
     reasoning: bool = False
     # the model calls a request's tools when it sees fit (--enable-auto-tool-choice with a parser)
     tool_calls: bool = False
+    # every request keeps its steps (drafted, accepted, emitted) for the server's --step-log
+    step_log: bool = False
 
 
 @dataclass(eq=False, slots=True)
@@ -94,6 +96,9 @@ class Sequence:
     max_tokens_param: int | None = None  # max_tokens as the request set it (vLLM's histogram of it)
     cached: int = 0  # prompt tokens its latest admission found in the prefix cache
     preemptions: int = 0
+    # with the step log: each step that emitted for it, [drafted, accepted, emitted, chunk] (the
+    # API sets chunk: which of its stream's chunks carried the step)
+    steps: list[list[int]] | None = None
     first_token: float | None = None
     last_token: float | None = None
     finished: bool = False
@@ -124,6 +129,7 @@ class Emission:
     words: list[str]
     finished: bool
     start: int = 0  # the output position of its first token
+    steps: tuple[int, ...] = ()  # with the step log: its steps (indices into seq.steps)
 
 
 @dataclass(slots=True)
@@ -454,11 +460,13 @@ class Engine:
             seq.computed += n
             if seq.computed < seq.context:
                 continue  # a prefill chunk; more to come
+            drafted = accepted = 0
             if decoding:
                 if self.spec is not None:
                     self.stats.spec_verify_calls += 1
                 if seq.sd is not None:
                     seq.sd.decode_steps += 1
+                drafted = max(seq.scheduled_drafts, n - 1)  # as _verify counts them
                 accepted = self._verify(seq, n - 1, seq.scheduled_drafts)
                 seq.scheduled_drafts = 0
                 seq.computed -= (n - 1) - accepted  # rejected drafts' KV is freed
@@ -466,7 +474,13 @@ class Engine:
                 count = accepted + 1
             else:
                 count = 1
-            emissions.append(self._emit(seq, count, now))
+            em = self._emit(seq, count, now)
+            if self.cfg.step_log:
+                if seq.steps is None:
+                    seq.steps = []
+                em.steps = (len(seq.steps),)
+                seq.steps.append([drafted, accepted, len(em.tokens), -1])
+            emissions.append(em)
         self._gauges()
         return emissions
 
