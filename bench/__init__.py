@@ -37,6 +37,7 @@ VALIDATION = (
     "qwen_cpu",  # the Qwen2.5-Coder pair on vLLM's CPU build
     "qwen_fit",  # the emulator fitted on some real cells, judged on the others
     "ramp",  # a ramp in real time beside the same in virtual time
+    "reconcile_corpus",  # real streams (emulator, vLLM with the Qwen pair) for the rule's mutation test
     "sd_controls",  # vLLM's SD controls against fixed k and the oracle
     "self_draft",  # vLLM's draft-model path with the target as its own drafter
     "suffix_acceptance",  # suffix decoding's acceptance on real data

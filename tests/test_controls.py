@@ -125,11 +125,10 @@ num_speculative_tokens_per_batch_size = [[1, 2, 3], [3, 256, 0]]
     assert server_pids() <= before
     s = json.loads((out / "cells" / "eagle3-k0" / "chat" / "c4" / "summary.json").read_text())
     rec = s["acceptance_client"]["reconciliation"]
-    assert rec["exact"] is True, rec
-    # three counts: the per-request ones sum to the counter, and so does the stream's own count
-    # (one chunk a step: nothing coalesced) plus the drafts accepted past the end
-    assert rec["server_per_request"] == rec["server_counter"] == rec["accepted_tokens"] + rec["past_end"]["tokens"]
-    assert rec["stream"]["coalesced_steps"] == 0 and rec["unexplained"]["tokens"] == 0
+    # every request's count fits its stream by the rule (checked request by request), and the
+    # per-request counts sum to the counter
+    assert rec["exact"] is True and rec["requests_checked"] == rec["requests"] >= 12, rec
+    assert rec["server_per_request"] == rec["server_counter"] and rec["unexplained"]["requests"] == 0
     sd = s["spec_decode"]
     reported = s["acceptance_client"]["server_reported"]
     assert reported["spec_steps"] == sd["drafts"]  # verify steps: those that drafted

@@ -107,7 +107,9 @@ def test_acceptance_waste_and_per_request_tables(report):
     assert (sd["client_accepted_tokens"] == sd["client_stream_accepted_tokens"]).all()
     assert sd["client_over_server"].between(0.95, 1.0).all()
     base = acc[acc["variant"] == "baseline"]
-    assert (base["client_accepted_tokens"] == 0).all() and base["reconciled"].all()
+    # a baseline: nothing to reconcile (the server drafted nothing), and the table says so
+    assert (base["client_accepted_tokens"] == 0).all() and base["reconciled"].isna().all()
+    assert (base["reconciliation"] == "nothing to reconcile: the server drafted nothing").all()
     steps = csv(report, "steps")
     assert steps.groupby(["workload", "variant"])["share"].sum().round(9).eq(1).all()
     assert set(steps.loc[steps["variant"] == "baseline", "tokens_per_step"]) == {1}

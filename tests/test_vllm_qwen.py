@@ -22,7 +22,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import REPO, a_core_of_its_own, drop_one_draft, reconciled
+from tests.conftest import REPO, a_core_of_its_own, move_drafts, reconciled
 from tests.test_vllm_cpu import cell_figures, check_counters, on_one_core, requests_of, sweep_argv, vllm  # noqa: F401
 
 NUM, TOKENS = 2, 16
@@ -37,7 +37,11 @@ def qwen(vllm, tmp_path_factory):  # noqa: F811
     shipped = (REPO / "servers" / "deployments" / "qwen2.5-coder-1.5b-vllm-cpu.toml").read_text()
     assert shipped.count('\nVLLM_CPU_KVCACHE_SPACE = "4"') == 1
     dep = out.parent / "qwen2.5-coder-1.5b-vllm-cpu.toml"
-    dep.write_text(shipped.replace('\nVLLM_CPU_KVCACHE_SPACE = "4"', '\nVLLM_CPU_KVCACHE_SPACE = "1"'))
+    dep.write_text(
+        shipped.replace('\nVLLM_CPU_KVCACHE_SPACE = "4"', '\nVLLM_CPU_KVCACHE_SPACE = "1"').replace(
+            '"--per-request-spec-decode-metrics", "summary"', '"--per-request-spec-decode-metrics", "detailed"'
+        )
+    )
     argv = sweep_argv(str(dep), "draft-model", out, "1")
     argv[argv.index("code-edit")] = f"code-edit,output=fixed:{TOKENS}"
     argv[argv.index("--num-requests") + 1] = str(NUM)
@@ -65,12 +69,20 @@ def test_a_trained_draft_model_is_accepted_and_counted_as_vllm_counts(qwen):
         frame = requests_of(qwen["out"], key)
         # stream_interval 2: chunks of several steps, told apart from accepted drafts by the rule
         assert max(n for t in frame["chunk_tokens"] for n in list(t)) >= 2, key
-    # the stream as stored reconciles with vLLM's counts again; with one accepted draft taken out
-    # of one chunk it does not, and says so (loadgen/measures/reconcile.py: a check that can fail)
+    # the stream as stored reconciles with vLLM's counts again, each request against vLLM's own
+    # per-step record (--per-request-spec-decode-metrics detailed: a fourth source); with k + 1 = 4
+    # accepted drafts moved from one request's count to the other's (the sum unchanged) it does
+    # not, and names the request (loadgen/measures/reconcile.py: a check that can fail)
     cell = qwen["out"] / "cells" / "draft-model" / "code-edit" / "c1"
-    assert reconciled(cell)["exact"] is True
-    mutated = reconciled(cell, drop_one_draft)
-    assert mutated["exact"] is False and mutated["stream_unmatched"] == {"tokens": 1, "requests": 1}, mutated
+    frame = requests_of(qwen["out"], "draft-model/code-edit/c1")
+    assert frame["server_step_accepted"].notna().all(), "vLLM sent no per-step record"
+    again = reconciled(cell)
+    assert again["exact"] is True and again["requests_checked"] == NUM, again
+    moved: list = []
+    mutated = reconciled(cell, lambda f: moved.append(move_drafts(f, 4)))
+    assert mutated["exact"] is False and mutated["server_per_request"] == again["server_per_request"], mutated
+    loser = int(frame["index"].iloc[moved[0][0]])
+    assert loser in [r["index"] for r in mutated["unexplained_requests"]], (loser, mutated)
     # the 0.5B's drafts of the 1.5B's greedy answers: most accepted (87% at one user in the
     # issue's run; a random draft model's, 0)
     assert rates[keys[0]] > 0.5, rates
