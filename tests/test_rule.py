@@ -153,3 +153,16 @@ def test_a_baseline_is_not_called_exact():
     rec = s["acceptance_client"]["reconciliation"]
     assert rec["exact"] is None and rec["checked"] == "nothing to reconcile: the server drafted nothing", rec
     assert rec["stream"]["raw"] == 1 and np.isclose(rec["stream"]["accepted_tokens"], 0)
+
+
+def test_reconcile_reports_the_lost_draft_and_the_stop_request():
+    """The two other hand-made cases above through reconcile(), beside an honest request: the
+    lost draft (chunks 2, 2, 4, the server's 6 in 3 verify steps: only 5 fits) and the stop
+    request (chunks 2, 3, 4, the server's 8: only 6 fits), each named with what would fit; the
+    honest one (chunks 3, 2, 4, 6) is not. The counter agrees with the counts' sum: 6 + 6 + 8."""
+    cases = [([3, 2, 4], 6, 3, "length"), ([2, 2, 4], 6, 3, "length"), ([2, 3, 4], 8, 3, "stop")]
+    rec = _reconciled(cases, 20, DRAFT_MODEL)
+    assert rec["server_per_request"] == rec["server_counter"] == 20 and rec["exact"] is False
+    named = {r["index"]: (r["fits"], r["off"], r["finish_reason"]) for r in rec["unexplained_requests"]}
+    assert named == {1: ([5, 5], 1, "length"), 2: ([6, 6], 2, "stop")}, named
+    assert rec["unexplained"] == {"tokens": 3, "requests": 2}
