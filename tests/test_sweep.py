@@ -639,3 +639,23 @@ def test_a_deployment_with_bad_controls_is_refused_before_any_server(tmp_path):
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0, res.stderr
     assert "variant 'a'" in res.stderr and "ranges must be non-overlapping" in res.stderr, res.stderr
     assert not (tmp_path / "out" / "servers").exists()
+
+
+def test_traces_of_a_draft_model_cell_estimate_its_drafter_at_the_runs_k(tmp_path):
+    """Every cell's config records its variant's speculative config, so `loadgen traces` on a
+    draft-model cell estimates the draft model at the run's k without --drafter (and the
+    accepted-draft rule knows a model drafter drafts every step)."""
+    out = tmp_path / "out"
+    res = run_cli(
+        "sweep", "--servers", "qwen3-8b", "--engine", "emulator", "--variants", "draft_model",
+        "--workloads", "synthetic:random,input_len=64,output_len=24", "--concurrency", "1",
+        "--num-requests", "2", "--warmup", "0", "--token-ids", "--quiet", "--output", str(out),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    cell = out / "cells" / "draft_model" / "synthetic-random" / "c1"
+    config = json.loads((cell / "summary.json").read_text())["config"]
+    assert json.loads(config["speculative_config"])["method"] == "draft_model"
+    traces = run_cli("traces", str(cell))
+    assert traces.returncode == 0, traces.stderr
+    assert "acc_draft_model: estimated from this run at k=3" in traces.stdout + traces.stderr, traces
+    assert "drafters: ngram, draft_model" in traces.stdout

@@ -17,8 +17,8 @@ MODEL_DRAFTERS = ("eagle", "eagle3", "draft_model", "mtp")
 
 
 def served_drafter(config: dict) -> tuple[str, int] | None:
-    """(method, k) of the run's server, when its config says (the embedded emulator, a
-    simulation) and it is a model drafter."""
+    """(method, k) of the run's server, when its config says (a sweep's cell, the embedded
+    emulator, a simulation) and it is a model drafter."""
     text = config.get("speculative_config")
     if not text:
         return None
