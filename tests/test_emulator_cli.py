@@ -48,6 +48,8 @@ def serve(*args: str) -> subprocess.CompletedProcess:
         (["some/unknown-model"], "no profile for model 'some/unknown-model'"),
         ([LLAMA, "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'], "no mtp drafter"),
         ([LLAMA, "--max-num-seqs", "0"], "--max-num-seqs must be >= 1"),
+        ([LLAMA, "--send-buffer", "0"], "--send-buffer must be at least 1 byte, got 0"),
+        ([LLAMA, "--step-log", "/nonexistent/steps.jsonl"], "cannot write --step-log '/nonexistent/steps.jsonl'"),
         (
             [LLAMA, "--per-request-spec-decode-metrics", "summary"],  # vLLM's own refusal
             "--per-request-spec-decode-metrics requires speculative decoding to be enabled",

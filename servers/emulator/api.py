@@ -398,6 +398,7 @@ class EmulatorAPI:
         interval = p.get("stream_interval", 1)
         held: list[Emission] = []  # steps' outputs not sent yet (stream_interval, a reader behind)
         chunks = [0]  # token-carrying chunks written so far (the step log's chunk numbers)
+        unsent: list[int] = []  # steps whose tokens no chunk carried yet (a parser holding them back)
         waiting: list[asyncio.Task] = []
 
         async def when_writable() -> None:  # the reader caught up: what was held goes as one chunk
@@ -442,9 +443,12 @@ class EmulatorAPI:
             if written is not None and out:
                 written.append((time.monotonic_ns(), seq.emitted, seq.reasoning_tokens, phase))
             if seq.steps is not None and em.tokens:
-                for i in em.steps:
-                    seq.steps[i][3] = chunks[0]
-                chunks[0] += 1
+                unsent.extend(em.steps)
+                if out:  # the chunk that carries them
+                    for i in unsent:
+                        seq.steps[i][3] = chunks[0]
+                    unsent.clear()
+                    chunks[0] += 1
             if out:
                 conn.write_chunk(out)
             if written is not None and em.finished:
