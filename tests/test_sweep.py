@@ -659,3 +659,17 @@ def test_traces_of_a_draft_model_cell_estimate_its_drafter_at_the_runs_k(tmp_pat
     assert traces.returncode == 0, traces.stderr
     assert "acc_draft_model: estimated from this run at k=3" in traces.stdout + traces.stderr, traces
     assert "drafters: ngram, draft_model" in traces.stdout
+
+
+def test_a_virtual_sweep_plans_what_the_real_one_sends():
+    """On the embedded default, `sweep --virtual` plans the real-time sweep's cells: the same
+    workloads (128-token answers), levels and requests per cell, from the same seed, so the two
+    are one experiment in two clocks, not two."""
+    real, virtual = cli("sweep", "--dry-run"), cli("sweep", "--virtual", "--dry-run")
+    assert real.returncode == virtual.returncode == 0, (real.stderr, virtual.stderr)
+
+    def plan(out: str) -> list[str]:
+        return [ln for ln in out.splitlines() if ln.startswith(("4 variants", "  workload", "measured requests"))]
+
+    assert plan(real.stdout) == plan(virtual.stdout) and len(plan(real.stdout)) == 4, (real.stdout, virtual.stdout)
+    assert "  workload chat: chat,output=fixed:128" in plan(virtual.stdout)
