@@ -164,6 +164,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.every < 1:
         p.error("--every must be >= 1")
+    if args.recv_buffer is not None and args.recv_buffer < 1:
+        p.error(f"--recv-buffer must be at least 1 byte, got {args.recv_buffer}")
     try:
         asyncio.run(_main(args))
     except KeyboardInterrupt:

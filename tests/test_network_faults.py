@@ -6,13 +6,15 @@ with exit code 2 and its reason."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from contextlib import contextmanager
 
 import pandas as pd
 import pytest
 
 from servers.embedded import canned_server, server_process
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 
 @contextmanager
@@ -101,3 +103,15 @@ def test_a_refused_connect_is_recorded_and_max_error_rate_stops_the_run(tmp_path
     assert "over --max-error-rate 0.5" in res.stderr and "connection_refused" in res.stderr
     assert summary["stopped_early"] and not summary["interrupted"]
     assert 20 <= len(frame) < 500 and (~frame["ok"]).sum() >= 20
+
+
+def test_a_bad_receive_buffer_is_one_line():
+    res = subprocess.run(
+        [sys.executable, "-m", "servers.faultproxy", "--upstream", "http://127.0.0.1:1", "--recv-buffer", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
+    assert res.returncode == 2 and "--recv-buffer must be at least 1 byte, got 0" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
