@@ -258,6 +258,12 @@ def _differences(rec: dict, seen, ok, reported, stream, finish, k) -> list[str]:
             f"{fig['coalesced_steps']} engine steps arrived inside other chunks (coalesced), {what} "
             f"({fig['raw']} tokens beyond one a chunk, {fig['coalesced_steps']} of them merged steps' own)"
         )
+    told = rec["coalesced"]["tokens"] - fig["coalesced_steps"]
+    if rec["source"] == "stream_with_step_counter" and per_request is not None and told > 0:
+        lines.append(
+            f"{told} coalesced steps the step counter did not show (steps that drafted nothing), found by the "
+            "per-request rule: the stream's count is that much high"
+        )
     if rec["unexplained"]["requests"]:
         lines.append(
             f"{rec['unexplained']['requests']} requests break the rule by {rec['unexplained']['tokens']} accepted "
