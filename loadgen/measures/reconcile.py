@@ -40,7 +40,6 @@ RULE = (  # docs/metrics.md, "Accepted drafts: three sources and the rule"
     "length or stop (loadgen/measures/rule.py)"
 )
 
-_ENDS = ENDS
 _NAMED = 5  # requests named in the reconciliation when they break the rule
 _ALWAYS_DRAFTS = ("draft_model", "eagle", "eagle3", "mtp", "medusa")
 
@@ -179,7 +178,7 @@ def reconcile(
         "past_end": _part(past, seen),
         "coalesced": _part(coal, seen),
         "unexplained": {"tokens": int(off[seen].sum()), "requests": int(broken[seen].sum())},
-        "unexplained_requests": _named(rows, verdicts, finish),
+        "unexplained_requests": _named(rows, verdicts, finish, server_acc),
         "stream_unmatched": _part(unmatched, seen),
     }
     out["exact"] = _exact(out, reported, seen, nothing_drafted)
@@ -188,7 +187,7 @@ def reconcile(
     return {"measured": figure, "reconciliation": out}
 
 
-def _named(rows, verdicts: dict, finish) -> list[dict]:
+def _named(rows, verdicts: dict, finish, server) -> list[dict]:
     """The first requests that break the rule, each with what its server said and what would fit."""
     ids = rows.col("request_id").astype(object).to_numpy() if "request_id" in rows else None
     index = rows.array("index") if "index" in rows else None
@@ -203,7 +202,7 @@ def _named(rows, verdicts: dict, finish) -> list[dict]:
                 "request": None if ids is None else str(ids[i]),
                 "index": None if index is None else int(index[i]),
                 "finish_reason": str(finish[i]),
-                "server": int(rows.array("server_accepted_tokens", float)[i]),
+                "server": int(server[i]),
                 "fits": None if v.low is None else [v.low, v.high],
                 "off": v.off,
             }
@@ -290,7 +289,7 @@ def _differences(rec: dict, seen, ok, reported, stream, finish, k) -> list[str]:
         lines.append(f"{int(missing.sum())} requests streamed multi-token chunks without a per-request count")
     if per_request is None and counter is not None and rec["source"] == "stream_with_step_counter":
         gap = counter - fig["accepted_tokens"]
-        ends = seen & np.isin(finish, _ENDS)
+        ends = seen & np.isin(finish, ENDS)
         room = int(ends.sum()) * k if k is not None else None
         if 0 < gap and (room is None or gap <= room):
             lines.append(

@@ -83,6 +83,14 @@ def _parser() -> argparse.ArgumentParser:
         help="the model calls the request's tools when it sees fit (needs --tool-call-parser)",
     )
     s.add_argument("--tool-call-parser", help="stream tool calls as `tool_calls` deltas; one of vLLM 0.32's names")
+    _client_test_flags(s)
+    return p
+
+
+def _client_test_flags(s: argparse.ArgumentParser) -> None:
+    """The flags a test of a client uses (no vLLM has them): the server's own records of what it
+    sent and did (--chunk-log, --step-log), a send buffer small enough for a slow reader to show,
+    and a crash on cue."""
     s.add_argument(
         "--chunk-log",
         metavar="FILE",
@@ -110,7 +118,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="fault injection: crash (exit 70 at once, streams cut) when request N+1 arrives",
     )
-    return p
 
 
 def _emulator_flags(s: argparse.ArgumentParser) -> None:
