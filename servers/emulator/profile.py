@@ -110,6 +110,9 @@ class Profile:
     drafters: dict[str, Drafter]
     tensor_parallel_size: int
     data: dict = field(repr=False)
+    own: dict = field(default_factory=dict, repr=False)  # [acceptance_fitted.METHOD.CLASS]: the model's own
+    machine: dict = field(default_factory=dict)  # [machine]: where its costs were measured (fingerprint.py)
+    data_models: tuple[str, ...] = ()  # the models the acceptance data file describes
 
     def content(self, cls: str) -> ContentParams:
         section = self.data.get("content", {})
@@ -124,13 +127,43 @@ class Profile:
             raise ProfileError(f"profile {self.name!r} has no [thinking] content: it cannot serve a reasoning model")
         return ContentParams(**params)
 
-    def acceptance(self, method: str, cls: str) -> RegimeParams:
+    def _lookup(self, method: str, cls: str) -> tuple[dict | None, str]:
+        """A drafter's acceptance parameters for a kind of request, and where they came from: the
+        profile's own [acceptance_fitted.METHOD.CLASS] first (`loadgen fit`), then the data file's table (its
+        class, `default`, the table it `shares`, `chat`)."""
+        own = self.own.get(method, {})
+        if own.get(cls):
+            return own[cls], "own"
         name = self.drafters[method].acceptance
-        table = self.data.get(name or "", {})
-        params = table.get(cls) or table.get("default") or table.get("chat")
+        table, via = self.data.get(name or "", {}), name or ""
+        params = table.get(cls) or table.get("default")
+        while params is None and isinstance(table.get("shares"), str):
+            via = table["shares"]
+            table = self.data.get(via, {})
+            params = table.get(cls) or table.get("default")
+        return params or table.get("chat"), via
+
+    def acceptance(self, method: str, cls: str) -> RegimeParams:
+        params, _ = self._lookup(method, cls)
         if params is None:
             raise ProfileError(f"profile {self.name!r} has no acceptance data for {method}")
         return RegimeParams(**params)
+
+    def acceptance_note(self, method: str, cls: str) -> str | None:
+        """In words, when a drafter's acceptance for this kind of request is not its own: shared
+        with another head (no source separates them) or borrowed from another model's data. None
+        when it is the model's own (fitted by `loadgen fit`, or the data file describes it)."""
+        if method not in self.drafters or self.drafters[method].acceptance is None:
+            return None
+        _, via = self._lookup(method, cls)
+        if via == "own":
+            return None
+        said = []
+        if via != self.drafters[method].acceptance:
+            said.append(f"shares {via}'s (no source separates them)")
+        if not set(self.models) & set(self.data_models):
+            said.append(f"borrowed from {self.data_models[0] if self.data_models else 'another model'}'s data")
+        return f"{method} acceptance on {cls}: {', '.join(said)}" if said else None
 
 
 def available() -> list[str]:
@@ -174,6 +207,9 @@ def load(name: str) -> Profile:
         drafters=drafters,
         tensor_parallel_size=int(raw.get("tensor_parallel_size", 1)),
         data=data,
+        own=raw.get("acceptance_fitted", {}),
+        machine=dict(raw.get("machine", {})),
+        data_models=tuple(data.get("models", ())),
     )
 
 
