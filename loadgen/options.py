@@ -109,6 +109,7 @@ class SimOptions(ResultOptions, WorkloadOptions, LoadOptions):
     """`loadgen simulate`'s options."""
 
     profile: str | None = None
+    profile_anyway: bool = False  # a profile fitted on another machine used anyway, every output marked
     model: str | None = None
     spec_json: str | None = None  # --speculative-config
     endpoint: str = "completions"
@@ -144,6 +145,9 @@ class SweepOptions(SamplingOptions):
     warmup: int | None = None
     virtual: bool = False
     replay: str | None = None  # with virtual: a real sweep whose cells' requests are served as they were
+    traces_from: str | None = None  # with virtual: real sweeps whose other cells give each cell its work and acceptance
+    profile_anyway: bool = False  # a profile fitted on another machine used anyway, every output marked
+    profile: str | None = None  # the emulator's cost profile (a name or a .toml file), over the deployment's
     repeats: int = 1
     seed: int = 0
     endpoint: str = "completions"

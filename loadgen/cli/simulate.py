@@ -13,6 +13,11 @@ from loadgen.simulate import CLIENT_RTT_S
 
 @main.command()
 @click.option("--profile", help="Emulator cost profile (default: the one whose models include --model).")
+@click.option(
+    "--profile-anyway",
+    is_flag=True,
+    help="Use a profile fitted on another machine as it is (refused without); every output says so.",
+)
 @click.option("--model", default=None, help="Model name to record [default: the profile's first].")
 @click.option(
     "--speculative-config",

@@ -84,9 +84,28 @@ from servers.deployments.catalog import available as catalog_names
 @click.option(
     "--replay",
     metavar="DIR",
-    help="With --virtual: each cell serves the requests the real sweep in DIR (run with "
-    "--token-ids) served in the same cell, as it served them: its prompt and output token ids "
-    "and its acceptance at every position (docs/sweep.md).",
+    help="With --virtual: re-price the real sweep in DIR (run with --token-ids): each cell serves "
+    "the requests the same real cell served, its prompt and output token ids and its acceptance at "
+    "every position; reads the cell itself, so not a prediction (docs/sweep.md).",
+)
+@click.option(
+    "--traces-from",
+    metavar="DIR[,DIR...]",
+    help="With --virtual: predict each cell from real sweeps' other cells (run with --token-ids): "
+    "the same requests' tokens and the variant's acceptance from a cell of the same workload at "
+    'another level or k, never the cell itself (docs/sweep.md, "Predicting cells").',
+)
+@click.option(
+    "--profile",
+    metavar="NAME|FILE.toml",
+    help="On the emulator: price every variant with this cost profile (one `loadgen fit` wrote, "
+    'or a catalog name) instead of the deployment\'s (docs/emulator.md, "A profile of your own machine").',
+)
+@click.option(
+    "--profile-anyway",
+    is_flag=True,
+    help="Use an emulator profile fitted on another machine or dtype as it is (refused without); "
+    'every output says so (docs/emulator.md, "A profile of your own machine").',
 )
 @click.option(
     "--repeats",

@@ -32,6 +32,11 @@ def _positive_ints(text: str, flag: str) -> list[int]:
 )
 @click.option("--model", help="Pick the profile by the model it serves.")
 @click.option(
+    "--profile-anyway",
+    is_flag=True,
+    help="Use a profile fitted on another machine as it is (refused without); every output says so.",
+)
+@click.option(
     "--batch",
     "batches",
     default=",".join(map(str, BATCHES)),
@@ -88,6 +93,7 @@ def whatif(
     traces: Path,
     profile: str | None,
     model: str | None,
+    profile_anyway: bool,
     batches: str,
     ks: str,
     drafters: str | None,
@@ -134,6 +140,7 @@ def whatif(
             protocol,
             seed,
             schedule,
+            profile_anyway,
         ),
         progress=lambda line: click.echo(line, err=True),
     )

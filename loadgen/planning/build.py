@@ -10,7 +10,8 @@ from typing import Any
 from loadgen.errors import LoadgenError
 from loadgen.load.timescale import TimeScaleError, parse_scale
 from loadgen.options import SweepOptions, extra_body, with_sampling
-from loadgen.planning.plan import Plan, PlanError, labels, levels, servers, split_workloads
+from loadgen.planning.plan import Plan, PlanError, labels, levels, servers, split_workloads, with_profile
+from loadgen.planning.profiles import checked
 from loadgen.shapes import Shape
 from loadgen.shapes import options as shape_options
 from servers.deployments import DeploymentError, acceptance_variant, load, with_acceptance_lengths
@@ -67,6 +68,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         dep = load(o.servers or EMBEDDED.servers).with_engine(o.engine or (EMBEDDED.engine if embedded else None))
     except DeploymentError as e:
         raise LoadgenError(str(e)) from None
+    dep = with_profile(dep, _profile(o, dep))
     dep, variants, templates, lengths = _variants(o, dep, embedded)
     own = _own_shape(o)
     mode, lv, specs = _levels(o, own, preset)
@@ -82,6 +84,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
     names = [_open(spec, o.data_dir).name for spec in specs]
     if o.virtual:
         _check_virtual(o, dep)
+    mismatch = checked(dep, variants, o.profile_anyway)
     time_scale = None if o.virtual else _time_scale(o.time_scale, dep)
     arrival = o.arrival or ("gamma" if o.burstiness is not None else "poisson")
     where = o.servers or EMBEDDED.servers
@@ -122,6 +125,9 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
         repeats=o.repeats or 1,
         virtual=bool(o.virtual),
         replay=_replay(o),
+        traces_from=_traces_from(o),
+        profile_mismatch=mismatch or None,
+        profile=_profile(o, dep),
         shape=None if own is None else own[0],
     )
     return plan, dep
@@ -264,6 +270,45 @@ def _replay(o: SweepOptions) -> str | None:
     return str(where.resolve())
 
 
+def _profile(o: SweepOptions, dep) -> str | None:
+    """--profile: a profile's name or a .toml file (made absolute), only on the emulator."""
+    if o.profile is None:
+        return None
+    if dep.engine != "emulator":
+        raise LoadgenError(
+            f"--profile prices the emulator; deployment {dep.name!r} runs on {dep.engine}: add --engine emulator"
+        )
+    from servers.emulator import profile as profiles
+
+    name = str(Path(o.profile).expanduser().resolve()) if o.profile.endswith(".toml") else o.profile
+    try:
+        profiles.load(name)
+    except (profiles.ProfileError, OSError, KeyError, ValueError) as e:
+        raise LoadgenError(f"--profile {o.profile}: {e}") from None
+    return name
+
+
+def _traces_from(o: SweepOptions) -> list[str] | None:
+    """--traces-from: real sweeps' directories, only with --virtual and not with --replay."""
+    if o.traces_from is None:
+        return None
+    if not o.virtual:
+        raise LoadgenError("--traces-from predicts cells in virtual time: add --virtual")
+    if o.replay is not None:
+        raise LoadgenError("--traces-from predicts from other cells, --replay re-prices the same cell: give one")
+    out = []
+    for given in (x.strip() for x in o.traces_from.split(",") if x.strip()):
+        where = Path(given).expanduser()
+        if not (where / "manifest.json").is_file():
+            raise LoadgenError(
+                f"--traces-from {given}: no sweep there (no manifest.json); give sweeps' output directories"
+            )
+        out.append(str(where.resolve()))
+    if not out:
+        raise LoadgenError("--traces-from: give one or more sweeps' output directories, separated by commas")
+    return out
+
+
 def _time_scale(given: str | None, dep) -> str | float | None:
     """The sweep's time scale: on the emulator, --time-scale (auto or a number), else the
     deployment's own emulator_args --time-scale, else auto; None for a real server."""
@@ -346,7 +391,8 @@ def describe(plan: Plan, dep) -> str:
     """The plan in words (`loadgen sweep --dry-run`)."""
     cells = plan.cells()
     rounds = f" x {plan.repeats} repeats" if plan.repeats > 1 else ""
-    lines = [
+    lines = [f"PROFILE MISMATCH (--profile-anyway): {m}" for m in plan.profile_mismatch or []]
+    lines += [
         f"{len(plan.variants)} variants x {len(plan.workloads)} workloads x {len(plan.levels)} levels{rounds} "
         f"= {len(cells)} cells ({'closed loop, concurrency' if plan.mode == 'closed' else 'open loop, req/s'} "
         f"{', '.join(f'{lv:g}' for lv in plan.levels)}), {plan.warmup} warm-up request(s) per cell",

@@ -74,6 +74,13 @@ def labels(specs: list[str], names: list[str]) -> list[str]:
     return out
 
 
+def with_profile(dep, profile: str | None):
+    """The deployment on the emulator pricing with `profile` (--profile), over its own emulator_args."""
+    from dataclasses import replace
+
+    return dep if profile is None else replace(dep, emulator_args=(*dep.emulator_args, "--profile", profile))
+
+
 @dataclass(frozen=True)
 class Cell:
     variant: str
@@ -140,6 +147,12 @@ class Plan:
     repeats: int = 1  # each cell measured this many times (rounds, each on a fresh server)
     virtual: bool = False  # every cell simulated in virtual time, no server (loadgen.sweep.simulated)
     replay: str | None = None  # virtual: a real sweep (--token-ids) whose cells' requests each cell serves as served
+    # virtual: real sweeps (--token-ids) whose other cells give each predicted cell its requests'
+    # tokens and acceptance, never the cell itself (loadgen.sweep.predicted)
+    traces_from: list[str] | None = None
+    # the emulator's profiles fitted on another machine, used with --profile-anyway: one sentence each
+    profile_mismatch: list[str] | None = None
+    profile: str | None = None  # engine emulator: --profile, the cost profile every variant prices with
     # a load shape of its own instead of steady levels (--ramp, or any member of loadgen.shapes
     # that is not the closed or open loop): its options as given, one level (its peak)
     shape: dict | None = None
@@ -149,7 +162,7 @@ class Plan:
         axis's variants (DeploymentError for a bad one)."""
         from servers.deployments import load, with_acceptance_lengths
 
-        dep = load(self.deployment).with_engine(self.engine)
+        dep = with_profile(load(self.deployment).with_engine(self.engine), self.profile)
         if self.acceptance_lengths:
             dep = with_acceptance_lengths(dep, self.acceptance_templates or [], self.acceptance_lengths)
         return dep

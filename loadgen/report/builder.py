@@ -366,6 +366,10 @@ def _summary(r: _Report) -> Section:
     summary.chart = interactive.speedup_chart(t["speedup"], r.col, sw.baseline)
     if sw.single:  # one run: no variants to weigh against each other
         summary.lead, summary.chart = [_single_sentence(sw)], ""
+    summary.lead = [
+        f"Priced on a profile of another machine (--profile-anyway): {m}; its figures describe that machine."
+        for m in plan.get("profile_mismatch") or []
+    ] + summary.lead
     r.plotly = bool(summary.chart)
     return summary
 

@@ -131,22 +131,37 @@ def run_simulation(job: SimJob) -> Simulated:
     return Simulated(request_frame(result.run.records), result, job, wall)
 
 
+def _profile(o: SimOptions, note, config: dict) -> tuple[str, dict]:
+    """The profile simulated (--profile, or the one serving --model), held to this machine: one
+    fitted elsewhere refused unless --profile-anyway, then said first and kept in the config."""
+    from loadgen.planning.profiles import held
+    from servers.emulator import profile as profiles
+
+    name = o.profile or (profiles.for_model(o.model) if o.model else None)
+    if name is None:
+        raise LoadgenError("give --profile (one of " + ", ".join(profiles.available()) + ") or a --model it serves")
+    mismatch = held(name, o.profile_anyway)
+    if mismatch:
+        note(f"PROFILE MISMATCH (--profile-anyway): {mismatch}")
+        config["profile_mismatch"] = mismatch
+    return name, config
+
+
 def sim_job(o: SimOptions, note=lambda _: None, config: dict | None = None) -> SimJob:
     """`loadgen simulate`'s options as a SimJob (every option checked, in one line each; the
     --acceptance-traces file opened first, so a bad path costs nothing)."""
     from loadgen.options import extra_body
+    from loadgen.planning.profiles import prompt_texts, said_of
     from loadgen.run.options import load_shape, objectives, think, workload
     from servers.emulator import chat
     from servers.emulator import profile as profiles
     from servers.emulator.engine import EngineConfig
     from servers.emulator.spec import SpecError, parse
 
+    name, config = _profile(o, note, dict(config or {}))
     load, num = load_shape(o)
     wl = workload(o, note=note, load=load)
     goals = objectives(o.goodput_specs)
-    name = o.profile or (profiles.for_model(o.model) if o.model else None)
-    if name is None:
-        raise LoadgenError("give --profile (one of " + ", ".join(profiles.available()) + ") or a --model it serves")
     for key, given in (
         ("max_num_seqs", o.max_num_seqs),
         ("max_num_batched_tokens", o.max_num_batched_tokens),
@@ -159,6 +174,8 @@ def sim_job(o: SimOptions, note=lambda _: None, config: dict | None = None) -> S
         spec = parse(o.spec_json)
     except (profiles.ProfileError, SpecError) as e:
         raise LoadgenError(str(e)) from None
+    for said in said_of(name, spec.method if spec else None, prompt_texts(wl, o.seed)):
+        note(f"note: {said}")
     try:
         chat.check_parsers(o.reasoning_parser, o.tool_call_parser, False)
     except chat.ChatError as e:
@@ -206,6 +223,6 @@ def sim_job(o: SimOptions, note=lambda _: None, config: dict | None = None) -> S
         spec_json=o.spec_json,
         traces=traces,
         objectives=goals,
-        config=dict(config or {}),
+        config=config,
         steady_state=o.steady_state,
     )

@@ -109,7 +109,11 @@ def sweep(job: SweepJob) -> SweepOutcome:
         cluster = _join_ray(job, plan, dep)
         manifest.note_resume(out, stored, job.argv)
     cells.clean_partial(out)
+    for m in plan.profile_mismatch or []:
+        job.note(f"PROFILE MISMATCH (--profile-anyway): {m}")
     workloads = open_workloads(plan)
+    for said in _acceptance_notes(plan, dep, workloads):
+        job.note(f"note: {said}")
     for w in workloads.values():
         if w.notice:
             job.note(f"note: {w.notice}")
@@ -135,6 +139,15 @@ def sweep(job: SweepJob) -> SweepOutcome:
     else:
         interrupted = _run_here(job, out, plan, dep, todo, workloads, order)
     return SweepOutcome(out, plan, cells.rebuild_table(out, order), interrupted)
+
+
+def _acceptance_notes(plan: Plan, dep, workloads: dict) -> list[str]:
+    """Where an emulated variant's acceptance is shared with another drafter or borrowed from
+    another model's data, for the kinds of request the workloads hold (a few of each read)."""
+    from loadgen.planning.profiles import acceptance_notes, prompt_texts
+
+    prompts = {label: prompt_texts(w, plan.seed) for label, w in workloads.items()}
+    return acceptance_notes(dep, plan.variants, prompts)
 
 
 def _deployment(plan: Plan):

@@ -77,6 +77,7 @@ def _cell_info(cell: Cell, plan: Plan, status: str, error: str | None, server: S
         "status": status,
         "error": error,
         "finished_unix": time.time(),
+        **({"profile_mismatch": plan.profile_mismatch} if plan.profile_mismatch else {}),
         "server": None
         if la is None or server is None
         else {"engine": la.engine, "command": la.shell(), "url": la.url, "pid": server.pid, "starts": server.starts},

@@ -28,6 +28,7 @@ class WhatIfJob:
     protocol: str = "closed"  # closed (loop at each batch size) | offline (the study's batches)
     seed: int = 0  # offline: which requests are sampled
     schedule: bool = False  # also a deployment file per drafter: fixed k and the k schedule
+    profile_anyway: bool = False  # a profile fitted on another machine used anyway, every output marked
 
 
 @dataclass
@@ -40,6 +41,7 @@ class WhatIf:
 
 
 def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> WhatIf:
+    from loadgen.planning.profiles import held
     from loadgen.whatif import evaluate as ev
     from loadgen.whatif.acceptance_traces import TraceError
     from loadgen.whatif.reading import read
@@ -56,6 +58,9 @@ def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> 
     if job.requests is not None and job.requests < 1:
         raise LoadgenError(f"--requests must be >= 1, got {job.requests}")
     depth = max(job.ks) if job.oracle_depth is None else (job.oracle_depth or None)
+    mismatch = held(job.profile, job.profile_anyway)
+    if mismatch:
+        progress(f"PROFILE MISMATCH (--profile-anyway): {mismatch}")
     try:
         prof = profiles.load(job.profile)
         loaded, reading = read(job.traces, acc_as=job.acc_as, ngram_lookup=job.ngram_lookup)
@@ -101,6 +106,8 @@ def whatif(job: WhatIfJob, progress: Callable[[str], None] = lambda _: None) -> 
         protocol=job.protocol,
     )
     doc["input"] = {**reading.to_json(), "notes": notes}
+    if mismatch:
+        doc["profile_mismatch"] = mismatch
     if job.output is not None:
         try:
             job.output.mkdir(parents=True, exist_ok=True)

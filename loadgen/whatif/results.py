@@ -146,7 +146,8 @@ def gap(outcomes: list[Outcome]) -> dict:
 
 
 def render(doc: dict) -> str:
-    lines = [
+    lines = [f"PROFILE MISMATCH (--profile-anyway): {doc['profile_mismatch']}"] if doc.get("profile_mismatch") else []
+    lines += [
         f"What-if over {doc['traces']} traces ({doc['output_tokens']:,} output tokens) from "
         f"{doc['source']}, on profile {doc['profile']}; drafters: {', '.join(doc['drafters'])}",
         f"Protocol: {PROTOCOLS[doc.get('protocol', 'closed')]}",

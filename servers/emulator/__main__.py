@@ -180,10 +180,22 @@ def engine_from_command(argv) -> tuple[Engine, list[str]]:
     return engine_for(args)
 
 
-def engine_for(args) -> tuple[Engine, list[str]]:
-    name = args.profile or next(
+def profile_of_command(argv) -> str | None:
+    """The profile a rendered `serve MODEL ...` command line would price with (its --profile, or
+    the one whose models name the model), without building the engine; None where none does."""
+    argv = list(argv)
+    args, _ = _parser().parse_known_args(argv[argv.index("serve") :])
+    return _profile_name(args)
+
+
+def _profile_name(args) -> str | None:
+    return args.profile or next(
         (p for p in map(profiles.for_model, [args.model, *(args.served_model_name or [])]) if p), None
     )
+
+
+def engine_for(args) -> tuple[Engine, list[str]]:
+    name = _profile_name(args)
     if name is None:
         raise ValueError(
             f"no profile for model {args.model!r}; pass --profile (one of {', '.join(profiles.available())})"
