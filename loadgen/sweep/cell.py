@@ -111,11 +111,11 @@ def cell_job(
         probe_required=False,
         on_start=on_start,
         on_record=on_record,
-        config={"warmup_separate": True, "started_unix": time.time(), **_speculative(plan, cell)},
+        config={"warmup_separate": True, "started_unix": time.time(), **speculative(plan, cell)},
     )
 
 
-def _speculative(plan: Plan, cell: Cell) -> dict:
+def speculative(plan: Plan, cell: Cell) -> dict:
     """The variant's speculative config as the run's config records it: the rule for accepted
     drafts reads from it whether a step may draft nothing (loadgen.measures.reconcile.can_skip)."""
     from servers.deployments import DeploymentError

@@ -27,7 +27,8 @@ from loadgen.planning.plan import Cell, Plan
 from loadgen.results.outcome import RunOutcome
 from loadgen.simulate.job import engine_figures
 from loadgen.simulate.virtual import SimSpec, simulate
-from loadgen.sweep.cell import load_shape
+from loadgen.sweep.cell import load_shape, speculative
+from loadgen.sweep.predicted import predicted
 from servers.emulator.__main__ import engine_from_command
 
 
@@ -37,9 +38,11 @@ def simulate_cell(plan: Plan, cell: Cell, workload, argv) -> RunOutcome:
     flag). The warm-up a real cell sends first is left out: a simulated engine has nothing to
     warm, and the figures are the measured requests' either way."""
     engine, served = engine_from_command(argv)
-    submit = None
+    submit, prediction = None, None
     if plan.replay is not None:
         engine, submit, workload = replayed(plan, cell, engine, workload)
+    elif plan.traces_from:
+        engine, submit, workload, prediction = predicted(plan, cell, engine, workload)
     sim = SimSpec(
         engine.profile.name,
         engine.spec,
@@ -71,6 +74,8 @@ def simulate_cell(plan: Plan, cell: Cell, workload, argv) -> RunOutcome:
         extra_body=plan.extra_body,
         time_scale=1.0,
         started_unix=started,
+        **speculative(plan, cell),
+        **({"prediction": prediction} if prediction is not None else {}),
     )
     engine_side = engine_figures(result, time.monotonic() - wall)
     summary = summarize(
@@ -100,7 +105,6 @@ def replayed(plan: Plan, cell: Cell, engine, workload):
     from loadgen.results.cells import cell_dir
     from loadgen.whatif.acceptance_traces import TraceError
     from loadgen.whatif.fromrun import MODEL_DRAFTERS, from_results
-    from servers.emulator.replay import Live, ReplayEngine
 
     spec = engine.spec
     where = cell_dir(Path(plan.replay), cell)  # type: ignore[arg-type]  # set with replay
@@ -115,7 +119,17 @@ def replayed(plan: Plan, cell: Cell, engine, workload):
         traces, _ = from_results(where, drafter=(spec.method, spec.k) if model else None, ngram_lookup=lookup)
     except TraceError as e:
         raise ValueError(f"--replay: cell {cell.key}: {e}") from None
-    by_id = {t.id: t for t in traces}
+    return served_traces(engine, {t.id: t for t in traces}, workload)
+
+
+def served_traces(engine, by_id: dict, workload):
+    """(engine, submit, requests): the requests of `workload` that `by_id` (request id -> trace)
+    holds, each served with its traced prompt and output token ids and, under a drafter, its
+    traced acceptance, on the engine that replays traces with `engine`'s profile, drafter, k and
+    k-by-batch-size rule."""
+    from servers.emulator.replay import Live, ReplayEngine
+
+    spec = engine.spec
     kb = tuple(engine._k_by_batch) if getattr(engine, "_k_by_batch", None) else None
     live = Live(spec.method, spec.k, kb) if spec is not None else None
     eng = ReplayEngine(engine.profile, engine.cfg, live=live)
