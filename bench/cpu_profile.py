@@ -100,36 +100,27 @@ def max_model_len(argv) -> int:
 
 
 def profile_text(dep, variant: str, fit: dict, spec: dict | None, where: Path) -> str:
-    """A profile file (servers/emulator/profile.py reads it) for `dep` serving `variant`."""
+    """A profile file for `dep` serving `variant`: this linear fit written by the one profile
+    writer (servers/emulator/costfit.py's profile_text, as `loadgen fit` writes its own)."""
+    from servers.emulator.profile import Drafter, Forward
+
     fw = fit["forward"]
-    lines = [
-        f"# fitted by bench/cpu_profile.py from real vLLM's measured steps ({where})",
-        f'description = "{dep.description} ({variant}), fitted"',
-        f'models = ["{dep.served_model_name}"]',
-        'acceptance = "llama-3.1-8b"  # content data only: each cell is simulated at its measured acceptance',
-        f"max_model_len = {max_model_len(render(dep, variant, port=1).argv)}",
-        "kv_capacity_tokens = 1000000  # vLLM's 2 GiB of KV: no cell preempted",
-        f'source = "stepfit over {fw["samples"]} baseline steps ({fw["dropped"]} outliers dropped)"',
-        "",
-        "[forward]",
-        f"constant = {fw['constant']:.6e}",
-        f"per_kv_token = {fw['per_kv_token']:.6e}",
-        f"per_batched_token = {fw['per_batched_token']:.6e}",
-        "",
-        "[step]",
-        "overhead = 0.0  # in the fitted constant: a step's gap holds all of it",
-    ]
+    forward = Forward(
+        constant=fw["constant"], per_kv_token=fw["per_kv_token"], per_batched_token=fw["per_batched_token"]
+    )
+    drafters = {}
     if spec is not None and variant in fit:
         d, k = fit[variant], int(spec["num_speculative_tokens"])
-        lines += [
-            "",
-            f"[drafters.{spec['method']}]  # {variant}: {d['samples']} steps ({d['dropped']} outliers dropped)",
-            f"per_step = {d['per_step']:.6e}  # a step in which any request drafts, whatever k",
-            f"per_draft_token = {d['per_draft_token']:.6e}  # x drafts of every drafting request",
-            f"fit_k = {k}",
-            'acceptance = "eagle"',
-        ]
-    return "\n".join(lines) + "\n"
+        drafter = Drafter(spec["method"], per_step=d["per_step"], per_draft_token=d["per_draft_token"], fit_k=k)
+        drafters[spec["method"]] = (drafter, costfit.Fit({}, d["samples"], 0.0))
+    return costfit.profile_text(
+        description=f"{dep.description} ({variant}), fitted",
+        models=[dep.served_model_name],
+        max_model_len=max_model_len(render(dep, variant, port=1).argv),
+        forward=(forward, costfit.Fit({}, fw["samples"], 0.0)),
+        drafters=drafters,
+        source=f"bench/cpu_profile.py's linear model (the study's form) on real vLLM's measured steps ({where})",
+    )
 
 
 def _count(x) -> int | None:

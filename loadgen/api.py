@@ -73,6 +73,9 @@ _LAZY = {
     "traces_from_run": ("loadgen.whatif.job", "traces_from_run"),
     "whatif": ("loadgen.whatif.job", "whatif"),
     "export_llmd": ("loadgen.report.llmd", "export"),
+    "FitJob": ("loadgen.fit.job", "FitJob"),
+    "Fitted": ("loadgen.fit.job", "Fitted"),
+    "fit": ("loadgen.fit.job", "fit"),
 }
 
 
@@ -96,6 +99,8 @@ __all__ = [
     "CapacityJob",
     "CapacityOptions",
     "CapacityOutcome",
+    "FitJob",
+    "Fitted",
     "RunOptions",
     "SimOptions",
     "SweepOptions",
@@ -118,6 +123,7 @@ __all__ = [
     "capacity",
     "capacity_job",
     "config",
+    "fit",
     "live_metrics",
     "load_shape",
     "objectives",

@@ -112,6 +112,7 @@ def host() -> dict:
         "python": platform.python_version(),
         "aiohttp": aiohttp.__version__,
         "cpus": os.cpu_count(),
+        "cores": len(os.sched_getaffinity(0)),  # those this process (and a server it starts) may use
         "cpu_model": machine.model_name(),
         "cpu_kind": machine.kind(),
         "loadgen": __version__,

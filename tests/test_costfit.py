@@ -1,4 +1,4 @@
-"""servers/emulator/costfit.py fits a real engine's cost model (bench/qwen_fit.py: Qwen2.5-Coder on
+"""servers/emulator/costfit.py fits a real engine's cost model (`loadgen fit`: Qwen2.5-Coder on
 vLLM's CPU build). Against a server whose true costs are known: the emulator in virtual time on
 a profile written here (a roofline forward, SD mode's per-step and per-token costs, an n-gram
 priced per draft, a draft model priced by its own forward); its steps read off the chunk times as

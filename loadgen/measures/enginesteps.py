@@ -18,7 +18,7 @@ def engine_steps(frame: pd.DataFrame, k: int = 0) -> np.ndarray:
     steps between them, prefills included, are all there (`samples` below has only
     the steps a running request's gaps span: a prefill the engine ran alone, at 1 user every one
     and at round boundaries under load, is in none). The count is what the chunk times say; no
-    server's count of its steps is a target (compare them beside it: bench/qwen_fit.py). A step
+    server's count of its steps is a target (compare them beside it: bench/cpu_profile.py). A step
     starts where the one before ended, or, where nothing was in the engine then, when its first
     request was sent. Per step:
 

@@ -22,7 +22,8 @@ with them over what it would cost without), and the rest (prefill, SD mode, over
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -41,6 +42,23 @@ class Fit:
     terms: dict[str, float]
     samples: int
     rms: float
+    stderr: dict[str, float | None] = field(default_factory=dict)  # None: held at 0 by the bound
+
+
+def _stderr(x: np.ndarray, y: np.ndarray, coef: np.ndarray, names: list[str]) -> dict[str, float | None]:
+    """Each term's standard error from the least squares over the terms the bound left free
+    (sigma^2 (X'X)^-1 on those columns); None for a term held at zero: the data did not place it."""
+    free = coef > 0
+    out: dict[str, float | None] = {n: None for n in names}
+    dof = len(y) - int(free.sum())
+    if not free.any() or dof <= 0:
+        return out
+    xa = x[:, free]
+    r = y - x @ coef
+    cov = float(r @ r) / dof * np.linalg.pinv(xa.T @ xa)
+    for name, se in zip([n for n, f in zip(names, free) if f], np.sqrt(np.clip(np.diag(cov), 0, None))):
+        out[name] = float(se)
+    return out
 
 
 def knees(n: np.ndarray) -> np.ndarray:
@@ -49,16 +67,19 @@ def knees(n: np.ndarray) -> np.ndarray:
     return np.unique(np.concatenate([[1.0], np.geomspace(1, top, 40), np.unique(n)]))
 
 
-def fit_forward(steps: np.ndarray) -> tuple[Forward, Fit]:
+def fit_forward(steps: np.ndarray, weights: np.ndarray | None = None) -> tuple[Forward, Fit]:
     """A roofline forward from a model's own steps (a baseline's: every step counted, a cell's
     throughput is its mean step, stalls included): per KV token + max(weights, per token x
-    tokens), no constant (a step's fixed costs are in what it reads whatever it computes)."""
+    tokens), no constant (a step's fixed costs are in what it reads whatever it computes).
+    `weights`: each step's in the least squares (`loadgen fit`: every cell counts alike, however
+    many steps it took)."""
     from scipy.optimize import minimize_scalar, nnls  # fitting only (the test extra); pricing needs none
 
     t, kv, n = steps[:, T], steps[:, KV], steps[:, BATCHED]
+    sw = np.ones(len(t)) if weights is None else np.sqrt(weights)
 
     def err(knee: float) -> tuple[float, np.ndarray]:
-        coef, res = nnls(np.column_stack([kv, np.maximum(knee, n)]), t)
+        coef, res = nnls(np.column_stack([kv, np.maximum(knee, n)]) * sw[:, None], t * sw)
         return res, coef
 
     grid = knees(n)
@@ -70,7 +91,11 @@ def fit_forward(steps: np.ndarray) -> tuple[Forward, Fit]:
     a, b = err(knee)[1]
     fw = Forward(constant=0.0, per_kv_token=float(a), per_batched_token=float(b), weights=float(b * knee))
     r = t - fw.time(kv, n)
-    return fw, Fit({"per_kv_token": a, "per_batched_token": b, "weights": b * knee}, len(t), _rms(r))
+    x = np.column_stack([kv, np.maximum(knee, n)])
+    se = _stderr(x * sw[:, None], t * sw, np.array([a, b]), ["per_kv_token", "per_batched_token"])
+    se["weights"] = None if se["per_batched_token"] is None else se["per_batched_token"] * knee
+    terms = {"per_kv_token": float(a), "per_batched_token": float(b), "weights": float(b * knee)}
+    return fw, Fit(terms, len(t), _rms(r), se)
 
 
 def _rms(r: np.ndarray) -> float:
@@ -78,7 +103,7 @@ def _rms(r: np.ndarray) -> float:
 
 
 def fit_drafter(
-    method: str, k: int, steps: np.ndarray, forward: Forward, alone: Forward | None = None
+    method: str, k, steps: np.ndarray, forward: Forward, alone: Forward | None = None, weights: np.ndarray | None = None
 ) -> tuple[Drafter, Fit]:
     """A drafter's terms from its own steps' residuals over the target's `forward`: SD mode's
     (every step: mode_per_step, mode_per_token) and drafting's. A lookup drafter (n-gram,
@@ -87,13 +112,17 @@ def fit_drafter(
     requests drafting; with `alone` (its forward fitted from serving it alone: fit_forward on its
     own steps), that forward as it is, and only SD mode's terms fitted; without, its per KV token
     and per token from these steps (at one k a draft forward's fixed cost cannot be told from SD
-    mode's per step, so it lands there and a prediction at another k misses it: serve it alone)."""
+    mode's per step, so it lands there and a prediction at another k misses it: serve it alone).
+    `k`: one for every step, or each step's own (cells at several k fitted together; the
+    profile's fit_k is the commonest)."""
     from scipy.optimize import nnls
 
     t, kv, n = steps[:, T], steps[:, KV], steps[:, BATCHED]
     resid = t - forward.time(kv, n)
     p = steps[:, DRAFTING]
-    requests = steps[:, DRAFTS] / max(k, 1)  # the expected requests drafting k each
+    k = np.broadcast_to(np.asarray(k), (len(t),)) if np.ndim(k) else k
+    fit_k = int(np.bincount(np.asarray(k, int)).argmax()) if np.ndim(k) and len(t) else int(np.max(k, initial=0))
+    requests = steps[:, DRAFTS] / np.maximum(k, 1)  # the expected requests drafting k each
     cols = {"mode_per_step": np.ones(len(t)), "mode_per_token": n}
     if method == "draft_model" and alone is not None:
         resid = resid - k * p * alone.time(kv, requests) * (requests > 0)
@@ -102,12 +131,15 @@ def fit_drafter(
     else:
         cols |= {"per_step": p, "per_request": requests, "per_draft_token": steps[:, DRAFTS]}
     names = list(cols)
-    coef, _ = nnls(np.column_stack([cols[c] for c in names]), resid)
-    terms = dict(zip(names, (float(x) for x in coef)))
+    sw = np.ones(len(t)) if weights is None else np.sqrt(weights)
+    x = np.column_stack([cols[c] for c in names]) * sw[:, None]
+    coef, _ = nnls(x, resid * sw)
+    terms = dict(zip(names, (float(v) for v in coef)))
+    se = _stderr(x, resid * sw, coef, names)
     mode_step, mode_token = terms["mode_per_step"], terms["mode_per_token"]
     if method == "draft_model":
         own = alone or Forward(0.0, terms["per_kv_token"], terms["per_batched_token"])
-        d = Drafter(method, draft_forward=own, mode_per_step=mode_step, mode_per_token=mode_token, fit_k=k)
+        d = Drafter(method, draft_forward=own, mode_per_step=mode_step, mode_per_token=mode_token, fit_k=fit_k)
     else:
         d = Drafter(
             method,
@@ -116,17 +148,17 @@ def fit_drafter(
             per_draft_token=terms["per_draft_token"],
             mode_per_step=mode_step,
             mode_per_token=mode_token,
-            fit_k=k,
+            fit_k=fit_k,
         )
     model = forward.time(kv, n) + d.mode_time(n) + drafting_time(d, k, steps, forward)
-    return d, Fit(terms, len(t), _rms(t - model))
+    return d, Fit(terms, len(t), _rms(t - model), se)
 
 
 def drafting_time(d: Drafter, k: int, steps: np.ndarray, forward: Forward) -> np.ndarray:
     """The drafter's price of each step (profile.Drafter.time) for the expected requests drafting
     k each, its per-step cost weighed by the chance any request drafts (as the fit prices it)."""
     p, drafts = steps[:, DRAFTING], steps[:, DRAFTS]
-    requests = drafts / max(k, 1)
+    requests = drafts / np.maximum(k, 1)
     verify = forward.time(steps[:, KV], steps[:, BATCHED])
     t = d.time(k, requests, steps[:, KV], verify, drafts=drafts)
     return t + d.per_step * (p - (requests > 0))
@@ -178,18 +210,30 @@ def profile_text(
     forward: tuple[Forward, Fit],
     drafters: dict[str, tuple[Drafter, Fit]],
     source: str,
+    machine: dict | None = None,
+    acceptance: dict[str, dict] | None = None,
+    record: list[str] = (),
 ) -> str:
     """A profile file (servers/emulator/profile.py reads it): the roofline forward and each
-    drafter's fitted terms, with where they came from in comments."""
+    drafter's fitted terms, with where they came from in comments; the machine they were
+    measured on ([machine], servers/emulator/fingerprint.py), each model drafter's acceptance
+    fitted from its own traces per kind of request ([acceptance_fitted.METHOD.KIND]:
+    RegimeParams, servers/emulator/acceptfit.py), and `record`, the fit's account in words, as
+    the file's opening comment."""
     fw, fit = forward
-    lines = [
+    lines = [f"# {ln}" if ln else "#" for ln in record] + [
         f"# fitted by servers/emulator/costfit.py: {source}",
         f'description = "{description}"',
         f"models = {list(models)!r}".replace("'", '"'),
-        'acceptance = "llama-3.1-8b"  # content data only: replayed cells serve their measured acceptance',
+        'acceptance = "llama-3.1-8b"  # content (n-gram\'s) and any acceptance not fitted below: borrowed, and said',
         f"max_model_len = {max_model_len}",
         "kv_capacity_tokens = 1000000  # no cell preempted",
         f'source = "{fit.samples} baseline steps, residual rms {fit.rms * 1e3:.1f} ms"',
+    ]
+    if machine:
+        lines += ["", "[machine]  # where these costs were measured: another machine is refused (fingerprint.py)"]
+        lines += [f"{k} = {json.dumps(v)}" for k, v in machine.items()]
+    lines += [
         "",
         "[forward]  # constant + per_kv_token x KV + max(weights, per_batched_token x tokens)",
         *_forward_lines(fw),
@@ -198,23 +242,34 @@ def profile_text(
         "overhead = 0.0  # a step's fixed costs are in weights (read whatever it computes)",
     ]
     for method, (d, f) in drafters.items():
-        lines += ["", f"[drafters.{method}]  # {f.samples} steps, residual rms {f.rms * 1e3:.1f} ms"]
-        lines += [
-            f"mode_per_step = {d.mode_per_step:.6e}",
-            f"mode_per_token = {d.mode_per_token:.6e}",
-            f"fit_k = {d.fit_k}",
-        ]
-        lines.append('acceptance = "eagle"')
-        if d.draft_forward is not None:
-            lines += ["", f"[drafters.{method}.forward]  # the draft model's own forward, k of them a drafting step"]
-            lines += _forward_lines(d.draft_forward)
-        else:
-            lines += [
-                f"per_step = {d.per_step:.6e}",
-                f"per_request = {d.per_request:.6e}",
-                f"per_draft_token = {d.per_draft_token:.6e}",
-            ]
+        lines += _drafter_lines(method, d, f)
+    for method, kinds in (acceptance or {}).items():
+        for kind, (params, k) in kinds.items():
+            lines += ["", f"[acceptance_fitted.{method}.{kind}]  # from its own traces at k {k}; beyond, extrapolated"]
+            lines += [f"{key} = {getattr(params, key):.4f}" for key in ACCEPT_KEYS]
     return "\n".join(lines) + "\n"
+
+
+ACCEPT_KEYS = ("easy_share", "stay", "easy_accept", "hard_accept", "depth_factor", "request_spread")
+
+
+def _drafter_lines(method: str, d: Drafter, f: Fit) -> list[str]:
+    lines = ["", f"[drafters.{method}]  # {f.samples} steps, residual rms {f.rms * 1e3:.1f} ms"]
+    lines += [
+        f"mode_per_step = {d.mode_per_step:.6e}",
+        f"mode_per_token = {d.mode_per_token:.6e}",
+        f"fit_k = {d.fit_k}",
+    ]
+    if method not in ("ngram", "suffix"):
+        lines.append(f'acceptance = "{method}"  # where none is fitted: borrowed')
+    if d.draft_forward is not None:
+        lines += ["", f"[drafters.{method}.forward]  # the draft model's own forward, k of them a drafting step"]
+        return lines + _forward_lines(d.draft_forward)
+    return lines + [
+        f"per_step = {d.per_step:.6e}",
+        f"per_request = {d.per_request:.6e}",
+        f"per_draft_token = {d.per_draft_token:.6e}",
+    ]
 
 
 def negative_terms(forward: Fit, drafters: dict[str, Fit]) -> list[str]:
