@@ -97,3 +97,14 @@ def test_the_decision_says_where_each_variant_stops_when_one_never_does():
     ):
         sp1 = sp[sp["variant"] == "ngram"].assign(speedup=kinds["ngram"])
         assert decision.sentences(best, sp1, break_even(sp1), ok, "baseline")[0].endswith(end)
+
+
+def test_a_repeated_sweep_of_the_baseline_alone_renders_its_throughputs():
+    """`sweep --repeats` of a deployment with no SD variant (a draft model served alone, for
+    `loadgen fit --alone`): the table has no speedups to spread, and still renders."""
+    t = _table()
+    t = t[t["variant"] == "baseline"]
+    t = pd.concat([t.assign(repeat=r, cell=t["path"], path=t["path"] + f".r{r}") for r in (1, 2, 3)], ignore_index=True)
+    assert speedup.spread(t).empty
+    text = speedup.render(t)
+    assert text.splitlines()[2].split()[:2] == ["1", "40.0"]

@@ -42,6 +42,8 @@ def spread(measured: pd.DataFrame, baseline: str = "baseline") -> pd.DataFrame:
     keys = ["workload", "mode", "level", "repeat"]
     base = ok[ok["variant"] == baseline].set_index(keys)["output_throughput_tok_s"].rename("base")
     per = ok[ok["variant"] != baseline].join(base, on=keys, how="inner")
+    if per.empty:  # no variant beside the baseline (a sweep of one model served alone): no speedups
+        return pd.DataFrame(columns=cols)
     per = per.assign(s=per["output_throughput_tok_s"] / per["base"])
     out = per.groupby(["workload", "mode", "level", "variant"], sort=False)["s"].agg(["count", "min", "max"])
     return out.reset_index().rename(columns={"count": "rounds", "min": "speedup_min", "max": "speedup_max"})[cols]
