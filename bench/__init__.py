@@ -35,7 +35,7 @@ VALIDATION = (
     "fit_acceptance",  # acceptance fitted to data sets
     "gpu_vllm",  # real vLLM on a GPU host: the step fit and the SD cells
     "qwen_cpu",  # the Qwen2.5-Coder pair on vLLM's CPU build
-    "qwen_fit",  # the emulator fitted on some real cells, judged on the others
+    "qwen_predict",  # loadgen fit on a few real cells, predictions of cells never read, then measured
     "ramp",  # a ramp in real time beside the same in virtual time
     "reconcile_corpus",  # real streams (emulator, vLLM with the Qwen pair) for the rule's mutation test
     "sd_controls",  # vLLM's SD controls against fixed k and the oracle

@@ -350,7 +350,9 @@ def main() -> None:
     if args.write and args.only:
         ap.error("--write needs every class: drop --only")
     classes = [args.only] if args.only else list(PAPER)
-    rows, toml, fitted = [], [], {}
+    rows: list[str] = []
+    toml: list[str] = []
+    fitted: dict = {}
     if args.heads:
         content, fitted = _read_fitted()
         toml = [

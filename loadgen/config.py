@@ -106,6 +106,7 @@ def host() -> dict:
     import aiohttp
 
     from servers.deployments import machine
+    from servers.emulator.fingerprint import gpu
 
     return {
         "name": platform.node(),
@@ -113,6 +114,7 @@ def host() -> dict:
         "aiohttp": aiohttp.__version__,
         "cpus": os.cpu_count(),
         "cores": len(os.sched_getaffinity(0)),  # those this process (and a server it starts) may use
+        "gpu": gpu(),  # the first NVIDIA GPU's model name (None without one)
         "cpu_model": machine.model_name(),
         "cpu_kind": machine.kind(),
         "loadgen": __version__,

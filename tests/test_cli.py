@@ -132,7 +132,8 @@ def test_embedded_default_runs_and_leaves_no_process(tmp_path):
     assert "embedded" in res.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["config"]["embedded_server"] is True and summary["completed"] == 12
-    assert summary["tokens_per_chunk_mean"] > 1.5  # multi-token chunks, as under SD
+    # multi-token chunks, as under SD (EAGLE on chat: about 1.9 tokens a step at k 3; 1.0 without SD)
+    assert summary["tokens_per_chunk_mean"] > 1.2
     assert server_pids() <= before
 
 

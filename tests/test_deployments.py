@@ -83,7 +83,7 @@ def test_the_catalog_is_the_studys_matrix_with_documented_flags():
         "tiny-llama-vllm-cpu",
         "gemma-3-270m-vllm-cpu",
         "qwen2.5-coder-1.5b-vllm-cpu",
-        "qwen2.5-coder-0.5b-vllm-cpu",  # the 1.5B's draft model alone (bench/qwen_fit.py)
+        "qwen2.5-coder-0.5b-vllm-cpu",  # the 1.5B's draft model alone (loadgen fit --alone)
         "llama-3.1-8b-sglang",  # the 8B target on SGLang (tests/test_sglang.py)
     }
     for name in vllm_deployments():

@@ -56,7 +56,7 @@ def test_the_engine_drafts_the_k_of_the_batch_it_scheduled():
     from servers.emulator import profile as profiles
     from servers.emulator.engine import Engine
 
-    spec = _spec([[1, 4, 3], [5, 256, 1]], k=3)
+    spec = _spec([[1, 4, 3], [5, 256, 1]], k=3, method="eagle3")
     for users, per_step in ((1, 3.0), (8, 1.0)):
         engine = Engine(profiles.load("h100-llama-3.1-8b"), spec)
         for i in range(users):

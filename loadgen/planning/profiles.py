@@ -115,7 +115,8 @@ def acceptance_notes(dep, variants: list[str], prompts: dict[str, list[str]]) ->
     for v, name in variant_profiles(dep, variants).items():
         spec = dep.variants[v].speculative_config
         try:
-            method = parse(json.dumps(spec)).method if spec else None
+            parsed = parse(json.dumps(spec)) if spec else None
+            method = parsed.method if parsed else None
         except SpecError:
             continue
         out += [f"{v}: {said}" for said in said_of(name, method, texts) if f"{v}: {said}" not in out]

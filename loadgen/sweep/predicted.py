@@ -124,9 +124,9 @@ def predicted(plan: Plan, cell: Cell, engine, workload):
             {"source": None, "how": f"{how}: the profile's acceptance, the workload's lengths"},
         )
     lookup = (spec.prompt_lookup_min, spec.prompt_lookup_max) if method == "ngram" else (5, 5)
-    model = method not in (None, "ngram")
+    drafter = (method, src.k) if method is not None and method != "ngram" else None
     try:
-        traces, notes = from_results(src.path, drafter=(method, src.k) if model else None, ngram_lookup=lookup)
+        traces, notes = from_results(src.path, drafter=drafter, ngram_lookup=lookup)
     except TraceError as e:
         raise ValueError(f"--traces-from: cell {src.key}: {e}") from None
     eng, submit, served = served_traces(engine, {t.id: t for t in traces}, workload)

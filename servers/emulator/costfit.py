@@ -212,7 +212,7 @@ def profile_text(
     source: str,
     machine: dict | None = None,
     acceptance: dict[str, dict] | None = None,
-    record: list[str] = (),
+    record: list[str] | tuple[str, ...] = (),
 ) -> str:
     """A profile file (servers/emulator/profile.py reads it): the roofline forward and each
     drafter's fitted terms, with where they came from in comments; the machine they were

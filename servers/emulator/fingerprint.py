@@ -23,7 +23,7 @@ from servers.deployments import machine
 HOST_KEYS = ("cpu_model", "cpu_kind", "cores")
 
 
-def _gpu() -> str | None:
+def gpu() -> str | None:
     """The first NVIDIA GPU's model name, as the driver lists it (None without one)."""
     for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
         try:
@@ -38,7 +38,7 @@ def _gpu() -> str | None:
 def host() -> dict:
     """This machine as a profile's [machine] names one."""
     return {
-        "accelerator": _gpu() or "cpu",
+        "accelerator": gpu() or "cpu",
         "cpu_model": machine.model_name(),
         "cpu_kind": machine.kind(),
         "cores": len(os.sched_getaffinity(0)),
