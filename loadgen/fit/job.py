@@ -150,6 +150,10 @@ def fit(job: FitJob) -> Fitted:
     from loadgen.fit.record import record
     from servers.emulator import costfit
 
+    try:
+        import scipy.optimize  # noqa: F401  (the fits' non-negative least squares)
+    except ImportError:
+        raise LoadgenError("loadgen fit needs scipy: pip install 'loadgen[fit]'") from None
     sweeps = [read_sweep(Path(p)) for p in job.sweeps]
     _check(job, sweeps)
     cells = [c for s in sweeps for c in s.cells]
