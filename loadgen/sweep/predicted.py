@@ -47,17 +47,9 @@ class Source:
 
 
 def _spec(config: dict) -> tuple[str | None, int]:
-    text = config.get("speculative_config")
-    if not text:
-        return NO_DRAFT
-    try:
-        d = json.loads(text)
-    except (TypeError, ValueError):
-        return NO_DRAFT
-    from servers.emulator.spec import ALIASES
+    from loadgen.whatif.fromrun import configured
 
-    method = ALIASES.get(d.get("method") or "", d.get("method"))
-    return method, int(d.get("num_speculative_tokens") or 0)
+    return configured(config)
 
 
 def sources(directories: list[str], model: str | None = None) -> list[Source]:

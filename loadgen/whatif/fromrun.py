@@ -16,23 +16,31 @@ from loadgen.whatif.acceptance_traces import Trace, TraceError, estimate, ngram
 MODEL_DRAFTERS = ("eagle", "eagle3", "draft_model", "mtp")
 
 
-def served_drafter(config: dict) -> tuple[str, int] | None:
-    """(method, k) of the run's server, when its config says (a sweep's cell, the embedded
-    emulator, a simulation) and it is a model drafter."""
+def configured(config: dict) -> tuple[str | None, int]:
+    """(method, k) of the speculative config a run's config records (a sweep's cell, the embedded
+    emulator, a simulation); (None, 0) without one."""
     text = config.get("speculative_config")
     if not text:
-        return None
+        return None, 0
     try:
         d = json.loads(text)
     except (TypeError, ValueError):
-        return None
+        return None, 0
+    if not isinstance(d, dict):
+        return None, 0
     from servers.emulator.spec import ALIASES
 
     method = ALIASES.get(d.get("method") or "", d.get("method"))
     if method is None and "eagle" in str(d.get("model", "")).lower():
         method = "eagle3" if "eagle3" in str(d.get("model")).lower() else "eagle"
     k = d.get("num_speculative_tokens")
-    return (method, int(k)) if method in MODEL_DRAFTERS and isinstance(k, int) else None
+    return method, k if isinstance(k, int) else 0
+
+
+def served_drafter(config: dict) -> tuple[str, int] | None:
+    """(method, k) of the run's server, when its config says and it is a model drafter."""
+    method, k = configured(config)
+    return (method, k) if method in MODEL_DRAFTERS and k else None
 
 
 def from_results(
