@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from loadgen.errors import LoadgenError
+from loadgen.whatif.fromrun import configured
 
 
 @dataclass
@@ -40,12 +41,6 @@ class Sweep:
     @property
     def model(self) -> str:
         return str(self.manifest.get("deployment", {}).get("model"))
-
-
-def _spec(config: dict) -> tuple[str | None, int]:
-    from loadgen.sweep.predicted import _spec as spec
-
-    return spec(config)
 
 
 def _kinds(manifest: dict) -> dict[str, str]:
@@ -88,7 +83,7 @@ def read_sweep(path: Path) -> Sweep:
         cell = s.get("cell") or {}
         if cell.get("status") != "ok" or not s.get("completed"):
             continue
-        method, k = _spec(s.get("config") or {})
+        method, k = configured(s.get("config") or {})
         frame = frame[~frame["warmup"].fillna(False).astype(bool)]
         key = f"{f.parts[-4]}/{f.parts[-3]}/{f.parts[-2]}"
         found.append(

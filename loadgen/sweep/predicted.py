@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.planning.plan import Cell, Plan
+from loadgen.whatif.fromrun import configured
 
 NO_DRAFT = (None, 0)
 
@@ -44,12 +45,6 @@ class Source:
     @property
     def path(self) -> Path:
         return self.directory / "cells" / self.key
-
-
-def _spec(config: dict) -> tuple[str | None, int]:
-    from loadgen.whatif.fromrun import configured
-
-    return configured(config)
 
 
 def sources(directories: list[str], model: str | None = None) -> list[Source]:
@@ -71,7 +66,7 @@ def sources(directories: list[str], model: str | None = None) -> list[Source]:
                 continue
             if cell.get("status") != "ok" or not (path.parent / "requests.parquet").is_file():
                 continue
-            method, k = _spec(config)
+            method, k = configured(config)
             key = f"{cell['variant']}/{cell['workload']}/{path.parent.name}"
             out.append(Source(d, key, cell["workload"], float(cell["level"]), method, k))
     return out
