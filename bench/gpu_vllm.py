@@ -183,9 +183,9 @@ args = ["--per-request-spec-decode-metrics", "summary"]
 
 
 def serve_lines(deployment: Path) -> list[list[str]]:
-    from servers.deployments import load, render
+    from servers.deployments import load, on_engine, render
 
-    dep = load(str(deployment)).with_engine("vllm")
+    dep = on_engine(load(str(deployment)), "vllm")
     return [list(render(dep, v).argv) for v in dep.variants]
 
 

@@ -6,7 +6,7 @@ editing (64 tokens an answer, greedy, with every answer's token ids), the deploy
 `dtype_by_cpu` replaced by the one dtype; then the table: model x dtype, output tokens per
 second at 1 and 4 users, the median TPOT at 1 (ms: decoding alone, without the prefill), and
 whether each 1-user answer's first 64 greedy tokens are those float32 gave (the most exact
-arithmetic here), with the CPU kind the rows were measured on (servers/deployments/machine.py
+arithmetic here), with the CPU kind the rows were measured on (servers/deploy/machine.py
 `kind`: avx512_bf16, avx512, avx2) and the CPU itself; under each model, the fastest dtype (by
 the geometric mean of 1 and 4 users), the fastest that served float32's tokens, and the one the
 catalog chooses for this kind.
@@ -34,8 +34,8 @@ from pathlib import Path
 import pandas as pd
 
 from bench.qwen_cpu import machine
+from servers.deploy import machine as cpu
 from servers.deployments import catalog
-from servers.deployments import machine as cpu
 from servers.engines import vllm_cpu
 
 REPO = Path(__file__).resolve().parents[1]

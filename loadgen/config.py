@@ -102,10 +102,10 @@ def clock(t0_ns: int, t0_unix: float | None, kind: str = "monotonic") -> dict:
 
 def host() -> dict:
     """The client's machine: a figure is a machine's (its CPU model, and the kind vLLM's CPU build
-    tells apart: avx512_bf16, avx512, avx2 or other, servers/deployments/machine.py)."""
+    tells apart: avx512_bf16, avx512, avx2 or other, servers/deploy/machine.py)."""
     import aiohttp
 
-    from servers.deployments import machine
+    from servers.deploy import machine
     from servers.emulator.fingerprint import gpu
 
     return {

@@ -35,6 +35,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from servers import engines
+
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return"
 CHAT = [{"role": "user", "content": PROMPT}]
 TIMEOUT_S = 120.0
@@ -361,7 +363,7 @@ def launched(deployment: str, variant: str, mode: str, log_dir: Path, profile: s
     v = dep.variants[variant]
     args = tuple(("detailed" if a == "summary" else a) for a in v.args) if mode == "detailed" else v.args
     dep = dataclasses.replace(dep, variants={**dep.variants, variant: dataclasses.replace(v, args=args)})
-    emu = dataclasses.replace(dep, engine="emulator", emulator_args=("--profile", profile))
+    emu = dataclasses.replace(dep, engine=engines.emulator(), emulator_args=("--profile", profile))
     with ExitStack() as stack:
         real = stack.enter_context(Server(render(dep, variant, port=free_port()), log_dir / f"vllm-{mode}.log"))
         fake = stack.enter_context(Server(render(emu, variant, port=free_port()), log_dir / f"emulator-{mode}.log"))

@@ -183,7 +183,7 @@ class Server:
         return self.proc.pid if self.proc is not None else None
 
     def alive(self) -> bool:
-        if self.launch.engine == "external":
+        if not engines.starts(self.launch.engine):
             return serves(self.launch.url, self.launch.served_model_name, self.api_key)
         return self.proc is not None and self.proc.poll() is None
 
@@ -203,7 +203,7 @@ class Server:
         progress = progress or self.progress
         la = self.launch
         self.starts += 1
-        if la.engine == "external":
+        if not engines.starts(la.engine):
             deadline = time.monotonic() + min(la.startup_timeout_s, 30.0)
             while not serves(la.url, la.served_model_name, self.api_key):
                 if time.monotonic() > deadline:
@@ -230,16 +230,32 @@ class Server:
                 "listens there or choose another --port"
             )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = self._write_files()
         self._log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start {self.starts}: {la.shell()}\n".encode())
             log.flush()
             try:
-                self.proc = spawn(la.argv, stdout=log, stderr=log, env=la.env)
+                self.proc = spawn(argv, stdout=log, stderr=log, env=la.env)
             except OSError as e:
                 raise LaunchError(f"cannot start {la.variant} server ({la.argv[0]}): {e.strerror or e}") from None
         self._wait_ready(progress)
         return self
+
+    def _write_files(self) -> tuple[str, ...]:
+        """Write the files the server reads (Launch.files) beside its log; its command with
+        their folder in place."""
+        la = self.launch
+        if not la.files:
+            return la.argv
+        folder = self.log_path.with_name(f"{self.log_path.stem}.files")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, text in la.files:
+                (folder / name).write_text(text)
+        except OSError as e:
+            raise LaunchError(f"cannot write {la.variant}'s files in {folder}: {e.strerror or e}") from None
+        return la.argv_in(str(folder))
 
     def stage(self) -> str | None:
         """The stage of its start that the server's log last reached (STAGES), None before any."""

@@ -205,12 +205,12 @@ class StreamRenderer:
             payload["metrics"] = metrics
         return sse(payload)
 
-    def sglext(self, details: dict) -> bytes:
-        """SGLang's response-level extension chunk (no choices), as its server streams it
-        before the usage chunk: `sglext.spec_tokens_details` when a request asked for them."""
+    def extension(self, fields: dict) -> bytes:
+        """A response-level extension chunk (no choices) before the usage chunk, as SGLang's
+        server streams `sglext.spec_tokens_details` when a request asked for them."""
         payload = self._base()
         payload["choices"] = []
-        payload["sglext"] = {"spec_tokens_details": details}
+        payload.update(fields)
         return sse(payload)
 
 

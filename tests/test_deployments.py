@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from servers import engines
-from servers.deployments import DeploymentError, available, load, render
+from servers.deployments import DeploymentError, available, load, on_engine, render
 from servers.emulator.__main__ import _parser, build
 
 GOLDEN = Path(__file__).parent / "golden" / "vllm_commands.txt"
@@ -128,7 +128,7 @@ def test_gpus_and_ports_are_assigned():
 
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "llama-3-70b", "qwen3-8b", "glm-4.5-air"])
 def test_the_emulator_takes_the_same_flags(name):
-    dep = load(name).with_engine("emulator")
+    dep = on_engine(load(name), "emulator")
     for v in dep.variants:
         la = render(dep, v)
         assert la.argv[:5] == (sys.executable, "-m", "servers.emulator", "serve", dep.model)
@@ -165,7 +165,7 @@ def test_bad_deployment_files_are_one_clear_line(tmp_path):
         'model = "m"\n[variants.a]\nspeculative_config = { method = "ngram", num_speculative_tokens = 3, '
         'enable_adaptive_verification = "yes" }\n': "enable_adaptive_verification must be true or false, got 'yes'",
         'model = "m"\ncolour = 1\n[variants.a]\n': "unknown keys colour",
-        # every declared key is checked by its declaration (servers/deployments/model.py)
+        # every declared key is checked by its declaration (servers/deploy/model.py)
         'model = "m"\nstartup_timeout_s = "slow"\n[variants.a]\n': "startup_timeout_s must be a number > 0",
         'model = "m"\nmax_num_seqs = 0\n[variants.a]\n': "max_num_seqs must be an integer >= 1",
         'model = "m"\n[variants.a]\nurl = 7\n': "url must be a str",
@@ -277,7 +277,7 @@ def test_llamacpp_variants_render_into_llama_server_flags(tmp_path):
     method = engines.get(dep.engine).method
     assert method(dep.variants["ngram"]) == "ngram-simple" and method(dep.variants["baseline"]) is None
     with pytest.raises(DeploymentError, match="llama.cpp's flags and vllm's differ"):
-        dep.with_engine("vllm")
+        on_engine(dep, "vllm")
 
 
 def test_bad_llamacpp_deployments_are_one_clear_line(tmp_path):
@@ -324,9 +324,9 @@ def test_llama_server_is_found_by_flag_then_path_then_package(tmp_path, monkeypa
 
 def test_a_cpu_deployments_dtype_is_chosen_by_the_cpu_it_starts_on(tmp_path, monkeypatch):
     """dtype_by_cpu (engine vllm-cpu): vLLM's --dtype for the kind of CPU the server starts on
-    (servers/deployments/machine.py `kind`), a default for the kinds not named, nothing (vLLM's
+    (servers/deploy/machine.py `kind`), a default for the kinds not named, nothing (vLLM's
     own choice) without one; a bad kind, a bad dtype or a second --dtype in args is one line."""
-    from servers.deployments import machine
+    from servers.deploy import machine
 
     assert machine.kind() in machine.KINDS  # this machine's, from /proc/cpuinfo
     path = tmp_path / "cpu.toml"

@@ -318,3 +318,94 @@ def test_bench_is_a_package_of_two_kinds_without_path_edits():
         if "sys.path.insert" in p.read_text() and p.name != "test_imports.py"
     ]
     assert not edits, edits
+
+
+def _runtime_imports(path: Path) -> dict[str, int]:
+    """`imported_modules`, less what is imported for the type checker only (`if TYPE_CHECKING:`)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for n in ast.walk(stmt)
+    }
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            found.setdefault(name, node.lineno)
+    return found
+
+
+def module_graph(root: Path) -> dict[str, dict[str, str]]:
+    """The package `root`'s modules (a package as its __init__), each with the modules it
+    imports at run time (lazy imports included), each with one file:line. Importing a.b.c runs
+    a and a.b first: those count too, except the importer's own packages (a package's modules
+    importing their package is how a package works); a package that imports every module of its
+    folder (pkgutil.iter_modules) imports each."""
+    modules: dict[str, Path] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        modules[".".join(parts)] = path
+    graph: dict[str, dict[str, str]] = {m: {} for m in modules}
+    for mod, path in modules.items():
+        own = {".".join(mod.split(".")[:i]) for i in range(1, mod.count(".") + 2)}
+        where = lambda line: f"{path.relative_to(root.parent)}:{line}"  # noqa: E731
+        for name, line in _runtime_imports(path).items():
+            bits = name.split(".")
+            for i in range(1, len(bits) + 1):
+                target = ".".join(bits[:i])
+                if target in modules and target not in own and target != mod:
+                    graph[mod].setdefault(target, where(line))
+        if path.name == "__init__.py" and "pkgutil.iter_modules(__path__)" in path.read_text():
+            for child in modules:
+                if child.rsplit(".", 1)[0] == mod and child != mod:
+                    graph[mod].setdefault(child, where("pkgutil"))
+    return graph
+
+
+def test_servers_modules_import_one_way():
+    """No import circle among servers/' modules (lazy imports and the packages an import runs
+    included): the catalog reads the engines, the engines read the deployment types
+    (servers/deploy, a leaf), and nothing reads back."""
+    graph = module_graph(REPO / "servers")
+    found = cycles(graph)
+    assert not found, "; ".join(
+        " -> ".join(f"{a} ({graph[a][b]})" for a, b in zip(c, c[1:])) + f" -> {c[-1]}" for c in found
+    )
+
+
+def test_the_module_cycle_rule_would_see_a_circle(tmp_path):
+    root = tmp_path / "servers"
+    (root / "deployments").mkdir(parents=True)
+    (root / "engines").mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "deployments" / "__init__.py").write_text("from servers.deployments.catalog import load\n")
+    (root / "deployments" / "catalog.py").write_text("from servers import engines\n")
+    (root / "deployments" / "model.py").write_text("")
+    (root / "engines" / "__init__.py").write_text(
+        "import pkgutil\nfor m in pkgutil.iter_modules(__path__):\n    pass\n"
+    )
+    (root / "engines" / "vllm.py").write_text("from servers.deployments.model import Launch\n")
+    assert cycles(module_graph(root)) == [
+        [
+            "servers.deployments",
+            "servers.deployments.catalog",
+            "servers.engines",
+            "servers.engines.vllm",
+            "servers.deployments",
+        ]
+    ]
+    (root / "engines" / "vllm.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from servers.deployments.model import Launch\n"
+    )
+    assert cycles(module_graph(root)) == []

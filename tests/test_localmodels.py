@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from servers import localmodels
-from servers.deployments import DeploymentError, load, machine, render
+from servers.deploy import machine
+from servers.deployments import DeploymentError, load, render
 from servers.launcher import Server
 from servers.localmodels.store import STAMP, ModelError, make
 from servers.vllm_cpu.__main__ import shim_wheel

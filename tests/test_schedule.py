@@ -9,7 +9,7 @@ import json
 import pytest
 
 from loadgen.whatif import schedule
-from servers.deployments import load, render
+from servers.deployments import load, on_engine, render
 from servers.emulator.spec import SpecError, parse
 
 
@@ -102,7 +102,7 @@ def test_the_deployment_file_loads_and_renders_the_schedule(tmp_path):
     }
     line = " ".join(render(dep, "eagle-schedule").argv)
     assert '"num_speculative_tokens_per_batch_size":[[1,8,5],[9,256,2]]' in line
-    emulated = render(dep.with_engine("emulator"), "eagle-schedule")
+    emulated = render(on_engine(dep, "emulator"), "eagle-schedule")
     assert parse(emulated.argv[emulated.argv.index("--speculative-config") + 1]).schedule == ((1, 8, 5), (9, 256, 2))
 
 

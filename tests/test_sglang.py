@@ -184,4 +184,12 @@ def test_an_sglang_deployment_sweeps_on_the_emulator(tmp_path):
             rec = acc["reconciliation"]
             assert rec["unexplained"]["requests"] == 0 == rec["stream_unmatched"]["tokens"], (variant, level, rec)
             assert rec["requests_checked"] >= 8, (variant, level, rec)
+            # the window's figures from SGLang's own counters (verify calls, tokens, requests)
+            window = summary["spec_decode"]
+            assert window["drafts"] == reported["spec_steps"], (variant, level, window)
+            # less the drafts accepted past an answer's end: counted per request, never generated
+            past_end = rec["past_end"]["tokens"]
+            assert window["accepted_tokens"] == reported["accepted_tokens"] - past_end, (variant, level, window)
+            assert not any("not explained" in d for d in rec["differences"]), rec["differences"]
+            assert window["acceptance_rate"] is None  # SGLang counts no draft tokens
     assert "speedup" in p.stdout.lower()

@@ -21,6 +21,7 @@ from loadgen.planning.plan import Cell, Plan
 from loadgen.results import store
 from loadgen.run.target import with_time_scale
 from loadgen.sweep.cell import run_cell, workloads_for
+from servers import engines
 
 
 @dataclass
@@ -66,21 +67,21 @@ def capacity_job(o: CapacityOptions, note: Callable[[str], None] = lambda _: Non
     from loadgen.load.timescale import TimeScaleError, parse_scale
     from loadgen.options import with_sampling
     from loadgen.run.options import objectives
-    from servers.deployments import DeploymentError, load
+    from servers.deployments import DeploymentError, load, on_engine
     from workloads import WorkloadError, open_workload
 
     preset = _preset(o)
     targets = slo.parse_all(o.slo_texts) if preset is None else []
     try:
         goodput = objectives([o.goodput] if o.goodput else [])
-        dep = load(o.servers).with_engine(o.engine)
+        dep = on_engine(load(o.servers), o.engine)
         variants = _variants(o.variants, dep)
         workload = with_sampling(o.workload, o)
         open_workload(workload, data_dir=o.data_dir)  # a bad one is said before any server starts
         time_scale = parse_scale(o.time_scale)
     except (DeploymentError, WorkloadError, TimeScaleError) as e:
         raise LoadgenError(str(e)) from None
-    if time_scale is not None and dep.engine != "emulator":
+    if time_scale is not None and not engines.emulates(dep.engine):
         raise LoadgenError(
             f"--time-scale runs the emulated GPU slower; deployment {dep.name!r} runs on "
             f"{dep.engine}, whose hardware keeps its own time: drop --time-scale (or add "

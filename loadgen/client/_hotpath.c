@@ -359,6 +359,12 @@ static int read_int(const char *q, const char *end, long long *out) {
 /* What the fast path needs of one event, in one pass over its quotes. Every byte pattern the
  * Python reader looks for (loadgen/client/events.py, phases.py) begins with a quote, so looking
  * at each quote finds each pattern's first match as its regex search does. */
+#define MAX_MARKS 16
+#define MAX_MARK_LEN 64
+static char marks[MAX_MARKS][MAX_MARK_LEN];
+static size_t mark_len[MAX_MARKS];
+static int n_marks = 0;
+
 typedef struct {
     int slow; /* something only the Python reader reads: an error, a usage-only chunk, draft
                  counts, a reasoning or tool-call key, a count too long */
@@ -373,11 +379,13 @@ typedef struct {
 static void scan(const char *p, Py_ssize_t n, Scan *s) {
     const char *end = p + n, *q = p;
     memset(s, 0, sizeof *s);
-    /* per-request draft counts: every engine's key holds "draft" (servers/engines/base.py's
-       MARK), and the Python reader reads an event that holds it in full, as here */
-    if (memmem(p, n, "draft", 5) != NULL) {
-        s->slow = 1;
-        return;
+    /* per-request draft counts: an event holding any dialect's drafted key (set_marks, from
+       loadgen/client/events.py's MARKS) is read in full by the Python reader, as here */
+    for (int i = 0; i < n_marks; i++) {
+        if (memmem(p, n, marks[i], mark_len[i]) != NULL) {
+            s->slow = 1;
+            return;
+        }
     }
     while ((q = memchr(q, '"', end - q)) != NULL && end - q > 2) {
         switch (q[1]) {
@@ -1097,7 +1105,39 @@ static PyObject *stamps(PyObject *Py_UNUSED(m), PyObject *args) {
     return out;
 }
 
+static PyObject *set_marks(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *seq;
+    if (!PyArg_ParseTuple(args, "O", &seq))
+        return NULL;
+    PyObject *fast = PySequence_Fast(seq, "set_marks takes a sequence of bytes");
+    if (!fast)
+        return NULL;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(fast);
+    if (k > MAX_MARKS) {
+        Py_DECREF(fast);
+        return PyErr_Format(PyExc_ValueError, "at most %d marks", MAX_MARKS);
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyObject *b = PySequence_Fast_GET_ITEM(fast, i);
+        char *data;
+        Py_ssize_t len;
+        if (PyBytes_AsStringAndSize(b, &data, &len) < 0 || len < 1 || len > MAX_MARK_LEN) {
+            Py_DECREF(fast);
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "a mark is 1 to %d bytes", MAX_MARK_LEN);
+            return NULL;
+        }
+        memcpy(marks[i], data, len);
+        mark_len[i] = (size_t)len;
+    }
+    n_marks = (int)k;
+    Py_DECREF(fast);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"set_marks", set_marks, METH_VARARGS,
+     "set_marks(marks): byte strings whose presence sends an event to the Python reader (per-request SD keys)."},
     {"stamps", stamps, METH_VARARGS,
      "stamps(reset=False): (reads timed by the kernel's stamp, reads timed at select()), of reads with chunks."},
     {"bounds", bounds, METH_VARARGS, "bounds(reset=False): [(bin top ns, chunks)]: how far off each chunk's gap can be."},

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from loadgen.client.bodies import ENDPOINTS
-from loadgen.client.events import error_message, on_event, page_text
+from loadgen.client.events import MARKS, error_message, on_event, page_text
 from loadgen.client.record import RequestRecord, ended, fail, request_id, timed_out
 from loadgen.client.selectclock import SelectClock, install
 from loadgen.client.sse import StreamFault, _parse_block
@@ -36,6 +36,8 @@ try:
     from loadgen.client import _hotpath
 except ImportError:  # no compiler when the package was installed: the pure-Python path
     _hotpath = None  # type: ignore[assignment]
+else:  # the events it leaves to the Python reader: those holding a dialect's per-request SD key
+    _hotpath.set_marks(MARKS)
 
 _monotonic_ns = time.monotonic_ns
 _MAX_ERROR_BODY = 64 * 1024

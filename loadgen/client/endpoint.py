@@ -20,24 +20,30 @@ class EndpointError(ValueError):
 @dataclass(frozen=True)
 class Served:
     model: str
-    owned_by: str | None = None  # /v1/models' owned_by of that model ("vllm", "sglang", ...)
+    owned_by: str | None = None  # /v1/models' owned_by of that model: its dialect (servers/engines)
 
     @property
     def keep_alive(self) -> bool:
-        """Whether to reuse connections with this server: not with an engine that closes the
+        """Whether to reuse connections with this server: not with a dialect that closes the
         connection after every streamed response although it announces keep-alive (a client
         reusing it races the close and sees "server disconnected" before any response), so
         loadgen asks it for a new connection per request (`Connection: close`), which is
-        what it gives anyway (servers/engines: `keep_alive`)."""
-        engine = engines.by_owner(self.owned_by)
-        return engine is None or engine.keep_alive
+        what it gives anyway (servers/engines/dialect.py: `keep_alive`)."""
+        dialect = engines.by_owner(self.owned_by)
+        return dialect is None or dialect.keep_alive
 
     @property
     def request_fields(self) -> dict:
-        """What every request to this server adds to its body: its engine's ask for
-        per-request speculative-decoding details, where it needs one (servers/engines)."""
-        engine = engines.by_owner(self.owned_by)
-        return dict(engine.request_fields) if engine is not None else {}
+        """What every request to this server adds to its body: its dialect's ask for
+        per-request speculative-decoding details, where it needs one."""
+        dialect = engines.by_owner(self.owned_by)
+        return dict(dialect.request_fields) if dialect is not None else {}
+
+    @property
+    def metrics_path(self) -> str:
+        """Where its Prometheus metrics are, beside /v1 (its dialect's; else /metrics)."""
+        dialect = engines.by_owner(self.owned_by)
+        return dialect.metrics_path if dialect is not None else "/metrics"
 
 
 def api_base(url: str) -> str:
@@ -54,13 +60,14 @@ def api_base(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-def metrics_url(base: str, given: str | None = None) -> str | None:
-    """The server's Prometheus endpoint: `given`, None for 'none', else /metrics beside /v1."""
+def metrics_url(base: str, given: str | None = None, path: str = "/metrics") -> str | None:
+    """The server's Prometheus endpoint: `given`, None for 'none', else `path` (its dialect's)
+    beside /v1."""
     if given is not None:
         return None if given.strip().lower() == "none" else given.strip()
     parts = urlsplit(base)
     root = parts.path[: -len("/v1")] if parts.path.endswith("/v1") else parts.path
-    return urlunsplit((parts.scheme, parts.netloc, root + "/metrics", "", ""))
+    return urlunsplit((parts.scheme, parts.netloc, root + path, "", ""))
 
 
 async def probe(

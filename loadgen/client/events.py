@@ -26,21 +26,25 @@ _NO_CHOICES = re.compile(rb'"choices":\s*\[\s*\]')
 
 
 def _keys(which: str) -> re.Pattern[bytes]:
-    """A regex for any engine's per-request SD key `which` (servers/engines: `request_sd`) and
-    its integer value."""
+    """A regex for any dialect's per-request SD key `which` (servers/engines/dialect.py:
+    `request_sd`) and its integer value."""
     names = sorted({k for sd in engines.request_sd_keys() if (k := getattr(sd, which))}, key=len, reverse=True)
     return re.compile(rb'"(?:' + b"|".join(re.escape(n.encode()) for n in names) + rb')":\s*(\d+)')
 
 
-# per-request speculative-decoding counts, each engine's keys (vLLM's `speculative_decoding`, ...);
-# a payload holding MARK is read in full for them
+# per-request speculative-decoding counts, each dialect's keys (vLLM's `speculative_decoding`, ...);
+# a payload holding one of MARKS (each dialect's drafted key) is read in full for them
 _DRAFTED, _ACCEPTED, _SPEC_STEPS = _keys("drafted"), _keys("accepted"), _keys("steps")
 _PER_STEP = re.compile(
     rb'"(?:'
     + b"|".join(re.escape(k.encode()) for k in sorted({sd.per_step for sd in engines.request_sd_keys() if sd.per_step}))
     + rb')":\s*\[([\d,\s]*)\]'
 )
-_MARK = engines.MARK.encode()
+MARKS = tuple(m.encode() for m in engines.marks())
+
+
+def _marked(payload: bytes) -> bool:
+    return any(m in payload for m in MARKS)
 
 
 def on_events(rec: RequestRecord, payloads: list[bytes], t: int) -> None:
@@ -76,7 +80,7 @@ def _all_counted(rec: RequestRecord, body: list[bytes], t: int) -> bool:
     """Record `body` if every event in it is a token chunk with one cumulative
     `completion_tokens` and nothing else to read; False (and nothing recorded) if not."""
     joined = b"\n".join(body)
-    if b"[]" in joined or b'"error"' in joined or _MARK in joined:
+    if b"[]" in joined or b'"error"' in joined or _marked(joined):
         return False
     marked = phases.has_marks(joined)
     reasoning: list[int] | None = None
@@ -149,7 +153,7 @@ def on_event(rec: RequestRecord, payload: bytes, t: int) -> None:
             _on_usage_chunk(rec, payload, int(m.group(1)), t)
             return
     _on_parsed(rec, _parse(payload), t)
-    if _MARK in payload:
+    if _marked(payload):
         _spec_counts(rec, payload)
 
 
@@ -176,7 +180,7 @@ def _on_usage_chunk(rec: RequestRecord, payload: bytes, cum: int, t: int) -> Non
         _spec_counts(rec, payload)
         return
     rec.usage_completion_tokens = cum
-    if _MARK in payload:
+    if _marked(payload):
         _spec_counts(rec, payload)
     if rec.prompt_tokens is None and (m := _PROMPT_TOKENS.search(payload)):
         rec.prompt_tokens = int(m.group(1))

@@ -1,12 +1,13 @@
-"""Scraping a vLLM server's /metrics around a measurement window.
+"""Scraping a server's metrics (vLLM's /metrics, or its dialect's path) around a measurement window.
 
 A snapshot before and after the window (counters: deltas; histograms: bucket deltas) and
 periodic samples within it (gauges as time series). Samples are summed over the `engine`
 label (data-parallel engines); `_created` samples, which hold a Unix time, are never added in.
 A counter that went down means the server restarted inside the window: its delta is then its
-value after, and the window is flagged. Derived as vLLM derives them (vllm.md): acceptance rate
-= accepted / draft tokens, mean acceptance length = 1 + accepted / drafts, per-position
-acceptance = accepted at position i / drafts.
+value after, and the window is flagged. The SD figures come from the counters each dialect
+has, turned into one set of figures by its `window_sd` (servers/engines/dialect.py); vLLM's as
+vLLM derives them (vllm.md): acceptance rate = accepted / draft tokens, mean acceptance length
+= 1 + accepted / drafts, per-position acceptance = accepted at position i / drafts.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.load.metric_names import COUNTERS, GAUGES, HISTOGRAMS
+from servers import engines
 
 if TYPE_CHECKING:  # aiohttp is loaded where a window is scraped: a summary's figures need none of it
     import aiohttp
@@ -132,26 +134,30 @@ class Window:
         }
 
 
+class _Counts:
+    """The window in one dialect's names (servers/engines/dialect.py's Counts)."""
+
+    def __init__(self, w: Window, counters) -> None:
+        self.w, self.counters, self.seconds = w, counters, w.seconds
+
+    def present(self, key: str) -> bool:
+        return key in self.counters and bool(_values(self.w.after, self.counters[key]))
+
+    def by_label(self, key: str) -> dict[tuple, float]:
+        return self.w.delta(self.counters[key]) if key in self.counters else {}
+
+    def total(self, key: str) -> float:
+        return sum(self.by_label(key).values())
+
+
 def spec_decode(w: Window) -> dict | None:
-    """vLLM's acceptance summaries over the window; None without speculative decoding."""
-    if not _values(w.after, COUNTERS["spec_drafts"]):
-        return None
-    drafts, draft_tokens, accepted = (
-        w.total("spec_drafts"),
-        w.total("spec_draft_tokens"),
-        w.total("spec_accepted_tokens"),
-    )
-    per_pos = w.delta(COUNTERS["spec_accepted_per_pos"])
-    positions = sorted(per_pos, key=lambda labels: int(dict(labels).get("position", 0)))
-    return {
-        "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
-        "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
-        "per_position": [per_pos[p] / drafts for p in positions] if drafts else [],
-        "drafts": drafts,
-        "draft_tokens": draft_tokens,
-        "accepted_tokens": accepted,
-        "drafts_per_s": drafts / w.seconds if w.seconds > 0 else None,
-    }
+    """The server's acceptance over the window, from its SD counters in the shape its dialect
+    has (servers/engines: each dialect's `window_sd`, the first whose counters are there); None
+    without speculative decoding."""
+    for d in engines.dialects():
+        if d.window_sd is not None and (found := d.window_sd(_Counts(w, d.metrics.counters))) is not None:
+            return found
+    return None
 
 
 def server(w: Window) -> dict:

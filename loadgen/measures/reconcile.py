@@ -175,6 +175,8 @@ def reconcile(
         "stream_accepted_tokens": seen_fig["raw"],
         "server_per_request": per_request,
         "server_counter": counter,
+        # False: the counter is of drafts emitted (SGLang's, from tokens generated), not accepted
+        "counter_has_past_end": (spec_decode or {}).get("past_end_counted", True),
         "past_end": _part(past, seen),
         "coalesced": _part(coal, seen),
         "unexplained": {"tokens": int(off[seen].sum()), "requests": int(broken[seen].sum())},
@@ -274,7 +276,19 @@ def _differences(rec: dict, seen, ok, reported, stream, finish, k) -> list[str]:
             f"{rec['stream_unmatched']['tokens']} tokens of {rec['stream_unmatched']['requests']} requests differ "
             "between the stream's chunks and the server's usage count: not explained"
         )
-    if per_request is not None and counter is not None and per_request != counter:
+    emitted_only = not rec.get("counter_has_past_end", True)
+    if (
+        emitted_only
+        and per_request is not None
+        and counter is not None
+        and per_request - counter == rec["past_end"]["tokens"]
+    ):
+        if per_request != counter:
+            lines.append(
+                f"the counter says {counter}, the per-request counts less the drafts past the end: the server's "
+                "counters count drafts emitted (tokens generated), not accepted"
+            )
+    elif per_request is not None and counter is not None and per_request != counter:
         broken = int((seen & ~ok).sum())
         lines.append(
             f"the per-request counts sum to {per_request}, the counter says {counter}"

@@ -14,7 +14,8 @@ from loadgen.planning.plan import Plan, PlanError, labels, levels, servers, spli
 from loadgen.planning.profiles import checked
 from loadgen.shapes import Shape
 from loadgen.shapes import options as shape_options
-from servers.deployments import DeploymentError, acceptance_variant, load, with_acceptance_lengths
+from servers import engines
+from servers.deployments import DeploymentError, acceptance_variant, load, on_engine, with_acceptance_lengths
 from workloads import WorkloadError, open_workload
 
 
@@ -37,7 +38,7 @@ class Preset:
 
 EMBEDDED = Preset(
     servers="llama-3.1-8b",
-    engine="emulator",
+    engine=engines.embedded(),
     variants="baseline,ngram,eagle,eagle3",
     workloads=("chat,output=fixed:128", "code-edit,output=fixed:128"),
     concurrency="1..64",
@@ -65,7 +66,7 @@ def plan_from(o: SweepOptions) -> tuple[Plan, object]:
     embedded = o.servers is None
     preset = EMBEDDED if embedded else DEFAULT
     try:
-        dep = load(o.servers or EMBEDDED.servers).with_engine(o.engine or (EMBEDDED.engine if embedded else None))
+        dep = on_engine(load(o.servers or EMBEDDED.servers), o.engine or (EMBEDDED.engine if embedded else None))
     except DeploymentError as e:
         raise LoadgenError(str(e)) from None
     dep = with_profile(dep, _profile(o, dep))
@@ -241,7 +242,7 @@ def _check_virtual(o: SweepOptions, dep) -> None:
     """--virtual simulates the emulator's engine in this process: what in the plan only applies
     to servers, real time or load-generating processes is refused, each in one line (--ray and
     --metrics-port, options of the job, in sweep/job.py)."""
-    if dep.engine != "emulator":
+    if not engines.emulates(dep.engine):
         raise LoadgenError(
             f"--virtual simulates the emulator's engine; deployment {dep.name!r} runs on {dep.engine}: "
             "add --engine emulator (its variants' flags on the emulator's cost model)"
@@ -274,7 +275,7 @@ def _profile(o: SweepOptions, dep) -> str | None:
     """--profile: a profile's name or a .toml file (made absolute), only on the emulator."""
     if o.profile is None:
         return None
-    if dep.engine != "emulator":
+    if not engines.emulates(dep.engine):
         raise LoadgenError(
             f"--profile prices the emulator; deployment {dep.name!r} runs on {dep.engine}: add --engine emulator"
         )
@@ -316,7 +317,7 @@ def _time_scale(given: str | None, dep) -> str | float | None:
         value = parse_scale(given, auto=True)
     except TimeScaleError as e:
         raise LoadgenError(str(e)) from None
-    if dep.engine != "emulator":
+    if not engines.emulates(dep.engine):
         if value is not None:
             raise LoadgenError(
                 f"--time-scale runs the emulated GPU slower; deployment {dep.name!r} runs on "

@@ -160,9 +160,9 @@ class Plan:
     def deployment_object(self):
         """The deployment the cells run on: loaded, on the plan's engine, with the acceptance
         axis's variants (DeploymentError for a bad one)."""
-        from servers.deployments import load, with_acceptance_lengths
+        from servers.deployments import load, on_engine, with_acceptance_lengths
 
-        dep = with_profile(load(self.deployment).with_engine(self.engine), self.profile)
+        dep = with_profile(on_engine(load(self.deployment), self.engine), self.profile)
         if self.acceptance_lengths:
             dep = with_acceptance_lengths(dep, self.acceptance_templates or [], self.acceptance_lengths)
         return dep

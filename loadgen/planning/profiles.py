@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from loadgen.errors import LoadgenError
+from servers import engines
 
 
 def variant_profiles(dep, variants: list[str]) -> dict[str, str]:
@@ -30,7 +31,7 @@ def variant_profiles(dep, variants: list[str]) -> dict[str, str]:
 def _deployment_facts(dep) -> dict:
     """What a profile's [machine] is held to besides the host: the dtype this deployment runs at
     on this CPU (engine vllm-cpu's dtype_by_cpu), where it says."""
-    from servers.deployments import machine
+    from servers.deploy import machine
 
     table = dep.own.get("dtype_by_cpu") or {}
     return {"dtype": table.get(machine.kind(), table.get("default"))} if table else {}
@@ -57,7 +58,7 @@ def checked(dep, variants: list[str], anyway: bool) -> list[str]:
     """The mismatches, refused (LoadgenError, one line) unless `anyway`; else returned to be said."""
     from servers.emulator.fingerprint import refusal
 
-    found = mismatches(dep, variants) if dep.engine == "emulator" else []
+    found = mismatches(dep, variants) if engines.emulates(dep.engine) else []
     if found and not anyway:
         raise LoadgenError(refusal(found[0]))
     return found
@@ -108,7 +109,7 @@ def acceptance_notes(dep, variants: list[str], prompts: dict[str, list[str]]) ->
     some of its prompt texts), where the profile's acceptance for it is shared or borrowed."""
     from servers.emulator.spec import SpecError, parse
 
-    if dep.engine != "emulator":
+    if not engines.emulates(dep.engine):
         return []
     out: list[str] = []
     texts = [t for ts in prompts.values() for t in ts]

@@ -67,17 +67,22 @@ def _seq_len(values: np.ndarray) -> dict:
     return out
 
 
+def engine_emulates(name: str | None) -> bool:
+    return bool(name) and name in engines.REGISTRY and engines.emulates(str(name))
+
+
 def _engine(sw: Sweep, variant: str, summary: dict) -> dict:
     """The server as the stack's one component."""
     cfg = summary.get("config") or {}
     dep = sw.manifest.get("deployment") or {}
     server = (sw.manifest.get("servers") or {}).get(variant) or {}
     # a run against --base-url does not know its engine: said so, not guessed
-    engine = dep.get("engine") or ("emulator" if cfg.get("simulated") or cfg.get("embedded_server") else "")
+    emulated = cfg.get("simulated") or cfg.get("embedded_server") or engine_emulates(dep.get("engine"))
+    engine = dep.get("engine") or (engines.emulator() if emulated else "")
     tool = engines.get(engine).tool if engine in engines.REGISTRY else engine or "OpenAI-compatible server"
     model = cfg.get("model") or dep.get("model") or "unknown"
     tp = int(dep.get("tensor_parallel_size") or 1)
-    accelerator = cfg.get("profile") or ("emulated" if engine == "emulator" else "unknown")
+    accelerator = cfg.get("profile") or ("emulated" if emulated else "unknown")
     native_args: dict = {"command": server.get("command") or cfg.get("base_url")}
     spec = cfg.get("speculative_config") or server.get("speculative_config")
     return {
@@ -90,7 +95,7 @@ def _engine(sw: Sweep, variant: str, summary: dict) -> dict:
         "standardized": {
             "kind": "inference_engine",
             "tool": tool,
-            "tool_version": str(server.get("version") or (cfg.get("loadgen_version") if engine == "emulator" else "")),
+            "tool_version": str(server.get("version") or (cfg.get("loadgen_version") if emulated else "")),
             "role": "replica",
             "replicas": 1,
             "model": {"name": model},

@@ -215,6 +215,8 @@ async def _load(job: RunJob, cluster, stop: asyncio.Event) -> RunResult:
             served = await probe(session, spec.api_base, spec.headers, job.model)
             spec.model = served.model
             spec.keep_alive = served.keep_alive if job.keep_alive is None else job.keep_alive
+            if job.metrics_url is None:  # where its dialect keeps its metrics
+                spec.metrics_url = metrics_url(spec.api_base, None, served.metrics_path)
             if served.request_fields:
                 spec.extra_body = {**served.request_fields, **(spec.extra_body or {})}
         except EndpointError as e:

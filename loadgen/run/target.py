@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.errors import LoadgenError
+from servers import engines
 
 # What `loadgen run` measures without --base-url: the emulated engine (servers/emulator) with the
 # study's Llama-3.1-8B on H100 cost model and EAGLE, in real time.
@@ -82,12 +83,12 @@ def _embedded(target: Target, note: Note):
 
 
 def _variant_server(target: Target, note: Note):
-    from servers.deployments import DeploymentError, default_port, load, render
+    from servers.deployments import DeploymentError, default_port, load, on_engine, render
     from servers.launcher import LaunchError, Server, free_port
 
     assert target.servers is not None  # serving() comes here only with one
     try:
-        dep = load(target.servers).with_engine(target.engine)
+        dep = on_engine(load(target.servers), target.engine)
         if target.variant is None:
             raise DeploymentError(f"--servers {target.servers} needs --variant, one of {', '.join(dep.variants)}")
         launch = render(dep, target.variant, port=default_port(dep.engine) or free_port())
@@ -107,7 +108,7 @@ def _variant_server(target: Target, note: Note):
 def with_time_scale(launch, time_scale: float):
     """A rendered emulator launch that runs at `time_scale` (a later --time-scale wins over one in
     the deployment's emulator_args); LoadgenError for any other engine."""
-    if launch.engine != "emulator":
+    if not engines.emulates(launch.engine):
         raise LoadgenError(
             f"--time-scale runs the emulated GPU slower; {launch.variant} runs on {launch.engine}, "
             "whose hardware keeps its own time: drop --time-scale (or add --engine emulator)"

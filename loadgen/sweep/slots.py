@@ -18,6 +18,7 @@ from loadgen.results import cells
 from loadgen.results.cells import progress_dir
 from loadgen.run.measurement import NotMeasured
 from loadgen.sweep.cell import run_cell
+from servers import engines
 from servers.deployments import Deployment, default_port, render
 from servers.launcher import LaunchError, Server, free_port
 
@@ -116,7 +117,7 @@ def _continued(plan: Plan, cell: Cell, journal: Path) -> str | None:
 def _died(server: Server, rows: Rows) -> int | None:
     """The server's exit code if it died (waiting briefly when the cell saw broken
     connections, which can arrive a moment before the exit is visible), else None."""
-    if server.launch.engine == "external":
+    if not engines.starts(server.launch.engine):
         return None if server.alive() else -1
     broke = rows.n and rows.col("error_type").isin(_CONNECTION_ERRORS).any()
     if broke and server.proc is not None:
@@ -214,7 +215,7 @@ def variant_events(
                 api_key=server.api_key,
                 on_start=reporter.request_started,
                 goodput=plan.goodput,
-                time_scale=plan.scale_for(cell) if la.engine == "emulator" else None,
+                time_scale=plan.scale_for(cell) if engines.emulates(la.engine) else None,
                 journal=journal,
             )
         except NotMeasured as e:
@@ -239,7 +240,7 @@ def _status(server: Server, res) -> tuple[str, str | None, bool]:
     la = server.launch
     code = _died(server, res.rows)
     if code is not None:
-        if la.engine == "external":
+        if not engines.starts(la.engine):
             return "failed", f"external server {la.url} stopped serving during the cell", True
         log = f"log {server.log_path}: {server.log_tail()}"
         return "failed", f"server exited with code {code} during the cell; {log}", True

@@ -1,7 +1,8 @@
 """Deployments: one TOML file per target model listing its speculative-decoding variants, and
 their rendering into the exact command of the engine that serves them (`vllm serve`, the
 emulator with the same flags, or another engine's: servers/engines/). A file's keys are
-declared with the dataclasses they fill (model.py) and checked against them (schema.py); each
+declared with the dataclasses they fill (servers/deploy/model.py) and checked against them
+(servers/deploy/schema.py); each
 engine's own keys, needs and command line are its module's in servers/engines/."""
 
 from servers.deployments.catalog import (
@@ -14,6 +15,7 @@ from servers.deployments.catalog import (
     default_port,
     engine_names,
     load,
+    on_engine,
     render,
     with_acceptance_lengths,
 )
@@ -28,6 +30,7 @@ __all__ = [
     "default_port",
     "engine_names",
     "load",
+    "on_engine",
     "render",
     "with_acceptance_lengths",
 ]

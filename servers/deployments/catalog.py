@@ -24,7 +24,7 @@ GGUF file and a variant's `spec` table, SGLang's `speculative` table, vLLM CPU's
 { avx512_bf16 = "bfloat16", default = "float32" }`: each engine's module in
 servers/engines/ says them); they are checked as the common keys are and kept in `own`.
 
-The common keys are declared with the dataclasses they fill (servers/deployments/model.py) and a
+The common keys are declared with the dataclasses they fill (servers/deploy/model.py) and a
 file is checked against that declaration (schema.py); what an engine needs beyond them, and its
 command line, is its module's in servers/engines/.
 """
@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from servers import engines, localmodels
-from servers.deployments import machine
-from servers.deployments.model import METHODS, Deployment, Launch, Variant
-from servers.deployments.schema import DeploymentError, check, fail, keys
+from servers.deploy import machine
+from servers.deploy.model import METHODS, Deployment, Launch, Variant
+from servers.deploy.schema import DeploymentError, check, fail, keys
 from servers.emulator import spec as sd_config
 
 __all__ = ["Deployment", "DeploymentError", "Launch", "Variant", "engine_names"]
@@ -124,7 +124,7 @@ def _build(name: str, source: str, raw: dict) -> Deployment:
     """The deployment a file declares: its keys checked against the declared model, its
     variants, then the rules across keys and what its engine needs (render/ENGINE.check)."""
     where = repr(source)
-    engine = _engine(where, raw.get("engine", "vllm"))
+    engine = _engine(where, raw.get("engine", engines.file_default()))
     check(where, raw, {**keys(Deployment), **engine.deployment_keys})
     if not raw.get("variants"):
         fail(where, "needs at least one [variants.NAME] table")
@@ -135,6 +135,7 @@ def _build(name: str, source: str, raw: dict) -> Deployment:
         if k != "variants" and k not in engine.deployment_keys
     }
     own = {k: v for k, v in raw.items() if k in engine.deployment_keys}
+    given["engine"] = engine.name
     dep = Deployment(name=name, source=source, variants=variants, own=own, **given)
     bad = [k for k, v in dep.env.items() if not isinstance(v, str)]
     if bad:
@@ -197,6 +198,26 @@ def with_acceptance_lengths(dep: Deployment, templates: list[str], lengths: list
             name = acceptance_variant(t, length)
             variants[name] = replace(v, name=name, speculative_config=cfg)
     return replace(dep, variants=variants)
+
+
+def on_engine(dep: Deployment, engine: str | None) -> Deployment:
+    """`dep` served by `engine`: one that takes its variants' flags, the emulator (for vLLM's
+    flags, or an engine that says how it emulates its own: its `emulated`), or one that starts
+    nothing (external)."""
+    if engine is None or engine == dep.engine:
+        return dep
+    try:
+        target, source = engines.get(engine), engines.get(dep.engine)
+    except engines.UnknownEngine as e:
+        raise DeploymentError(str(e)) from None
+    if target.emulates:
+        return replace(source.emulated(dep), engine=engine)
+    if None not in (target.flags, source.flags) and target.flags != source.flags:
+        raise DeploymentError(
+            f"deployment {dep.name!r} is for {dep.engine}; it cannot run on {engine} "
+            f"({source.flags}'s flags and {target.flags}'s differ)"
+        )
+    return replace(dep, engine=engine)
 
 
 def default_port(engine: str) -> int | None:

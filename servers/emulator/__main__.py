@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from servers import engines
 from servers.emulator import chat
 from servers.emulator import profile as profiles
 from servers.emulator.api import EmulatorAPI
 from servers.emulator.engine import Engine, EngineConfig, EngineError
-from servers.emulator.metrics import SglangCollector, VllmCollector, registry
+from servers.emulator.metrics import collector_for, missing, registry
 from servers.emulator.realtime import RealtimeDriver
 from servers.emulator.spec import SpecError, parse
 from servers.emulator.tokens import ModelTokens
@@ -143,11 +144,12 @@ def _emulator_flags(s: argparse.ArgumentParser) -> None:
     )
     s.add_argument(
         "--flavor",
-        choices=("vllm", "sglang"),
-        default="vllm",
-        help="whose server it answers as: vLLM's (default), or SGLang's metric names (sglang:), "
-        "/v1/models owner and per-request details (sglext.spec_tokens_details, asked with "
-        "return_spec_tokens_details), for a deployment of engine sglang (servers/engines/sglang.py)",
+        choices=engines.flavors(),
+        default=engines.get(engines.emulator()).dialect,
+        help="the dialect it answers in (servers/engines/dialect.py): vLLM's (default), or another "
+        "engine's metric names and path, /v1/models owner and per-request SD details (SGLang's: "
+        "sglext.spec_tokens_details, asked with return_spec_tokens_details), for a deployment of "
+        "that engine (its module's `emulated` adds it)",
     )
     s.add_argument(
         "--acceptance-traces",
@@ -207,8 +209,14 @@ def engine_for(args) -> tuple[Engine, list[str]]:
             raise ValueError(f"--stream-interval must be at least 1, got {args.stream_interval}")
         if args.send_buffer is not None and args.send_buffer < 1:
             raise ValueError(f"--send-buffer must be at least 1 byte, got {args.send_buffer}")
-        if args.flavor == "sglang" and args.per_request_spec_decode_metrics != "none":
-            raise ValueError("--per-request-spec-decode-metrics is vLLM's; --flavor sglang answers as SGLang does")
+        alone = _asked_per_request(args.flavor)
+        if alone and args.per_request_spec_decode_metrics != "none":
+            raise ValueError(
+                f"--per-request-spec-decode-metrics is vLLM's; --flavor {args.flavor} answers as its engine does "
+                "(per-request details when a request asks)"
+            )
+        if gaps := missing(engines.dialect(args.flavor).metrics):
+            raise ValueError(f"--flavor {args.flavor}: the emulator has no figure for its {', '.join(gaps)}")
         if spec is None and args.per_request_spec_decode_metrics != "none":  # vLLM's VllmConfig check
             raise ValueError(
                 "--per-request-spec-decode-metrics requires speculative decoding to be enabled "
@@ -236,11 +244,9 @@ def engine_for(args) -> tuple[Engine, list[str]]:
                 max_model_len=args.max_model_len,
                 kv_capacity_tokens=args.kv_cache_tokens,
                 seed=args.seed,
-                # SGLang counts every request's drafts (and answers with them when asked)
+                # a dialect whose requests ask for their drafts: every request's are counted
                 per_request_spec_decode_metrics=(
-                    "summary"
-                    if args.flavor == "sglang" and spec is not None and args.per_request_spec_decode_metrics == "none"
-                    else args.per_request_spec_decode_metrics
+                    "summary" if alone and spec is not None else args.per_request_spec_decode_metrics
                 ),
                 enable_prefix_caching=args.enable_prefix_caching,
                 reasoning=args.reasoning_parser is not None,
@@ -272,6 +278,13 @@ def engine_for(args) -> tuple[Engine, list[str]]:
     return engine, args.served_model_name or [args.model]
 
 
+def _asked_per_request(flavor: str) -> bool:
+    """Whether the dialect gives a request's SD details when the request asks (SGLang's), not
+    on a server flag (vLLM's)."""
+    sd = engines.dialect(flavor).request_sd
+    return sd is not None and sd.alone
+
+
 def _trace_writer(path: str):
     f = open(path, "a", buffering=1)  # a line per finished request, flushed as written
 
@@ -292,8 +305,13 @@ def _log_file(path: str | None, flag: str):
 
 async def _serve(args, engine: Engine, served: list[str]) -> None:
     driver = RealtimeDriver(engine, time_scale=args.time_scale)
-    collector = (SglangCollector if args.flavor == "sglang" else VllmCollector)(
-        lambda: engine.stats, served[0], engine.spec.k if engine.spec else None, vllm_metrics=not args.disable_log_stats
+    dialect = engines.dialect(args.flavor)
+    collector = collector_for(
+        dialect.metrics,
+        lambda: engine.stats,
+        served[0],
+        engine.spec.k if engine.spec else None,
+        vllm_metrics=not args.disable_log_stats,
     )
     api = EmulatorAPI(
         driver,
@@ -307,7 +325,7 @@ async def _serve(args, engine: Engine, served: list[str]) -> None:
         chunk_log=_log_file(args.chunk_log, "--chunk-log"),
         step_log=_log_file(args.step_log, "--step-log"),
         stream_interval=args.stream_interval,
-        flavor=args.flavor,
+        dialect=dialect,
     )
     try:
         listener = await serve(api.handle, args.host, args.port, args.send_buffer)

@@ -12,6 +12,7 @@ import os
 import time
 import uuid
 
+from servers import engines
 from servers.emulator import chat as chatting
 from servers.emulator import parity
 from servers.emulator.content import chat_prompt
@@ -108,9 +109,9 @@ class EmulatorAPI:
         chunk_log=None,
         step_log=None,
         stream_interval: int = 1,
-        flavor: str = "vllm",
+        dialect=None,
     ) -> None:
-        self.flavor = flavor  # --flavor: whose server it answers as (vllm, sglang)
+        self.dialect = dialect or engines.dialect(str(engines.get(engines.emulator()).dialect))  # --flavor
         self.stream_interval = stream_interval  # --stream-interval: the least a request's field may ask
         self.chunk_log = chunk_log  # --chunk-log: a file each streamed response's chunks go to
         self.step_log = step_log  # --step-log: a file each request's engine steps go to
@@ -147,7 +148,7 @@ class EmulatorAPI:
         path = req.path
         if path == "/health":
             return conn.respond(200, b"")
-        if path == "/metrics" and req.method == "GET":
+        if path == self.dialect.metrics_path and req.method == "GET":
             return conn.respond(200, render(self.registry), CONTENT_TYPE)
         if (
             path.startswith(("/v1/", "/emulator/"))
@@ -176,7 +177,7 @@ class EmulatorAPI:
                             "id": name,
                             "object": "model",
                             "created": self.created,
-                            "owned_by": self.flavor,
+                            "owned_by": self.dialect.owned_by or self.dialect.name,
                             "root": self.model,
                             "parent": None,
                             "max_model_len": self.driver.engine.max_model_len,
@@ -299,11 +300,15 @@ class EmulatorAPI:
             "min_tokens": min_tokens,
             "ignore_eos": ignore_eos,
             "return_token_ids": return_ids,
-            # SGLang's ask for per-request SD details (--flavor sglang answers it)
-            "flavor": self.flavor,
-            "spec_details": self.flavor == "sglang" and body.get("return_spec_tokens_details") is True,
+            # a dialect whose requests ask for their SD details (SGLang's): where, and whether asked
+            "request_sd": self.dialect.request_sd if self._asked(body) else None,
+            "alone": self.dialect.request_sd is not None and self.dialect.request_sd.alone,
             "stream_interval": max(interval or 1, self.stream_interval),  # vLLM: clamped to the server's
         }
+
+    def _asked(self, body: dict) -> bool:
+        sd = self.dialect.request_sd
+        return sd is not None and sd.alone and all(body.get(k) == v for k, v in self.dialect.request_fields.items())
 
     def _count(self, what: dict | None) -> int | None:
         """The prompt's tokens by the model's own tokenizer (serve --tokenizer), else None."""
@@ -515,32 +520,36 @@ def log_steps(out, rid: str, seq) -> None:
 
 def _ending(r, seq, p: dict, include_usage: bool) -> bytes:
     """What ends a stream after its last tokens: vLLM's per-request metrics on the usage
-    chunk (none without include_usage), or SGLang's details in a chunk of their own before
+    chunk (none without include_usage), or a dialect's details in a chunk of their own before
     it (when asked for), then [DONE]."""
-    sd = seq.sd.to_dict() if seq.sd is not None else None
-    if p["flavor"] == "sglang":
-        out = r.sglext(sglang_details(seq)) if sd is not None and p["spec_details"] else b""
+    if p["alone"]:
+        out = r.extension(details(seq, p["request_sd"])) if seq.sd is not None and p["request_sd"] else b""
         return out + (r.final_usage(seq.emitted, None, seq.reasoning_tokens) if include_usage else b"") + DONE
-    metrics = {"speculative_decoding": sd} if sd is not None else None
+    metrics = {"speculative_decoding": seq.sd.to_dict()} if seq.sd is not None else None
     return (r.final_usage(seq.emitted, metrics, seq.reasoning_tokens) if include_usage else b"") + DONE
 
 
-def sglang_details(seq) -> dict:
-    """A request's SD counts as SGLang's `spec_tokens_details` (its tokenizer_manager): every
-    decoding step is a verification (`spec_verify_ct`), each proposing num_draft_tokens - 1
-    drafts; accept length = completion tokens / verify calls, accept rate = correct / proposed."""
-    sd = seq.sd
-    steps, k = sd.decode_steps, sd.num_spec_tokens
-    correct = sum(j * c for j, c in enumerate(sd.histogram))
-    proposed = steps * k
-    return {
-        "spec_accept_rate": correct / proposed if proposed else 0.0,
-        "spec_accept_length": seq.emitted / steps if steps else 0.0,
-        "spec_num_correct_drafts": correct,
-        "spec_num_proposed_drafts": proposed,
-        "spec_verify_ct": steps,
-        "spec_correct_drafts_histogram": list(sd.histogram),
+def details(seq, sd) -> dict:
+    """A request's SD counts in a dialect's words (`sd`: its RequestSD), nested at its path:
+    the drafts proposed, those accepted, every decoding step a verification (and what the
+    dialect says beside them, from these and k: `sd.more`)."""
+    steps = seq.sd.decode_steps
+    counts = {
+        "drafted": seq.sd.num_draft_tokens,
+        "k": seq.sd.num_spec_tokens,
+        "accepted": sum(j * c for j, c in enumerate(seq.sd.histogram)),
+        "steps": steps,
+        "emitted": seq.emitted,
+        "histogram": list(seq.sd.histogram),
     }
+    obj: dict = {sd.drafted: counts["drafted"], sd.accepted: counts["accepted"]}
+    if sd.steps:
+        obj[sd.steps] = steps
+    if sd.more is not None:
+        obj.update(sd.more(counts))
+    for key in reversed(sd.path):
+        obj = {key: obj}
+    return obj
 
 
 def whole_response(rid: str, chat: bool, p: dict, seq, words: list[str], answer) -> dict:
@@ -576,9 +585,9 @@ def whole_response(rid: str, chat: bool, p: dict, seq, words: list[str], answer)
             prompt_logprobs=None, prompt_token_ids=list(seq.prompt) if ids is not None else None, prompt_text=None
         )
     whole.update(kv_transfer_params=None, ec_transfer_params=None)
-    if seq.sd is not None and p.get("flavor") == "sglang":  # SGLang: asked for, at the response's level
-        if p["spec_details"]:
-            whole["sglext"] = {"spec_tokens_details": sglang_details(seq)}
+    if seq.sd is not None and p.get("alone"):  # asked for, at the response's level (SGLang's)
+        if p["request_sd"]:
+            whole.update(details(seq, p["request_sd"]))
     elif seq.sd is not None:  # --per-request-spec-decode-metrics: on the response, as vLLM
         sd = seq.sd.to_dict()
         sd.setdefault("per_step_accepted", None)

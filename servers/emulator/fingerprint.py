@@ -2,7 +2,7 @@
 
 A profile fitted on a real engine (`loadgen fit`) carries a [machine] section: the accelerator
 ("cpu", or the GPU's name), the CPU's model name, its kind as vLLM's CPU build tells them apart
-(servers/deployments/machine.py: avx512_bf16, avx512, avx2, other), the cores it ran on, the
+(servers/deploy/machine.py: avx512_bf16, avx512, avx2, other), the cores it ran on, the
 engine and its version, the dtype and the model. Its costs are that machine's: the same Qwen
 pair that pays 1.8x at one user on 2 AVX-512 BF16 cores loses on 2 AVX2 cores, where the 1.5B
 is compute-bound already at one user (docs/performance.md). So a CPU-fitted profile used on a
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from servers.deployments import machine
+from servers.deploy import machine
 
 HOST_KEYS = ("cpu_model", "cpu_kind", "cores")
 

@@ -7,6 +7,7 @@ format, so colons survive whatever a scraper asks for (the OpenMetrics escaping 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 
@@ -227,67 +228,105 @@ class VllmCollector:
             yield _histogram(name, doc, self._labels, getattr(s, attr), self._created)
 
 
-# SGLang's histograms the emulator serves (sglang's observability/metrics_collector.py)
-_SGLANG_HISTOGRAMS = {
-    "ttft": ("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
-    "itl": ("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."),
-    "e2e": ("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds"),
-}
+def _value(s: EngineStats, key: str, spec_k: int | None) -> float | dict | None:
+    """The engine's value of loadgen's metric `key` (loadgen/load/metric_names.py): a number, or
+    {label: value} for a labelled family (None: the emulator has no such figure)."""
+    verify = s.spec_verify_calls
+    values: dict = {
+        "prompt_tokens": s.prompt_tokens,
+        "generation_tokens": s.generation_tokens,
+        "preemptions": s.preemptions,
+        "requests": sum(s.request_success.values()),
+        "request_success": {("finished_reason", r): s.request_success.get(r, 0) for r in FINISHED_REASONS},
+        "prefix_cache_queries": s.prefix_queries,
+        "prefix_cache_hits": s.prefix_hits,
+        "spec_drafts": s.spec_drafts,
+        "spec_verify_calls": verify,
+        "spec_draft_tokens": s.spec_draft_tokens,
+        "spec_accepted_tokens": s.spec_accepted_tokens,
+        "spec_rejected_tokens": s.spec_draft_tokens - s.spec_accepted_tokens,
+        "spec_accepted_per_pos": {("position", str(i)): n for i, n in enumerate(s.spec_accepted_per_pos)},
+        "running": s.running,
+        "waiting": s.waiting,
+        "kv_usage": s.kv_usage,
+        # SGLang's whole-server averages (since the server started; SGLang's cover its last interval)
+        "spec_accept_length": 1 + s.spec_accepted_tokens / verify if verify else 0.0,
+        "spec_accept_rate": s.spec_accepted_tokens / (verify * spec_k) if verify and spec_k else 0.0,
+    }
+    return values.get(key)
 
 
-class SglangCollector(VllmCollector):
-    """`/metrics` as SGLang (--enable-metrics) names it, for `--flavor sglang`: its counters of
-    tokens and verification calls, its load gauges, its whole-server acceptance gauges (here
-    since the server started; SGLang's cover its last logging interval) and latency
-    histograms, plus the emulator's own check on itself. Only what loadgen reads of SGLang
-    (servers/engines/sglang.py), not every family it exports."""
+def missing(metrics) -> list[str]:
+    """The keys of a dialect's metrics (servers/engines/dialect.py's Metrics) the emulator has
+    no figure for: it cannot answer in that dialect."""
+    stats = EngineStats()
+    return [
+        *(k for k in (*metrics.counters, *metrics.gauges) if _value(stats, k, 1) is None),
+        *(k for k in metrics.histograms if not isinstance(getattr(stats, k, None), Histogram)),
+    ]
+
+
+class DeclaredCollector(VllmCollector):
+    """The metrics of a dialect other than vLLM's complete exposition (`--flavor NAME`): every
+    name the dialect declares (its first, current one), with the engine's figure for its key,
+    labelled by model_name only; SD families only with speculative decoding, as vLLM; and the
+    emulator's own check on itself. Only what loadgen reads of that dialect, not every family
+    its engine exports."""
+
+    def __init__(self, metrics, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._metrics = metrics
 
     def collect(self):
         s = self._stats()
         yield from self._own(s)
         if self._vllm:  # --disable-log-stats: none of the server's own
-            yield from self._sglang_families(s)
+            yield from self._declared(s)
 
-    def _sglang_families(self, s: EngineStats):
+    def _declared(self, s: EngineStats):
         labels = {"model_name": self._labels["model_name"]}
-        for name, doc, value in (
-            ("sglang:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens),
-            ("sglang:generation_tokens", "Number of generation tokens processed.", s.generation_tokens),
-            ("sglang:num_requests", "Number of requests processed.", sum(s.request_success.values())),
-        ):
-            fam = CounterMetricFamily(name, doc, labels=list(labels))
-            fam.add_metric(list(labels.values()), value, created=self._created)
-            yield fam
-        gauges: list[tuple[str, str, float]] = [
-            ("sglang:num_running_reqs", "The number of running requests.", s.running),
-            ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", s.waiting),
-            ("sglang:token_usage", "The token usage.", s.kv_usage),
-        ]
-        if self._spec_k:
-            fam = CounterMetricFamily(
-                "sglang:spec_verify_calls", "The number of verification forward calls.", labels=list(labels)
-            )
-            fam.add_metric(list(labels.values()), s.spec_verify_calls, created=self._created)
-            yield fam
-            drafts, accepted = s.spec_verify_calls, s.spec_accepted_tokens
-            gauges += [
-                (
-                    "sglang:spec_accept_length",
-                    "The average acceptance length of speculative decoding.",
-                    1 + accepted / drafts if drafts else 0.0,
-                ),
-                (
-                    "sglang:spec_accept_rate",
-                    "The average acceptance rate of speculative decoding.",
-                    accepted / (drafts * self._spec_k) if drafts else 0.0,  # proposed: k a verify call
-                ),
-            ]
-        for name, doc, level in gauges:
-            g = GaugeMetricFamily(name, doc, labels=list(labels))
-            g.add_metric(list(labels.values()), level)
-            yield g
-        for attr, (name, doc) in _SGLANG_HISTOGRAMS.items():
-            yield _histogram(name, doc, labels, getattr(s, attr), self._created)
+        for cls, declared in ((CounterMetricFamily, self._metrics.counters), (GaugeMetricFamily, self._metrics.gauges)):
+            for key, names in declared.items():
+                if key.startswith("spec_") and not self._spec_k:
+                    continue
+                name, value = names[0].removesuffix("_total"), _value(s, key, self._spec_k)
+                if isinstance(value, dict):  # a labelled family: {(label, value): figure}
+                    label = next(iter(value))[0] if value else "label"
+                    yield self._by(cls, name, key, label, {v: x for (_, v), x in value.items()}, labels)
+                else:
+                    yield _one_family(cls, name, key, labels, value, self._created)
+        for key, names in self._metrics.histograms.items():
+            yield _histogram(names[0], key, labels, getattr(s, key), self._created)
+
+
+def _one_family(cls, name: str, doc: str, labels: dict, value, created: float):
+    fam = cls(name, doc, labels=list(labels))
+    if cls is CounterMetricFamily:
+        fam.add_metric(list(labels.values()), float(value or 0), created=created)
+    else:
+        fam.add_metric(list(labels.values()), float(value or 0))
+    return fam
+
+
+@functools.cache
+def rendered_by_vllm() -> frozenset[str]:
+    """Every sample family vLLM's exposition (VllmCollector) has, with SD on: a dialect whose
+    current names are all among them is answered with it whole."""
+    c = VllmCollector(lambda: EngineStats(spec_accepted_per_pos=[0]), "m", 1)
+    out = set()
+    for fam in c.collect():
+        out.add(fam.name)
+        out.update(smp.name for smp in fam.samples)
+    return frozenset(out)
+
+
+def collector_for(metrics, stats: Callable[[], EngineStats], model_name: str, spec_k: int | None, vllm_metrics: bool):
+    """vLLM's complete exposition where it holds every name the dialect declares (vLLM's own),
+    else the dialect's declared names."""
+    names = {n[0] for kind in (metrics.counters, metrics.gauges, metrics.histograms) for n in kind.values()}
+    if names <= rendered_by_vllm():
+        return VllmCollector(stats, model_name, spec_k, vllm_metrics)
+    return DeclaredCollector(metrics, stats, model_name, spec_k, vllm_metrics)
 
 
 def registry(collector: VllmCollector) -> CollectorRegistry:

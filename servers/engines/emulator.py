@@ -1,15 +1,17 @@
 """The emulated engine (servers/emulator): vLLM's command line, served by `python -m
 servers.emulator serve` with the same flags plus the deployment's emulator_args; no GPU needed.
-Its metrics are vLLM's (or SGLang's, `--flavor sglang`), plus its check on itself
-(`emulator:`, servers/emulator/realtime.py, in emulated seconds)."""
+It answers in vLLM's dialect, or in another engine's (`--flavor NAME`, which that engine's
+`emulated` adds), and exports its check on itself beside it (`emulator:`,
+servers/emulator/realtime.py, in emulated seconds): a dialect of its own, for metrics only."""
 
 from __future__ import annotations
 
 import sys
 
-from servers.deployments.model import Deployment, Launch
+from servers.deploy.model import Deployment, Launch
 from servers.engines import vllm
-from servers.engines.base import Base, Metrics, register
+from servers.engines.base import Base, register
+from servers.engines.dialect import Dialect, Metrics, speak
 
 METRICS = Metrics(
     counters={
@@ -23,14 +25,17 @@ METRICS = Metrics(
     histograms={"emulator_step_lag": ("emulator:step_lag_seconds",)},  # chunks late
 )
 STARTUP_TIMEOUT_S = 60.0
+# its check on itself, beside whichever dialect it answers in: not one the emulator is asked for
+SELF_CHECK = speak(Dialect("emulator-self-check", metrics=METRICS, emulable=False))
 
 
 @register
 class Emulator(Base):
     name = "emulator"
     tool = "loadgen-emulator"
-    metrics = METRICS
-    request_sd = vllm.REQUEST_SD
+    dialect = vllm.DIALECT.name  # unless --flavor says another (an engine's `emulated`)
+    embedded = True
+    emulates = True
 
     def render(self, dep, v, *, port, gpus=None, host="127.0.0.1", executable=None) -> Launch:
         argv = (sys.executable, "-m", "servers.emulator", "serve", *vllm.flags(dep, v, port, host), *dep.emulator_args)

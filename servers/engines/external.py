@@ -4,8 +4,8 @@ servers at those URLs run."""
 
 from __future__ import annotations
 
-from servers.deployments.model import Deployment, Launch
-from servers.deployments.schema import fail
+from servers.deploy.model import Deployment, Launch
+from servers.deploy.schema import fail
 from servers.engines.base import Base, register
 
 
@@ -14,6 +14,7 @@ class External(Base):
     name = "external"
     flags = None
     tool = "OpenAI-compatible server"
+    starts = False
 
     def check(self, dep: Deployment, where: str) -> None:
         missing = [v.name for v in dep.variants.values() if not (v.url or dep.url)]

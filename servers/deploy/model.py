@@ -1,13 +1,13 @@
 """What a deployment is, declared once: the dataclasses a TOML file becomes, each field that a
-file may set carrying its key's type, bound and fix (servers/deployments/schema.py checks a file
+file may set carrying its key's type, bound and fix (servers/deploy/schema.py checks a file
 against them); and `Launch`, one server rendered to its exact command."""
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from servers.deployments.schema import DeploymentError, key
+from servers.deploy.schema import key
 
 METHODS = (
     "ngram",
@@ -41,14 +41,14 @@ class Deployment:
     served_model_name: str = field(default="", metadata=key(str))  # "": the model
     tensor_parallel_size: int = field(default=1, metadata=key(int, least=1))
     max_num_seqs: int | None = field(default=None, metadata=key(int, least=1))
-    engine: str = field(default="vllm", metadata=key(str))  # servers/engines: one of its names
+    engine: str = field(default="", metadata=key(str))  # servers/engines: one of its names (the catalog fills it)
     executable: str | None = field(default=None, metadata=key(str))  # None: the engine's own command
     url: str | None = field(default=None, metadata=key(str))  # external
     args: tuple[str, ...] = field(default=(), metadata=key("strings"))
     emulator_args: tuple[str, ...] = field(default=(), metadata=key("strings"))
     startup_timeout_s: float = field(default=900.0, metadata=key(float))
     # the server's environment, over its engine's (engine vllm-cpu: servers/engines/vllm_cpu.py's ENV);
-    # values may hold {cpus} and {cpu} (servers/deployments/machine.py)
+    # values may hold {cpus} and {cpu} (servers/deploy/machine.py)
     env: dict[str, str] = field(default_factory=dict, metadata=key(dict, example='{ VLLM_CPU_KVCACHE_SPACE = "2" }'))
     # the answer length of a workload that does not set its own (output=...), where the catalog's
     # would not fit or would take too long (a CPU decodes tens of tokens a second)
@@ -62,26 +62,8 @@ class Deployment:
     variants: dict[str, Variant] = field(default_factory=dict, metadata=key(dict, example="[variants.NAME]"))
     own: dict = field(default_factory=dict)  # the keys its engine declares (servers/engines: deployment_keys)
 
-    def with_engine(self, engine: str | None) -> Deployment:
-        """This deployment served by `engine`: one that takes its variants' flags, the
-        emulator (for vLLM's flags, or an engine that says how it emulates its own), or
-        external."""
-        if engine is None or engine == self.engine:
-            return self
-        from servers import engines  # the engines import this module
 
-        try:
-            target, source = engines.get(engine), engines.get(self.engine)
-        except engines.UnknownEngine as e:
-            raise DeploymentError(str(e)) from None
-        if engine == "emulator":
-            return replace(source.emulated(self), engine=engine)
-        if None not in (target.flags, source.flags) and target.flags != source.flags:
-            raise DeploymentError(
-                f"deployment {self.name!r} is for {self.engine}; it cannot run on {engine} "
-                f"({source.flags}'s flags and {target.flags}'s differ)"
-            )
-        return replace(self, engine=engine)
+FILES = "{files}"  # in a Launch's argv: the folder its files are written to
 
 
 @dataclass(frozen=True)
@@ -97,6 +79,13 @@ class Launch:
     served_model_name: str
     startup_timeout_s: float
     prepare: tuple[tuple[str, str], ...] = ()  # (packaged model, path) to write before starting
+    # (name, text) of files the server reads (a config it takes as a file), written before it
+    # starts into a folder beside its log; FILES in argv stands for that folder
+    files: tuple[tuple[str, str], ...] = ()
+
+    def argv_in(self, folder: str) -> tuple[str, ...]:
+        """The command with its files' folder in place of FILES."""
+        return tuple(a.replace(FILES, folder) for a in self.argv)
 
     def shell(self) -> str:
         """The command as one shell line, environment first."""
