@@ -47,3 +47,14 @@ VALIDATION = (
     "vllm_dtype",  # which dtype each local model serves fastest in on this CPU, with the same tokens
     "whatif_schedule",  # a what-if k schedule against fixed k
 )
+
+
+def run_args(base_url: str, **options: object) -> list[str]:
+    """`loadgen run` against `base_url`, quiet, with `options` as its flags (num_requests=12 ->
+    --num-requests 12; True: the bare flag): the one argument list the client benchmarks and
+    the tests that run the client against a test server build."""
+    out = ["run", "--base-url", base_url, "--quiet"]
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        out += [flag] if value is True else [flag, str(value)]
+    return out

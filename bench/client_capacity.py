@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bench import run_args  # noqa: E402
 from loadgen.client import compiled  # noqa: E402
 from loadgen.load.execute import CLIENT_PATH_ENV  # noqa: E402
 from servers.embedded import canned_server  # noqa: E402
@@ -141,24 +142,16 @@ class Harness:
             sys.executable,
             "-m",
             "loadgen",
-            "run",
-            "--base-url",
-            url,
-            "--quiet",
-            "--input-len",
-            str(INPUT_LEN),
-            "--output-len",
-            str(out_len),
-            "--seed",
-            str(SEED),
-            "--warmup",
-            "0",
-            "--concurrency",
-            str(conc),
-            "--num-requests",
-            str(n),
-            "--output",
-            str(out),
+            *run_args(
+                url,
+                input_len=INPUT_LEN,
+                output_len=out_len,
+                seed=SEED,
+                warmup=0,
+                concurrency=conc,
+                num_requests=n,
+                output=out,
+            ),
         ]
         env = {**os.environ, CLIENT_PATH_ENV: "python" if python else "compiled"}
         res = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -212,24 +205,16 @@ class Harness:
             sys.executable,
             "-m",
             "loadgen",
-            "run",
-            "--base-url",
-            url,
-            "--quiet",
-            "--input-len",
-            str(INPUT_LEN),
-            "--output-len",
-            "256",
-            "--rate",
-            f"{rate:g}",
-            "--arrival",
-            "constant",
-            "--num-requests",
-            str(int(rate * 4)),
-            "--workers",
-            str(workers),
-            "--output",
-            str(out),
+            *run_args(
+                url,
+                input_len=INPUT_LEN,
+                output_len=256,
+                rate=f"{rate:g}",
+                arrival="constant",
+                num_requests=int(rate * 4),
+                workers=workers,
+                output=out,
+            ),
         ]
         busy = _cpu_busy()
         res = subprocess.run(cmd, capture_output=True, text=True)

@@ -9,7 +9,9 @@ time per connection, flow control.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import socket
 import struct
 import sys
@@ -294,3 +296,28 @@ def run_until_stopped(
         asyncio.run(main())
     except OSError as e:
         sys.exit(f"{prog}: error: cannot listen on {host}:{port}: {e.strerror}")
+
+
+def server_parser(prog: str, doc: str | None, model: str) -> argparse.ArgumentParser:
+    """The flags every test server (servers/canned, servers/scripted) takes: where it listens,
+    the model it serves, how many SSE events a socket write carries, and a trace file."""
+    p = argparse.ArgumentParser(prog=prog, description=doc)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 lets the OS choose")
+    p.add_argument("--model", default=model, help="served model name")
+    p.add_argument("--events-per-write", type=int, default=1, help="SSE events per socket write")
+    p.add_argument("--trace", default=None, help="append per-response write times (JSONL) to FILE")
+    return p
+
+
+def models_list(model: str) -> bytes:
+    """A test server's /v1/models: its one model, owned by loadgen (no engine's dialect)."""
+    entry = {
+        "id": model,
+        "object": "model",
+        "created": 0,
+        "owned_by": "loadgen",
+        "root": model,
+        "max_model_len": 1 << 20,
+    }
+    return json.dumps({"object": "list", "data": [entry]}).encode()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import run_args
 from servers.embedded import scripted_server
 from workloads import random_lengths
 
@@ -206,22 +207,7 @@ def light_run(tmp_path: Path) -> tuple[dict, object, list[dict]]:
     with scripted_server(
         "--ttft-ms", "5", "--step-ms", "5", "--time-scale", str(LIGHT_SCALE), "--trace", str(trace)
     ) as srv:
-        res = run_cli(
-            "run",
-            "--base-url",
-            srv.url,
-            "--rate",
-            "40",
-            "--num-requests",
-            "40",
-            "--input-len",
-            "16",
-            "--output-len",
-            "8",
-            "--quiet",
-            "--output",
-            str(out),
-        )
+        res = run_cli(*run_args(srv.url, rate="40", num_requests="40", input_len="16", output_len="8", output=str(out)))
     assert res.returncode == 0, res.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["time_scale"] == LIGHT_SCALE and summary["completed"] == 40

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from bench import run_args
 from loadgen.client import compiled
 from loadgen.client.record import RequestRecord
 from loadgen.client.stream import StreamClient, _StampingHandler, make_session
@@ -19,22 +20,15 @@ def test_canned_server_streams_what_its_trace_says(tmp_path):
     trace = tmp_path / "trace.jsonl"
     with canned_server("--pacing-ms", "2", "--ttft-ms", "5", "--events-per-write", "4", "--trace", str(trace)) as srv:
         res = run_cli(
-            "run",
-            "--base-url",
-            srv.url,
-            "--concurrency",
-            "4",
-            "--num-requests",
-            "12",
-            "--warmup",
-            "0",
-            "--input-len",
-            "8",
-            "--output-len",
-            "22",
-            "--quiet",
-            "--output",
-            str(tmp_path / "run"),
+            *run_args(
+                srv.url,
+                concurrency="4",
+                num_requests="12",
+                warmup="0",
+                input_len="8",
+                output_len="22",
+                output=str(tmp_path / "run"),
+            )
         )
     assert res.returncode == 0, res.stderr
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -155,17 +149,7 @@ def test_the_first_chunks_read_delay_bounds_what_a_busy_loop_added(tmp_path, bus
 def test_an_unknown_read_path_is_one_line(tmp_path):
     with canned_server() as srv:
         res = run_cli(
-            "run",
-            "--base-url",
-            srv.url,
-            "--concurrency",
-            "1",
-            "--num-requests",
-            "2",
-            "--output-len",
-            "4",
-            "--quiet",
-            env={"LOADGEN_CLIENT_PATH": "rust"},
+            *run_args(srv.url, concurrency="1", num_requests="2", output_len="4"), env={"LOADGEN_CLIENT_PATH": "rust"}
         )
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
     assert "LOADGEN_CLIENT_PATH='rust': give compiled (the default) or python" in res.stderr

@@ -11,6 +11,7 @@ import sys
 import pandas as pd
 import pytest
 
+from bench import run_args
 from loadgen.results import store
 from tests.conftest import REPO, cli, run_cli, server_pids, wait_served
 
@@ -45,18 +46,7 @@ def fast_server():
 
 def test_outputs_have_the_fixed_interface(fast_server, tmp_path):
     res = run_cli(
-        "run",
-        "--base-url",
-        fast_server + "/v1",
-        "--concurrency",
-        "4",
-        "--num-requests",
-        "20",
-        "--output-len",
-        "16",
-        "--quiet",
-        "--output",
-        str(tmp_path),
+        *run_args(fast_server + "/v1", concurrency="4", num_requests="20", output_len="16", output=str(tmp_path)),
         env={"LOADGEN_API_KEY": "s3cr3t-KEY-4711"},
     )
     assert res.returncode == 0, res.stderr

@@ -8,7 +8,6 @@ per-request reader and the export all take what its module says."""
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 import os
 import re

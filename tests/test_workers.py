@@ -378,7 +378,7 @@ def test_a_cells_warm_up_goes_from_this_process_before_its_workers():
     still open, before the worker processes send the measured requests (every warm-up request
     succeeds, and the measured ones are all the cell's)."""
     from loadgen.planning.plan import Cell, Plan
-    from loadgen.sweep.cell import run_cell
+    from loadgen.sweep.cell import Server, run_cell
     from servers.embedded import emulator_server
     from workloads import open_workload
 
@@ -398,9 +398,8 @@ def test_a_cells_warm_up_goes_from_this_process_before_its_workers():
     )
     seen: list[RequestRecord] = []
     with emulator_server(model) as srv:
-        out = run_cell(
-            plan, Cell("baseline", "chat", 4, "closed"), open_workload(spec), srv.url, model, on_record=seen.append
-        )
+        at = Server(srv.url, model, on_record=seen.append)
+        out = run_cell(plan, Cell("baseline", "chat", 4, "closed"), open_workload(spec), at)
     assert out is not None and out.summary["config"]["workers"] == 2
     assert len(seen) >= 3 and all(r.ok for r in seen), [r.error_message for r in seen if not r.ok]
     assert out.summary["completed"] == 8 and out.summary["failed"] == 0

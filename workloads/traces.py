@@ -142,8 +142,9 @@ def _rows(path: Path, kind: str):
             yield no, obj
 
 
-def read_trace(text: str, *, skip_bad: bool = False) -> Trace:
-    """A trace spec `FORMAT:PATH[,key=value...]` read whole (see the module docstring)."""
+def _spec(text: str) -> tuple[str, str, dict, tuple]:
+    """A trace spec's format, path, options given and fields (kind, time, unit, input, output,
+    hash_ids columns), each checked: TraceError naming the fix."""
     fmt, _, rest = text.partition(":")
     if fmt not in FORMATS or not rest:
         raise TraceError(f"trace {text!r}: give FORMAT:PATH with FORMAT one of {', '.join(FORMATS)}")
@@ -166,6 +167,12 @@ def read_trace(text: str, *, skip_bad: bool = False) -> Trace:
         )
     if unit not in (*UNITS, "datetime"):
         raise TraceError(f"trace {text!r}: unit must be s, ms, us or datetime, got {unit!r}")
+    return fmt, path, opts, (kind, tcol, unit, icol, ocol, hcol)
+
+
+def read_trace(text: str, *, skip_bad: bool = False) -> Trace:
+    """A trace spec `FORMAT:PATH[,key=value...]` read whole (see the module docstring)."""
+    fmt, path, opts, (kind, tcol, unit, icol, ocol, hcol) = _spec(text)
     times, ins, outs, hashes, bad = [], [], [], [], []
     repairs: dict[str, int] = {}
     rows = _rows(Path(path), kind)

@@ -20,6 +20,7 @@ from loadgen.outputs import journal as journals
 from loadgen.planning.plan import Cell, Plan
 from loadgen.results import store
 from loadgen.run.target import with_time_scale
+from loadgen.sweep import cell as cellrun
 from loadgen.sweep.cell import run_cell, workloads_for
 from servers import engines
 
@@ -265,9 +266,8 @@ def _probe(job: CapacityJob, variant: str, workload, url: str, model: str, out: 
         where = out / variant / f"{cell.level_label}-{count[level]}"
         where.mkdir(parents=True, exist_ok=True)
         journals.clear(where)  # a probe is journaled like a run: its requests written as they end
-        res = run_cell(
-            plan, cell, workload, url, model, goodput=job.goodput, time_scale=plan.scale_for(cell), journal=where
-        )
+        at = cellrun.Server(url, model, goodput=job.goodput, time_scale=plan.scale_for(cell))
+        res = run_cell(plan, cell, workload, at, journal=where)
         if res is None:
             raise KeyboardInterrupt
         store.write_summary(where, res.summary)

@@ -16,34 +16,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from loadgen.errors import LoadgenError
+from servers.emulator.counters import TTFT_BUCKETS  # vLLM's, defined once
 
 LABELS = ("model_name", "variant", "workload", "level")
 # vLLM's TTFT buckets, and its inter-token buckets with 1, 2.5 and 5 ms added below vLLM's first
 # (10 ms) for fast decoding (vllm.md): where both have a bound, client and server quantiles compare
-TTFT_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1,
-    2.5,
-    5,
-    7.5,
-    10,
-    20,
-    40,
-    80,
-    160,
-    640,
-    2560,
-)
 TOKEN_BUCKETS = (
     0.001,
     0.0025,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -63,19 +64,22 @@ def workloads_for(plan: Plan) -> dict:
     return out
 
 
-def cell_job(
-    plan: Plan,
-    cell: Cell,
-    workload,
-    url: str,
-    model: str,
-    *,
-    on_record: Callable | None = None,
-    api_key: str | None = None,
-    on_start: Callable | None = None,
-    goodput: dict | None = None,
-    time_scale: float | None = None,
-) -> RunJob:
+@dataclass(frozen=True)
+class Server:
+    """The server a cell runs against and what the run tells whom: its URL and model, the API
+    key, the callbacks for each request's start and end, the goodput objectives, and the time
+    scale to set first (an emulator's, per sweep level; None: as it runs)."""
+
+    url: str
+    model: str
+    api_key: str | None = None
+    on_record: Callable | None = None
+    on_start: Callable | None = None
+    goodput: dict | None = None
+    time_scale: float | None = None
+
+
+def cell_job(plan: Plan, cell: Cell, workload, at: Server) -> RunJob:
     """The cell as a measured run's job: the same measured requests in every cell (the plan's
     seed), so variants and levels see the same work."""
     load = load_shape(plan, cell)
@@ -84,7 +88,7 @@ def cell_job(
         num = load.requests()  # the trace's window, every request of it
     spec = RunSpec(
         api_base="",
-        model=model,
+        model=at.model,
         load=load,
         endpoint=plan.endpoint,
         num_requests=num,
@@ -94,23 +98,23 @@ def cell_job(
         request_timeout_s=plan.request_timeout_s,
         extra_body=plan.extra_body,
         token_ids=plan.token_ids,
-        headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+        headers={"Authorization": f"Bearer {at.api_key}"} if at.api_key else {},
         scrape_interval_s=plan.metrics_interval_s,
     )
     return RunJob(
         spec,
         workload,
-        Target(url),
-        model=model,
+        Target(at.url),
+        model=at.model,
         workers=plan.workers_for(cell),
         workload_ref=WorkloadRef(plan.workload_spec(cell.workload), plan.data_dir),
-        objectives=goodput,
+        objectives=at.goodput,
         kind="sweep",
         warmup_apart=True,
-        set_time_scale=time_scale,
+        set_time_scale=at.time_scale,
         probe_required=False,
-        on_start=on_start,
-        on_record=on_record,
+        on_start=at.on_start,
+        on_record=at.on_record,
         config={"warmup_separate": True, "started_unix": time.time(), **speculative(plan, cell)},
     )
 
@@ -128,37 +132,14 @@ def speculative(plan: Plan, cell: Cell) -> dict:
     return {"speculative_config": json.dumps(spec, separators=(",", ":"))} if spec else {}
 
 
-def run_cell(
-    plan: Plan,
-    cell: Cell,
-    workload,
-    url: str,
-    model: str,
-    on_record: Callable | None = None,
-    api_key: str | None = None,
-    on_start: Callable | None = None,
-    goodput: dict | None = None,
-    time_scale: float | None = None,
-    journal: Path | None = None,
-) -> RunOutcome | None:
+def run_cell(plan: Plan, cell: Cell, workload, at: Server, journal: Path | None = None) -> RunOutcome | None:
     """Run the cell (on an emulator, at `time_scale`: set before the cell); None when it was
     interrupted before its measurement began. NotMeasured (loadgen.run.measurement) when it cannot
     be measured at all (its server refused the time scale). With `journal` (its directory in
     progress) its requests are journaled there as they end, and requests.parquet written there;
     a journal already there (the cell was killed) is continued: its requests are not sent again
     and the new ones are journaled as its next part."""
-    job = cell_job(
-        plan,
-        cell,
-        workload,
-        url,
-        model,
-        on_record=on_record,
-        api_key=api_key,
-        on_start=on_start,
-        goodput=goodput,
-        time_scale=time_scale,
-    )
+    job = cell_job(plan, cell, workload, at)
     resumed = None
     if journal is not None:
         journal.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ from loadgen.planning.plan import Cell, Plan
 from loadgen.results import cells
 from loadgen.results.cells import progress_dir
 from loadgen.run.measurement import NotMeasured
+from loadgen.sweep import cell as cellrun
 from loadgen.sweep.cell import run_cell
 from servers import engines
 from servers.deployments import Deployment, default_port, render
@@ -205,19 +206,16 @@ def variant_events(
         if journal is not None and (note := _continued(plan, cell, journal)):
             yield "note", note
         try:
-            res = run_cell(
-                plan,
-                cell,
-                workloads[cell.workload],
+            at = cellrun.Server(
                 la.url,
                 la.served_model_name,
-                on_record=reporter.record,
                 api_key=server.api_key,
+                on_record=reporter.record,
                 on_start=reporter.request_started,
                 goodput=plan.goodput,
                 time_scale=plan.scale_for(cell) if engines.emulates(la.engine) else None,
-                journal=journal,
             )
+            res = run_cell(plan, cell, workloads[cell.workload], at, journal=journal)
         except NotMeasured as e:
             yield "note", f"{cell.key}: {e}"
             yield failed_event(plan, cell, str(e), server)

@@ -10,20 +10,15 @@ import argparse
 import sys
 
 from servers.canned.app import CannedOptions, CannedServer
-from servers.http import run_until_stopped
+from servers.http import run_until_stopped, server_parser
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m servers.canned", description=__doc__)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000, help="0 lets the OS choose")
-    p.add_argument("--model", default="canned", help="served model name (any name is accepted)")
+    p = server_parser("python -m servers.canned", __doc__, "canned")
     p.add_argument("--ttft-ms", type=float, default=0.0, help="first event this long after the request")
     p.add_argument(
         "--pacing-ms", type=float, default=0.0, help="time between events; 0 (default): as fast as the client reads"
     )
-    p.add_argument("--events-per-write", type=int, default=1, help="SSE events per socket write")
-    p.add_argument("--trace", default=None, help="append per-response write times (JSONL) to FILE")
     return p
 
 

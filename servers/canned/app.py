@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from servers.clock import PreciseClock
-from servers.http import HttpConnection, HttpRequest, frame_chunk
+from servers.http import HttpConnection, HttpRequest, frame_chunk, models_list
 from servers.openai_stream import DONE, StreamRenderer, error_body, prompt_text
 from servers.scripted.script import prompt_key
 
@@ -80,25 +80,7 @@ class CannedServer:
         if req.path == "/health":
             return conn.respond(200, b"")
         if req.path == "/v1/models" and req.method == "GET":
-            return conn.respond(
-                200,
-                json.dumps(
-                    {
-                        "object": "list",
-                        "data": [
-                            {
-                                "id": self.opts.model,
-                                "object": "model",
-                                "created": 0,
-                                "owned_by": "loadgen",
-                                "root": self.opts.model,
-                                "max_model_len": 1 << 20,
-                            }
-                        ],
-                    }
-                ).encode(),
-                "application/json",
-            )
+            return conn.respond(200, models_list(self.opts.model), "application/json")
         chat = req.path == "/v1/chat/completions"
         if req.method != "POST" or not (chat or req.path == "/v1/completions"):
             return _error(conn, 404, f"no route {req.method} {req.path}")

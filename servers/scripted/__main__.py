@@ -9,16 +9,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from servers.http import run_until_stopped
+from servers.http import run_until_stopped, server_parser
 from servers.scripted.app import ScriptedServer, ServerOptions
 from servers.scripted.script import FAULTS, ScriptConfig
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="loadgen-scripted-server", description=__doc__)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000, help="0 lets the OS choose")
-    p.add_argument("--model", default="scripted", help="served model name")
+    p = server_parser("loadgen-scripted-server", __doc__, "scripted")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
     p.add_argument("--ttft-ms", type=float, default=30.0)
     p.add_argument("--prefill-us-per-token", type=float, default=20.0)
@@ -27,7 +24,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--chunk-tokens", default="sd:3:0.7", help="tokens per chunk: '1', a cycled list '1,3,2', or sd:K:ALPHA"
     )
-    p.add_argument("--events-per-write", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--faults", default="ok", help=f"comma list cycled over arriving requests; from: {', '.join(FAULTS)}"
@@ -42,7 +38,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--stall-s", type=float, default=3600.0)
     p.add_argument("--no-usage", action="store_true", help="ignore stream_options.include_usage")
     p.add_argument("--no-continuous-usage", action="store_true", help="ignore stream_options.continuous_usage_stats")
-    p.add_argument("--trace", default=None, help="append per-request write times (JSONL) to FILE")
     p.add_argument(
         "--time-scale",
         type=float,

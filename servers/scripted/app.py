@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from servers.clock import PreciseClock
-from servers.http import HttpConnection, HttpRequest
+from servers.http import HttpConnection, HttpRequest, models_list
 from servers.openai_stream import DONE, StreamRenderer, error_body, prompt_text, sse, usage
 from servers.scripted.script import Script, ScriptConfig, prompt_key, prompt_token_count, script_for
 
@@ -76,23 +76,7 @@ class ScriptedServer:
             _json(conn, 401, {"error": "Unauthorized"})
             return
         if req.path == "/v1/models" and req.method == "GET":
-            _json(
-                conn,
-                200,
-                {
-                    "object": "list",
-                    "data": [
-                        {
-                            "id": self.opts.model,
-                            "object": "model",
-                            "created": 0,
-                            "owned_by": "loadgen",
-                            "root": self.opts.model,
-                            "max_model_len": 1 << 20,
-                        }
-                    ],
-                },
-            )
+            conn.respond(200, models_list(self.opts.model), "application/json")
         elif req.path in ("/v1/completions", "/v1/chat/completions") and req.method == "POST":
             await self._complete(req, conn, chat=req.path == "/v1/chat/completions")
         else:
