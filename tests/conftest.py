@@ -6,7 +6,6 @@ import contextlib
 import itertools
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -284,59 +283,103 @@ LONG = (
 )
 
 
-# -- What a test file needs: unit, servers, engines ----------------------------------------------
-# Each file is marked by the most it needs (`pytest -m unit` runs the ones that start nothing):
+# -- What a test uses: unit, servers, engines -------------------------------------------------
+# Every test file says what its tests use, explicitly, with one of three marks in its
+# `pytestmark` (`pytest -m unit` runs the tests that start nothing):
 # `engines`: a real engine or tool from outside Python's own (vLLM's CPU build, llama.cpp,
 # SGLang's parser, Ray, Prometheus, Chromium: the files that honour a LOADGEN_REQUIRE_* switch);
-# `servers`: processes of its own (servers/ test servers and the emulator, loadgen in a
-# subprocess, worker processes); `unit`: none, everything in the test's own process, which the
-# `_unit_starts_nothing` fixture holds (a unit test that starts a process fails).
-_STARTS = re.compile(
-    r"subprocess|emulator_server|scripted_server|canned_server|server_process|run_cli\(|Popen|launcher|"
-    r"\bserver\b\s*[,)]|--workers|multiprocessing"
-)
+# `servers`: processes of their own (servers/ test servers and the emulator, loadgen in a
+# subprocess, worker processes); `unit`: none, everything in the test's own process.
+# Both ways are held while the tests run: a unit test that starts a process fails, and so does a
+# test marked servers or engines that passed without starting one or using a fixture that did
+# (it belongs in a unit file). Process starts are counted where every way of starting one
+# passes: subprocess (asyncio's too), os.fork, os.posix_spawn and multiprocessing's spawn.
+KINDS = ("unit", "servers", "engines")
+_started = [0]  # processes started by this (worker) process so far
+_refuse: list[str] = []  # the unit test running, which may start none
+_starting_fixtures: set[str] = set()  # fixtures whose setup started a process
+_STARTS_AT = pytest.StashKey[int]()  # _started when a test's setup began
 
 
-# files whose processes come from the library, not from the test's own code (whatif's pool)
-_STARTS_THROUGH_THE_LIBRARY = ("test_whatif_reading.py",)
+def _counted(fn):
+    def start(*args, **kwargs):
+        if _refuse:
+            raise AssertionError(f"{_refuse[0]} is marked unit but starts a process")
+        _started[0] += 1
+        return fn(*args, **kwargs)
+
+    return start
 
 
-def needs(path: Path) -> str:
-    """unit, servers or engines: what the test file at `path` needs (above)."""
-    text = path.read_text()
-    if "LOADGEN_REQUIRE_" in text:
-        return "engines"
-    return "servers" if _STARTS.search(text) or path.name in _STARTS_THROUGH_THE_LIBRARY else "unit"
+def _count_process_starts() -> None:
+    import multiprocessing.util
+
+    subprocess.Popen._execute_child = _counted(subprocess.Popen._execute_child)  # type: ignore[method-assign]
+    os.fork = _counted(os.fork)
+    os.posix_spawn = _counted(os.posix_spawn)
+    os.posix_spawnp = _counted(os.posix_spawnp)
+    multiprocessing.util.spawnv_passfds = _counted(multiprocessing.util.spawnv_passfds)
 
 
-@pytest.fixture(autouse=True)
-def _unit_starts_nothing(request, monkeypatch):
-    """A test marked unit starts no process: subprocess.Popen and os.fork refuse, naming the test."""
-    if request.node.get_closest_marker("unit") is None:
-        yield
-        return
+_count_process_starts()
 
-    def refuse(*args, **kwargs):
-        raise AssertionError(
-            f"{request.node.nodeid} is marked unit (tests/conftest.py: needs) but starts a process: {args[:1]}"
+
+def kind_of(item) -> str:
+    """unit, servers or engines: the one its file's pytestmark says."""
+    found = [k for k in KINDS if item.get_closest_marker(k) is not None]
+    if len(found) != 1:
+        raise pytest.UsageError(
+            f"{item.path.name}: its pytestmark names {found or 'none'} of {', '.join(KINDS)}; "
+            "name exactly one (tests/conftest.py, 'What a test uses')"
         )
+    return found[0]
 
-    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
-    monkeypatch.setattr(os, "fork", refuse)
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    before = _started[0]
+    yield
+    if _started[0] > before:
+        _starting_fixtures.add(fixturedef.argname)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    item.stash[_STARTS_AT] = _started[0]
+    if item.get_closest_marker("unit") is not None:
+        _refuse[:] = [item.nodeid]
     yield
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    _refuse.clear()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if call.when != "call" or not rep.passed or item.get_closest_marker("unit") is not None:
+        return
+    started = _started[0] > item.stash.get(_STARTS_AT, _started[0])
+    if not started and not set(item.fixturenames) & _starting_fixtures:
+        rep.outcome = "failed"
+        rep.longrepr = (
+            f"{item.nodeid} is marked {kind_of(item)} but started no process and used no fixture that did: "
+            "it belongs in a file marked unit (tests/conftest.py, 'What a test uses')"
+        )
+
+
 def pytest_collection_modifyitems(config, items):
-    """Each test marked by what its file needs (`needs`); files with a timing test first, the
+    """Each test checked for its one kind (`kind_of`); files with a timing test first, the
     rest after (pyproject.toml keeps this order: --no-loadscope-reorder). While the timing
     files run, each worker waits for the other's test to end before a timing test starts:
     cheap while the other's tests are those files' own short ones, costly beside a minute-long
     one. After them, both workers run the rest in parallel with nothing to wait for."""
-    kinds: dict[Path, str] = {}
     for item in items:
-        if item.path not in kinds:
-            kinds[item.path] = needs(item.path)
-        item.add_marker(kinds[item.path])
+        kind_of(item)
     timed = {item.path for item in items if item.get_closest_marker("timing") is not None}
 
     def order(item):

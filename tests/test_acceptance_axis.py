@@ -18,6 +18,8 @@ from tests.conftest import cli, run_cli
 from tests.test_report import _how_sure_counts_the_flags
 from workloads import open_workload
 
+pytestmark = pytest.mark.servers
+
 LENGTHS = (1.2, 1.6, 2.2)
 # 2 rather than 1 user: the same claim, half the real time; the sweep's time scale probed per level
 # (auto), so that each level is measured at a pace this machine keeps (at a fixed 2x, 64 users were

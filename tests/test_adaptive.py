@@ -14,6 +14,8 @@ from servers.emulator.engine import Engine, EngineConfig
 from servers.emulator.spec import SpecError, parse
 from workloads.synthetic import kind_like
 
+pytestmark = pytest.mark.unit
+
 PROFILE = profiles.load("h100-llama-3.1-8b")
 EAGLE3 = {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 5}
 

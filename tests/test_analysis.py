@@ -5,6 +5,8 @@ import pytest
 
 from loadgen.report import speedup
 
+pytestmark = pytest.mark.unit
+
 
 def _table() -> pd.DataFrame:
     rows = []

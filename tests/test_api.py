@@ -12,6 +12,8 @@ from loadgen.report.speedup import speedup
 from loadgen.shapes import ClosedLoop, Ramp
 from workloads import open_workload
 
+pytestmark = pytest.mark.servers
+
 
 def test_a_run_from_python(server, tmp_path):
     url = server("--ttft-ms", "5", "--step-ms", "5")

@@ -5,6 +5,8 @@ import pytest
 
 from loadgen.shapes import arrivals
 
+pytestmark = pytest.mark.unit
+
 
 def _gaps(offsets):
     return np.diff(offsets)

@@ -15,6 +15,8 @@ from loadgen.client.stream import StreamClient, _StampingHandler, make_session
 from servers.embedded import canned_server
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.servers
+
 
 def test_canned_server_streams_what_its_trace_says(tmp_path):
     trace = tmp_path / "trace.jsonl"

@@ -14,6 +14,8 @@ from loadgen.measures import slo
 from loadgen.results import cells
 from tests.conftest import cli, run_cli, server_pids
 
+pytestmark = pytest.mark.servers
+
 REPO = Path(__file__).resolve().parents[1]
 RUN = ["--concurrency", "4", "--num-requests", "12", "--quiet"]  # the embedded emulator (no --base-url)
 

@@ -15,6 +15,8 @@ from bench import run_args
 from loadgen.results import store
 from tests.conftest import REPO, cli, run_cli, server_pids, wait_served
 
+pytestmark = pytest.mark.servers
+
 SUMMARY_KEYS = {
     "config",
     "completed",

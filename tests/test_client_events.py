@@ -10,6 +10,8 @@ from loadgen.client.record import RequestRecord
 from loadgen.client.sse import StreamFault
 from servers.openai_stream import StreamRenderer
 
+pytestmark = pytest.mark.unit
+
 
 def _events(chat: bool, continuous: bool) -> list[bytes]:
     r = StreamRenderer(chat=chat, request_id="x", model="m", created=1, prompt_tokens=7, continuous_usage=continuous)

@@ -20,6 +20,8 @@ from servers import conformance, vllm_cpu
 from tests.conftest import REPO, a_core_of_its_own, describe_pids, server_pids
 from tests.test_vllm_cpu import on_one_core
 
+pytestmark = pytest.mark.engines
+
 REQUIRED = os.environ.get("LOADGEN_REQUIRE_VLLM") == "1"
 
 

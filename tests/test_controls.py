@@ -13,6 +13,8 @@ import pytest
 from loadgen.report import controls
 from tests.conftest import cli, run_cli, server_pids
 
+pytestmark = pytest.mark.servers
+
 VARIANTS = "baseline,eagle3,eagle3-k5,eagle3-schedule,eagle3-adaptive"
 WORKLOAD = "code-edit,output=fixed:128"
 

@@ -24,6 +24,8 @@ from tests.conftest import cli, run_cli
 from tests.test_emulator_server import LLAMA, scrape
 from workloads import open_workload
 
+pytestmark = pytest.mark.servers
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 SESSIONS = "synthetic:session,turns=3,input_len=40,output_len=24"
 _LOGGED = re.compile(r"Request (\S+) details: prompt: (.*), prompt_token_ids: ")

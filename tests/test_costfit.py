@@ -25,6 +25,8 @@ from workloads import open_workload
 ROOT = Path(__file__).resolve().parents[1]
 from loadgen.measures import enginesteps  # noqa: E402
 
+pytestmark = pytest.mark.servers
+
 HEAD = """description = "a roofline engine for the fit's test"
 models = ["roofline"]
 acceptance = "llama-3.1-8b"

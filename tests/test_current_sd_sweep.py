@@ -19,6 +19,8 @@ import pytest
 
 from tests.conftest import cli, run_cli, server_pids
 
+pytestmark = pytest.mark.servers
+
 N = 16  # requests per cell measured over HTTP, 4 users
 PLAN = (
     "sweep",

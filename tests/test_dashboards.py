@@ -23,6 +23,8 @@ import pytest
 from servers.launcher import free_port, spawn, stop_group
 from tests.conftest import server_pids
 
+pytestmark = pytest.mark.engines
+
 REPO = Path(__file__).resolve().parents[1]
 DASHBOARDS = sorted((REPO / "dashboards" / "grafana" / "dashboards").glob("*.json"))
 ARTIFACTS = Path(os.environ.get("LOADGEN_TEST_ARTIFACTS", REPO / "tests" / "artifacts"))

@@ -16,6 +16,8 @@ from servers import engines
 from servers.deployments import DeploymentError, available, load, on_engine, render
 from servers.emulator.__main__ import _parser, build
 
+pytestmark = pytest.mark.servers
+
 GOLDEN = Path(__file__).parent / "golden" / "vllm_commands.txt"
 # Flags as `vllm serve --help` names them, and the speculative-config fields vLLM documents
 # (../shared/reference/vllm.md).

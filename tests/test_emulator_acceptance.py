@@ -13,6 +13,8 @@ from servers.emulator.acceptance import acceptance_lengths, trace_stats
 from servers.emulator.ngram import acceptance_lengths as ngram_lengths
 from workloads import kind_like
 
+pytestmark = pytest.mark.unit
+
 # paper.md: tokens per step at k = 3, P(0) (EAGLE, n-gram), mean output length
 PAPER = {
     "chat": (2.25, 0.69, 1.40, 0.35, 728),

@@ -15,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from servers.embedded import emulator_server
 from tests.conftest import REPO, run_cli
 
+pytestmark = pytest.mark.servers
+
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
 

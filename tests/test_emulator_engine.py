@@ -8,6 +8,8 @@ from servers.emulator import profile as profiles
 from servers.emulator.engine import Engine, EngineConfig, EngineError
 from servers.emulator.spec import parse
 
+pytestmark = pytest.mark.unit
+
 EAGLE = parse('{"method": "eagle", "model": "e", "num_speculative_tokens": 3}')
 NGRAM = parse('{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 3, "prompt_lookup_max": 7}')
 

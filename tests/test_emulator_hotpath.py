@@ -12,6 +12,8 @@ import pytest
 from servers.emulator.ngram import NgramIndex
 from servers.openai_stream import StreamRenderer
 
+pytestmark = pytest.mark.unit
+
 
 def brute_force(tokens: list[int], min_n: int, max_n: int) -> int | None:
     """The longest n-gram (min_n..max_n) ending the context that occurs earlier, ending before

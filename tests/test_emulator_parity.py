@@ -14,6 +14,8 @@ import pytest
 
 from servers.embedded import emulator_server
 
+pytestmark = pytest.mark.servers
+
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
 

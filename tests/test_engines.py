@@ -22,6 +22,8 @@ import pytest
 from servers import engines
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.servers
+
 TOY = '''"""A toy engine: `toyserve MODEL --port P -t T [--spec-file FILE]`, on CPU. Its servers speak
 the toy dialect: metrics at /stats, SD counted as verify rounds, proposed and rejected tokens
 (no accepted counter), a request's SD counts under `toy_ext` (proposed, kept, rounds) in a

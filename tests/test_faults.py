@@ -20,6 +20,8 @@ from servers.embedded import scripted_server
 from tests.conftest import run_cli
 from workloads import random_lengths
 
+pytestmark = pytest.mark.servers
+
 # server fault -> the error type the client must record
 EXPECTED = {
     "http400_json": "http_400",

@@ -24,6 +24,8 @@ import pytest
 from servers.emulator.fingerprint import host, mismatch
 from tests.conftest import REPO, cli, run_cli
 
+pytestmark = pytest.mark.servers
+
 
 def plan(variants: str = "baseline,ngram,eagle", levels: str = "1,2") -> list[str]:
     return [

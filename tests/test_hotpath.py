@@ -22,13 +22,15 @@ from loadgen.client.record import RequestRecord
 from loadgen.client.sse import SSEDecoder, StreamFault, _parse_block
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.engines
+
 if not compiled.available():
     why = "the compiled path was not built (no C compiler)"
     # LOADGEN_REQUIRE_COMPILED=1 (.ci/run): the install already failed without it; a package
     # installed otherwise (a stale one, a pure-Python copy) must not pass by skipping
     if os.environ.get("LOADGEN_REQUIRE_COMPILED") == "1":
         pytest.fail(why + " but LOADGEN_REQUIRE_COMPILED=1", pytrace=False)
-    pytestmark = pytest.mark.skip(reason=why)
+    pytestmark = [pytestmark, pytest.mark.skip(reason=why)]
 else:
     from loadgen.client import _hotpath
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.servers
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("loadgen", "servers", "workloads")
 MAY_NOT_IMPORT = {"servers": {"loadgen", "workloads"}, "workloads": {"loadgen", "servers"}}

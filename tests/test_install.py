@@ -11,7 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from servers.embedded import canned_server
+
+pytestmark = pytest.mark.engines
 
 REPO = Path(__file__).resolve().parents[1]
 

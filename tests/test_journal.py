@@ -26,6 +26,8 @@ from servers.embedded import canned_server
 from servers.scripted.script import prompt_key
 from tests.conftest import REPO, cli, process_tree, run_cli, still_running, synthetic_prompts
 
+pytestmark = pytest.mark.servers
+
 
 def _served(trace: Path) -> list[dict]:
     lines = trace.read_text().splitlines() if trace.exists() else []

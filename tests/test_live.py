@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.client.record import RequestRecord
 from loadgen.outputs.live import LiveMetrics
+
+pytestmark = pytest.mark.servers
 
 MS = 1_000_000
 OPENMETRICS = "application/openmetrics-text; version=0.0.1,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"

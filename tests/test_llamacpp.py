@@ -24,6 +24,8 @@ from servers.engines import llamacpp
 from servers.launcher import Server, free_port
 from tests.conftest import REPO, describe_pids, run_cli, server_pids
 
+pytestmark = pytest.mark.engines
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 REQUIRED = os.environ.get("LOADGEN_REQUIRE_LLAMACPP") == "1"
 RATES = [0.9, 0.6, 0.3]  # forced per-position acceptance of the synthetic variant

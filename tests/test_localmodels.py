@@ -25,6 +25,8 @@ from servers.vllm_cpu.__main__ import shim_wheel
 from tests.conftest import REPO, cli
 from tests.test_deployments import refused_in_one_line
 
+pytestmark = pytest.mark.servers
+
 
 @pytest.fixture
 def models(tmp_path, monkeypatch):

@@ -6,6 +6,8 @@ from loadgen.client.record import RequestRecord
 from loadgen.measures.frame import request_frame, token_gaps
 from loadgen.measures.summary import summarize
 
+pytestmark = pytest.mark.unit
+
 MS = 1_000_000
 BASE = 5_000  # ms: monotonic times are never 0 (0 means "not sent")
 

@@ -15,6 +15,8 @@ from scipy.special import betainc
 from loadgen.capacity import mlperf
 from tests.conftest import cli, run_cli
 
+pytestmark = pytest.mark.servers
+
 
 @pytest.mark.parametrize("t", [0, 1, 7, 60])
 def test_early_stopping_needs_the_smallest_count_the_rule_defines(t):

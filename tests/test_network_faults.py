@@ -16,6 +16,8 @@ import pytest
 from servers.embedded import canned_server, server_process
 from tests.conftest import REPO, run_cli
 
+pytestmark = pytest.mark.servers
+
 
 @contextmanager
 def proxied(*fault: str):

@@ -19,6 +19,8 @@ import pytest
 from servers.embedded import emulator_server
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.servers
+
 STEP = '''"""A step: N users for T seconds, then M (users never leave: N <= M)."""
 from __future__ import annotations
 

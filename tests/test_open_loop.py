@@ -10,7 +10,10 @@ import pytest
 
 from tests.conftest import assert_light_load_unflagged, judged_late, run_cli
 
-pytestmark = pytest.mark.timing  # send lateness and rates in real time: runs alone (tests/conftest.py)
+pytestmark = [
+    pytest.mark.servers,
+    pytest.mark.timing,
+]  # send lateness and rates in real time: runs alone (tests/conftest.py)
 
 
 def _load(out) -> tuple[dict, pd.DataFrame]:

@@ -11,6 +11,8 @@ import pytest
 from loadgen.measures import pooled
 from loadgen.measures.describe import describe
 
+pytestmark = pytest.mark.unit
+
 
 def _feed(p: pooled.Pooled, values: np.ndarray, counts: np.ndarray | None = None, parts: int = 13) -> dict:
     while True:

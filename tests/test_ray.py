@@ -30,7 +30,7 @@ from tests.conftest import REPO, run_cli
 
 # a Ray cluster up for the whole module, beside the other worker's tests but no timing test
 # (tests/conftest.py); what is timed here is timed on a server running 2x slower than its script
-pytestmark = pytest.mark.background
+pytestmark = [pytest.mark.engines, pytest.mark.background]
 
 RESOURCE = "fake_gpu"
 PLAN = [

@@ -19,6 +19,8 @@ from loadgen.measures.frame import request_frame
 from servers.embedded import emulator_server
 from tests.conftest import cli, run_cli
 
+pytestmark = pytest.mark.servers
+
 QWEN = "Qwen/Qwen3-8B"
 NGRAM = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":3,"prompt_lookup_max":7}'
 PARSERS = ("--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "hermes")

@@ -21,6 +21,8 @@ from loadgen.client.record import RequestRecord
 from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
 
+pytestmark = pytest.mark.unit
+
 STREAMS = json.loads((Path(__file__).parent / "data" / "reconcile_streams.json").read_text())
 MS = 1_000_000
 BASE = 10_000

@@ -21,7 +21,7 @@ from loadgen.report.ttest import t_quantile, t_two_sided
 from loadgen.results import cells as stored
 from tests.conftest import cli, run_cli, server_pids
 
-pytestmark = pytest.mark.timing  # two sweeps compared run to run: runs alone (tests/conftest.py)
+pytestmark = [pytest.mark.servers, pytest.mark.timing]  # two sweeps compared run to run: runs alone (tests/conftest.py)
 
 
 def _sweep(out: Path) -> Path:

@@ -23,6 +23,8 @@ import pytest
 from loadgen.results import cells
 from tests.conftest import cli, run_cli, server_pids
 
+pytestmark = pytest.mark.engines
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 TOP = 16  # the sweep's levels: 1 and TOP users
 FIGURES = {

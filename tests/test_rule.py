@@ -6,11 +6,14 @@ the code under test. k 3 throughout; a request's chunks are written as the decod
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from loadgen.measures.frame import request_frame
 from loadgen.measures.rule import explain
 from loadgen.measures.summary import summarize
 from tests.test_measure import _config, _rec
+
+pytestmark = pytest.mark.servers
 
 MODEL_DRAFTER = False  # can_skip: a model drafter at a fixed k drafts every step
 LOOKUP = True  # an n-gram drafter may propose nothing in a step

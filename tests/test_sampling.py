@@ -15,6 +15,8 @@ from loadgen.config import sampling_label
 from tests.conftest import REPO, cli, run_cli
 from workloads import WorkloadError, open_workload
 
+pytestmark = pytest.mark.servers
+
 DATA_DIR = REPO.parent / "shared" / "datasets"
 
 

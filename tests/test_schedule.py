@@ -12,6 +12,8 @@ from loadgen.whatif import schedule
 from servers.deployments import load, on_engine, render
 from servers.emulator.spec import SpecError, parse
 
+pytestmark = pytest.mark.servers
+
 
 def _spec(sched, k=5, method="eagle"):
     return parse(

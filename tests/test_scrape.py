@@ -7,6 +7,8 @@ import pytest
 
 from loadgen.load.scrape import Window, parse, server, spec_decode
 
+pytestmark = pytest.mark.servers
+
 M = 'model_name="m"'
 
 

@@ -14,7 +14,10 @@ from servers.scripted.script import prompt_key
 from tests.conftest import synthetic_prompts
 from workloads import random_lengths
 
-pytestmark = pytest.mark.timing  # the client judging its own delays: runs alone (tests/conftest.py)
+pytestmark = [
+    pytest.mark.servers,
+    pytest.mark.timing,
+]  # the client judging its own delays: runs alone (tests/conftest.py)
 
 
 def _summary(result) -> dict:

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from loadgen.measures.frame import request_frame
 from servers.scripted.script import prompt_key
 from tests.conftest import synthetic_prompts
 from tests.test_selfcheck import _run, _summary
+
+pytestmark = pytest.mark.servers
 
 
 def test_lag_is_judged_against_the_gaps_it_can_move(server, tmp_path):

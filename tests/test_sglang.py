@@ -23,6 +23,8 @@ from servers.deployments import load, render
 from servers.embedded import emulator_server
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.engines
+
 DEPLOYMENT = "llama-3.1-8b-sglang"
 SOURCE = os.environ.get("LOADGEN_SGLANG_SOURCE", str(Path.home() / ".cache" / "loadgen" / "sglang-0.5.23"))
 REQUIRED = os.environ.get("LOADGEN_REQUIRE_SGLANG") == "1"

@@ -14,6 +14,8 @@ from loadgen.shapes import REGISTRY, ClosedLoop, LoadShape, OpenLoop, Ramp, Trac
 from servers.embedded import emulator_server
 from tests.conftest import cli, run_cli
 
+pytestmark = pytest.mark.servers
+
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
 

@@ -11,6 +11,8 @@ import pytest
 from servers.embedded import emulator_server
 from tests.conftest import cli, run_cli
 
+pytestmark = pytest.mark.servers
+
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 EAGLE = '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}'
 EAGLE3 = '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}'

@@ -4,6 +4,8 @@ import pytest
 
 from loadgen.client.sse import SSEDecoder, StreamFault
 
+pytestmark = pytest.mark.unit
+
 
 def test_events_split_across_reads_and_joined_within_reads():
     d = SSEDecoder()

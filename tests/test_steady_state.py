@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.servers
+
 
 def _simulate(tmp_path, *args):
     res = run_cli("simulate", "--profile", "h100-llama-3.1-8b", "--seed", "2", "--output", str(tmp_path), *args)

@@ -18,6 +18,8 @@ import pytest
 from servers.embedded import emulator_server, server_process
 from tests.conftest import engine_record, reconciled, run_cli, summed
 
+pytestmark = pytest.mark.servers
+
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 EAGLE = {"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}
 CASES = {

@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 from loadgen.measures import enginesteps  # noqa: E402
 from servers.emulator import costfit  # noqa: E402
 
+pytestmark = pytest.mark.servers
+
 PROFILE = profile.load("h100-llama-3.1-8b")
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from loadgen.measures.steps import request_steps
+
+pytestmark = pytest.mark.unit
 
 MS = 1_000_000
 

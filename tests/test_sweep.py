@@ -19,6 +19,8 @@ from loadgen.planning.plan import PlanError, levels, split_workloads
 from loadgen.results import cells as stored
 from tests.conftest import REPO, cli, process_tree, run_cli, server_pids, still_running
 
+pytestmark = pytest.mark.servers
+
 DATA = REPO.parent / "shared" / "datasets"
 SMALL = ["--num-requests", "6", "--warmup", "1", "--quiet"]
 

@@ -9,8 +9,11 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from tests.conftest import cli, run_cli
+
+pytestmark = pytest.mark.servers
 
 
 def _burst_trace(path) -> None:

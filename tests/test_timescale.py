@@ -27,7 +27,10 @@ from servers.emulator.timeline import Timeline
 from tests.conftest import cli, run_cli
 from workloads import open_workload
 
-pytestmark = pytest.mark.timing  # the probe measures this machine: runs alone (tests/conftest.py)
+pytestmark = [
+    pytest.mark.servers,
+    pytest.mark.timing,
+]  # the probe measures this machine: runs alone (tests/conftest.py)
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 EAGLE = '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}'

@@ -48,7 +48,10 @@ from servers.scripted import ScriptConfig, script_for
 from servers.scripted.script import WORDS, prompt_key
 from tests.conftest import assert_light_load_unflagged, run_cli, synthetic_prompts
 
-pytestmark = pytest.mark.timing  # figures against the server's own record: runs alone (tests/conftest.py)
+pytestmark = [
+    pytest.mark.servers,
+    pytest.mark.timing,
+]  # figures against the server's own record: runs alone (tests/conftest.py)
 
 SCRIPT: dict[str, Any] = dict(ttft_ms=40.0, step_ms=25.0, step_jitter=0.5, chunk_tokens="sd:3:0.7", seed=3)
 SERVER_ARGS = [

@@ -5,6 +5,8 @@ import pytest
 from loadgen.client.record import RequestRecord
 from loadgen.measures.tokens import TokenizerError, apportion, load_tokenizer, resolve
 
+pytestmark = pytest.mark.unit
+
 
 def _rec(times, usage, chars, total=None, text=None):
     r = RequestRecord(0, "r", False, 0)

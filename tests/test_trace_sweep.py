@@ -9,8 +9,11 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from tests.conftest import cli, run_cli
+
+pytestmark = pytest.mark.servers
 
 AZURE = (
     Path(__file__).resolve().parents[2] / "shared" / "datasets" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"

@@ -18,6 +18,8 @@ from workloads import open_workload
 from workloads.fitting import BLOCK, trace_requests
 from workloads.traces import TraceError, read_trace
 
+pytestmark = pytest.mark.servers
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 AZURE = DATA / "azure-llm-2023"
 CONV, CODE = AZURE / "AzureLLMInferenceTrace_conv.csv", AZURE / "AzureLLMInferenceTrace_code.csv"

@@ -27,6 +27,8 @@ from loadgen.results import cells
 from servers import vllm_cpu
 from tests.conftest import REPO, a_core_of_its_own, describe_pids, server_pids
 
+pytestmark = pytest.mark.engines
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 REQUIRED = os.environ.get("LOADGEN_REQUIRE_VLLM") == "1"
 TOKENS = 64  # the deployments' output (fixed:64)

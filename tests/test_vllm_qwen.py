@@ -25,6 +25,8 @@ import pytest
 from tests.conftest import REPO, a_core_of_its_own, move_drafts, reconciled
 from tests.test_vllm_cpu import cell_figures, check_counters, on_one_core, requests_of, sweep_argv, vllm  # noqa: F401
 
+pytestmark = pytest.mark.engines
+
 NUM, TOKENS = 2, 16
 
 

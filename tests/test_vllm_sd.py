@@ -14,6 +14,8 @@ from servers.emulator.spec import SpecError, length_to_rates, parse
 from servers.emulator.suffix import SuffixCache, SuffixTree
 from workloads.synthetic import kind_like
 
+pytestmark = pytest.mark.unit
+
 
 def test_synthetic_rates_are_measured_back_per_position():
     rates = [0.9, 0.6, 0.3]

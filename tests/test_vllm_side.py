@@ -42,6 +42,8 @@ def _vllm_python():
 ROOT = Path(__file__).resolve().parents[1]
 from bench import gpu_vllm  # noqa: E402
 
+pytestmark = pytest.mark.engines
+
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
 

@@ -12,6 +12,8 @@ from loadgen.whatif import policies
 from loadgen.whatif.acceptance_traces import Acceptance, Trace, TraceError, ngram, write
 from loadgen.whatif.reading import read
 
+pytestmark = pytest.mark.servers
+
 
 def _every_position_accepts(accepted: int, n: int) -> Acceptance:
     return Acceptance(np.minimum(accepted + 1, n - np.arange(n)))

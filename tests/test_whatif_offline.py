@@ -16,6 +16,8 @@ from loadgen.whatif.acceptance_traces import Acceptance, Trace
 from loadgen.whatif.reading import read
 from servers.emulator import profile as profiles
 
+pytestmark = pytest.mark.unit
+
 PROFILE = "h100-llama-3.1-8b"
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,6 +12,8 @@ from loadgen.whatif.acceptance_traces import TraceError
 from loadgen.whatif.reading import read
 from tests.conftest import cli
 
+pytestmark = pytest.mark.servers
+
 PROFILE = "h100-llama-3.1-8b"
 
 

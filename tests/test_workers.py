@@ -22,6 +22,8 @@ from loadgen.measures.frame import request_frame
 from loadgen.measures.summary import summarize
 from tests.conftest import REPO, assert_light_load_unflagged, judged_late, run_cli, wait_served
 
+pytestmark = pytest.mark.servers
+
 
 def _load(out: Path) -> tuple[dict, pd.DataFrame]:
     return json.loads((out / "summary.json").read_text()), pd.read_parquet(out / "requests.parquet")

@@ -14,6 +14,8 @@ from servers.emulator.ngram import acceptance_lengths
 from tests.conftest import REPO, cli, run_cli
 from workloads import WorkloadError, open_workload
 
+pytestmark = pytest.mark.servers
+
 DATA = REPO.parent / "shared" / "datasets"
 
 

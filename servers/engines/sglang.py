@@ -14,9 +14,10 @@ spec_num_proposed_drafts), so it is vLLM's num_speculative_tokens + 1 for a chai
 tests/test_sglang.py passes every rendered command through SGLang's own parser
 (`sglang.srt.server_args.prepare_server_args`, where the wheel imports).
 
-Its metrics (with --enable-metrics): counters `sglang:prompt_tokens_total`,
-`sglang:generation_tokens_total`, `sglang:spec_verify_calls_total` (verification steps, summed
-per request), gauges `sglang:num_running_reqs`, `sglang:num_queue_reqs`, `sglang:token_usage`
+Its dialect: metrics (with --enable-metrics) counters `sglang:prompt_tokens_total`,
+`sglang:generation_tokens_total`, `sglang:spec_verify_calls_total` (verification steps) and
+`sglang:num_requests_total`, each added to as a request finishes (a window's SD figures come from
+these: `window_sd`), gauges `sglang:num_running_reqs`, `sglang:num_queue_reqs`, `sglang:token_usage`
 and, whole-server averages that a window cannot difference, `sglang:spec_accept_length` and
 `sglang:spec_accept_rate`. Per request, asked with `return_spec_tokens_details`, a chunk with
 no choices carries `sglext.spec_tokens_details` {spec_num_proposed_drafts,
@@ -24,8 +25,8 @@ spec_num_correct_drafts, spec_verify_ct, ...}: loadgen reads those into the same
 figures as vLLM's (draft tokens, accepted drafts, steps).
 
 The emulator serves an SGLang deployment (`--engine emulator`) with each variant's method in
-vLLM's words and `--flavor sglang`, which makes it answer with SGLang's metric names,
-/v1/models' owned_by and per-request details (`emulated`)."""
+vLLM's words and `--flavor sglang`, which makes it answer in this dialect: SGLang's metric
+names, /v1/models' owned_by and per-request details (`emulated`)."""
 
 from __future__ import annotations
 
