@@ -314,7 +314,7 @@ def _counted(fn):
 def _count_process_starts() -> None:
     import multiprocessing.util
 
-    subprocess.Popen._execute_child = _counted(subprocess.Popen._execute_child)  # type: ignore[method-assign]
+    setattr(subprocess.Popen, "_execute_child", _counted(getattr(subprocess.Popen, "_execute_child")))  # noqa: B009,B010
     os.fork = _counted(os.fork)
     os.posix_spawn = _counted(os.posix_spawn)
     os.posix_spawnp = _counted(os.posix_spawnp)

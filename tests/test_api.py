@@ -73,26 +73,3 @@ def test_a_sweep_from_python_on_the_emulator(tmp_path):
         api.sweep(api.SweepJob(tmp_path / "sweep", plan))
     again = api.sweep(api.SweepJob(tmp_path / "sweep"))
     assert again.complete and len(again.table) == 4
-
-
-def test_errors_are_exceptions_with_one_line(tmp_path):
-    job = api.RunJob(
-        api.RunSpec(api_base="", model="", load=ClosedLoop(1), num_requests=1),
-        open_workload("synthetic:random"),
-        api.Target(base_url="http://127.0.0.1:9"),
-        handle_signals=False,
-    )
-    with pytest.raises(api.LoadgenError) as e:
-        api.run(job, tmp_path / "x")
-    assert "cannot reach" in str(e.value) and "\n" not in str(e.value)
-    with pytest.raises(api.LoadgenError, match="drop --time-scale"):
-        api.Target(base_url="http://127.0.0.1:9", time_scale=2.0)
-    job = api.RunJob(
-        api.RunSpec(api_base="", model="", load=ClosedLoop(1), num_requests=1),
-        open_workload("synthetic:random"),
-        api.Target(base_url="http://127.0.0.1:9"),
-        workers=0,
-        handle_signals=False,
-    )
-    with pytest.raises(api.LoadgenError, match="--workers must be >= 1"):
-        api.run(job)

@@ -16,7 +16,7 @@ from servers import engines
 from servers.deployments import DeploymentError, available, load, on_engine, render
 from servers.emulator.__main__ import _parser, build
 
-pytestmark = pytest.mark.servers
+pytestmark = pytest.mark.unit
 
 GOLDEN = Path(__file__).parent / "golden" / "vllm_commands.txt"
 # Flags as `vllm serve --help` names them, and the speculative-config fields vLLM documents

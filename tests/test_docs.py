@@ -25,7 +25,9 @@ FIGURE = re.compile(r"\d(?:\.\d+)?\s*(?:%|x\b|ms\b|s\b|tok/s|chunks/s|million|Gi
 
 def _blocks(text: str) -> tuple[list[str], str]:
     """The code blocks' lines, and the text outside them."""
-    code, prose, inside = [], [], False
+    code: list[str] = []
+    prose: list[str] = []
+    inside = False
     for line in text.splitlines():
         if line.startswith("```"):
             inside = not inside
@@ -55,10 +57,15 @@ def commands(text: str) -> tuple[list[str], list[str]]:
 
 
 def _command(args: list[str]):
-    ctx = main.make_context("loadgen", list(args))
-    name, cmd, rest = main.resolve_command(ctx, ctx.protected_args + ctx.args)
-    assert cmd is not None
-    return ctx, name, cmd, rest
+    """The command `args` names (UsageError for none), its context's parent and its own args."""
+    ctx = click.Context(main, info_name="loadgen")
+    if not args or args[0].startswith("-"):
+        main.make_context("loadgen", list(args))  # the group's own options (--version, --help)
+        raise click.UsageError(f"no command in {args}")
+    cmd = main.get_command(ctx, args[0])
+    if cmd is None:
+        raise click.UsageError(f"No such command {args[0]!r}")
+    return ctx, args[0], cmd, args[1:]
 
 
 def parse(command: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.servers
+pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("loadgen", "servers", "workloads")
@@ -107,21 +107,6 @@ def _modules_after(code: str) -> set[str]:
         check=True,
     ).stdout
     return {m.split(".")[0] for m in out.split()}
-
-
-def test_the_command_line_loads_only_what_a_command_needs():
-    """Every test and every user's command starts a `loadgen` process: the command group, its
-    help and its option checks load neither the data libraries nor the HTTP client nor the
-    report's plotting (2.3 s of imports when everything was loaded up front; docs/performance.md);
-    a simulation loads no HTTP client. The library's names resolve when first used."""
-    heavy = {"pandas", "pyarrow", "matplotlib", "plotly", "aiohttp", "ray", "scipy"}
-    assert not _modules_after("import loadgen.cli") & heavy
-    assert not _modules_after("import loadgen.simulate.virtual, loadgen.measures.summary") & {"aiohttp"}
-    from loadgen import api
-    from loadgen.results import store
-
-    assert (api.SUMMARY, api.REQUESTS) == (store.SUMMARY, store.REQUESTS)
-    assert all(getattr(api, name) is not None for name in api.__all__)
 
 
 def package_graph(root: Path) -> dict[str, dict[str, str]]:

@@ -9,8 +9,6 @@ import importlib.metadata as md
 import json
 import os
 import re
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -22,10 +20,10 @@ from servers.deployments import DeploymentError, load, render
 from servers.launcher import Server
 from servers.localmodels.store import STAMP, ModelError, make
 from servers.vllm_cpu.__main__ import shim_wheel
-from tests.conftest import REPO, cli
+from tests.conftest import cli
 from tests.test_deployments import refused_in_one_line
 
-pytestmark = pytest.mark.servers
+pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
@@ -77,22 +75,6 @@ def test_a_model_that_fails_its_check_replaces_nothing(tmp_path):
         make(where, {"v": 2}, lambda d: (d / "a").write_text("bad"), bad_check)
     assert (where / "a").read_text() == "good"  # the old one stays, whole
     assert sorted(p.name for p in tmp_path.iterdir()) == [".m.lock", "m"]  # no half-made .part left
-
-
-def test_local_models_command(models):
-    run = [sys.executable, "-m", "servers.localmodels"]
-    env = {**os.environ, "LOADGEN_MODELS": str(models)}
-    bad = subprocess.run([*run, "bogus"], capture_output=True, text=True, env=env, cwd=REPO)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no local model 'bogus'" in bad.stderr
-    listed = subprocess.run([*run, "--list"], capture_output=True, text=True, env=env, cwd=REPO, check=True)
-    assert listed.stdout.count("not made") == len(localmodels.MODELS) and not models.exists()
-    made = subprocess.run(
-        [*run, "local:tiny-llama", "tiny-llama-draft"], capture_output=True, text=True, env=env, cwd=REPO
-    )
-    assert made.returncode == 0, made.stderr
-    assert re.search(r"^tiny-llama: made in .*tiny-llama in \d+ s", made.stdout, re.M)
-    again = subprocess.run([*run, "tiny-llama"], capture_output=True, text=True, env=env, cwd=REPO, check=True)
-    assert again.stdout.startswith("tiny-llama: fresh in ")
 
 
 def test_machine_placeholders():

@@ -131,16 +131,3 @@ def test_duration_bounds_the_sending(server, tmp_path):
     sent_at = (f["t_scheduled_ns"] - s["config"]["clock"]["t0_ns"]) / 1e9
     assert sent_at.max() < 2.0
     assert 30 <= len(f) <= 90  # Poisson count for 60 expected
-
-
-def test_a_freed_slot_goes_to_the_longest_waiting_request():
-    """executors.open_loop.Slots, the cap's one rule (the executor and the simulator both use it)."""
-    from loadgen.executors.open_loop import Slots
-
-    slots: Slots[str] = Slots(2)
-    assert slots.take("a") and slots.take("b") and not slots.take("c") and not slots.take("d")
-    assert slots.free() == "c" and slots.busy == 2  # handed on: the slot stays busy
-    assert slots.free() == "d" and slots.free() is None and slots.busy == 1
-    assert slots.free() is None and slots.busy == 0
-    free_for_all: Slots[str] = Slots(None)
-    assert all(free_for_all.take(str(i)) for i in range(1000)) and free_for_all.busy == 1000

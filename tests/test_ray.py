@@ -376,17 +376,6 @@ def test_max_error_rate_is_one_judgement_over_all_actors(cluster, server, tmp_pa
     assert_stopped_once(res, tmp_path, 2000)
 
 
-def test_each_engine_asks_ray_for_what_it_runs_on():
-    """vLLM asks for GPUs, the emulator and llama.cpp for CPUs; CPU and GPU go to Ray's own
-    keywords (Ray refuses them as custom resources), anything else as a custom resource."""
-    from loadgen.backends.raycluster import default_resource, resource_request
-
-    assert [default_resource(e) for e in ("vllm", "emulator", "llama.cpp")] == ["GPU", "CPU", "CPU"]
-    assert resource_request("GPU", 2) == {"num_cpus": 1, "num_gpus": 2}
-    assert resource_request("CPU", 2) == {"num_cpus": 2}
-    assert resource_request("h100", 4) == {"num_cpus": 1, "resources": {"h100": 4}}
-
-
 def test_an_emulator_sweep_asks_for_cpus_by_default(cluster, tmp_path):
     """Tried as a new user would on a CPU-only cluster: the emulator needs no GPU, so the sweep
     runs without --ray-resource (it used to refuse: "the cluster has 0 'GPU'"), and with

@@ -13,7 +13,7 @@ from loadgen.measures.rule import explain
 from loadgen.measures.summary import summarize
 from tests.test_measure import _config, _rec
 
-pytestmark = pytest.mark.servers
+pytestmark = pytest.mark.unit
 
 MODEL_DRAFTER = False  # can_skip: a model drafter at a fixed k drafts every step
 LOOKUP = True  # an n-gram drafter may propose nothing in a step

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from loadgen.config import sampling_label
-from tests.conftest import REPO, cli, run_cli
+from tests.conftest import REPO, cli
 from workloads import WorkloadError, open_workload
 
-pytestmark = pytest.mark.servers
+pytestmark = pytest.mark.unit
 
 DATA_DIR = REPO.parent / "shared" / "datasets"
 
@@ -79,46 +79,3 @@ def test_sweep_and_capacity_refuse_the_same_in_one_line():
 def bodies(trace: Path, after: int = 0) -> list[dict]:
     """What each request asked, as the server recorded it (its --trace: a line a response)."""
     return [json.loads(line)["sampling"] for line in trace.read_text().splitlines()[after:]]
-
-
-def test_every_request_says_its_sampling_over_http(server, tmp_path):
-    trace = tmp_path / "trace.jsonl"
-    url = server("--step-ms", "1", "--ttft-ms", "1", "--trace", str(trace))
-    base = ["run", "--base-url", url, "--num-requests", "4", "--concurrency", "2", "--quiet"]
-    greedy = run_cli(
-        *base,
-        "--workload",
-        f"instructcoder:{DATA_DIR}/instructcoder/edit_eval.jsonl,output=cap:8",
-        "--output",
-        str(tmp_path / "greedy"),
-    )
-    assert greedy.returncode == 0, greedy.stderr
-    assert bodies(trace) == [{"temperature": 0.0}] * 4  # the data sets none: greedy, said
-    summary = json.loads((tmp_path / "greedy" / "summary.json").read_text())
-    assert summary["config"]["sampling"]["temperature_from"].startswith("loadgen's default")
-    assert "Sampling: greedy (temperature 0)" in greedy.stdout
-    sampled = run_cli(
-        *base, "--temperature", "0.6", "--top-p", "0.9", "--sampling-seed", "7", "--output", str(tmp_path / "sampled")
-    )
-    assert sampled.returncode == 0, sampled.stderr
-    assert bodies(trace, 4) == [{"temperature": 0.6, "top_p": 0.9, "seed": 7}] * 4
-    said = json.loads((tmp_path / "sampled" / "summary.json").read_text())["config"]["sampling"]
-    assert (said["temperature"], said["top_p"], said["seed"], said["server_decides"]) == (0.6, 0.9, 7, ["top_k"])
-    extra = run_cli(*base, "--extra-body", '{"temperature": 0.3}', "--output", str(tmp_path / "extra"))
-    assert extra.returncode == 0, extra.stderr
-    assert bodies(trace, 8) == [{"temperature": 0.3}] * 4  # --extra-body is merged last, and says so
-    said = json.loads((tmp_path / "extra" / "summary.json").read_text())["config"]["sampling"]
-    assert said["temperature"] == 0.3 and said["temperature_from"] == "--extra-body"
-
-
-def test_a_trace_replay_sends_the_command_lines_sampling(server, tmp_path):
-    """--trace with no --workload: random words, the trace's lengths, and --temperature all the same."""
-    trace = tmp_path / "trace.jsonl"
-    url = server("--step-ms", "1", "--ttft-ms", "1", "--trace", str(trace))
-    conv = DATA_DIR / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
-    args = ["--trace", f"azure:{conv}", "--trace-window", "60", "--trace-speed", "20", "--num-requests", "3"]
-    res = run_cli("run", "--base-url", url, *args, "--temperature", "0.9", "--quiet", "--output", str(tmp_path / "o"))
-    assert res.returncode == 0, res.stderr
-    assert bodies(trace) == [{"temperature": 0.9}] * 3
-    said = json.loads((tmp_path / "o" / "summary.json").read_text())["config"]["sampling"]
-    assert said["temperature"] == 0.9 and said["temperature_from"] == "the workload (temperature= or --temperature)"

@@ -7,7 +7,7 @@ import pytest
 
 from loadgen.load.scrape import Window, parse, server, spec_decode
 
-pytestmark = pytest.mark.servers
+pytestmark = pytest.mark.unit
 
 M = 'model_name="m"'
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from servers.embedded import emulator_server
-from tests.conftest import cli, run_cli
+from tests.conftest import run_cli
 
 pytestmark = pytest.mark.servers
 
@@ -117,18 +117,3 @@ def test_refused_requests_are_recorded_and_time_moves_on(tmp_path):
     f = pd.read_parquet(tmp_path / "requests.parquet")
     assert len(f) > 10 and set(f["error_type"]) == {"http_400"}
     assert "maximum context length" in f["error_message"].iloc[0]
-
-
-@pytest.mark.parametrize(
-    "args,expect",
-    [
-        (["--profile", "nope", "--concurrency", "1"], "unknown profile 'nope'"),
-        (["--profile", "h100-llama-3.1-8b", "--concurrency", "1", "--speculative-config", "{x"], "not valid JSON"),
-        (["--concurrency", "1"], "give --profile"),
-        (["--profile", "h100-llama-3.1-8b", "--rate", "0"], "--rate must be > 0"),
-    ],
-)
-def test_bad_input_is_one_line(tmp_path, args, expect):
-    res = cli("simulate", *args, "--output", str(tmp_path))
-    assert res.returncode == 2
-    assert res.stderr.strip().count("\n") == 0 and expect in res.stderr, res.stderr

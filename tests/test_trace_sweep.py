@@ -67,30 +67,6 @@ def test_a_trace_swept_at_its_speeds_decides_by_goodput(tmp_path):
     assert len({tuple(p) for p in prompts.values()}) == 1  # the trace's requests, fitted once
 
 
-def test_bad_trace_sweep_options_are_one_line(tmp_path):
-    for args, says in (
-        (("--trace-speeds", "1,2"), "--trace-speeds replays a trace at each speed: give --trace"),
-        ((*TRACE, "--trace-speed", "2", "--trace-speeds", "1,2"), "give one of --trace-speed and --trace-speeds"),
-        ((*TRACE, "--trace-speeds", "1,2", "--workers", "2"), "--trace replays from one process"),
-        ((*TRACE, "--trace-speeds", "0,1"), "--trace-speeds"),
-        ((*TRACE, "--trace-speeds", "1", "--concurrency", "4"), "drop --concurrency"),
-        ((*TRACE, "--trace-speeds", "1", "--goodput", "ttft<500"), "--goodput"),
-    ):
-        res = cli("sweep", "--virtual", *args, "--output", str(tmp_path / "x"))
-        assert res.returncode == 2, (args, res.stdout, res.stderr)
-        assert says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
-    capacity = ("capacity", "--servers", "llama-3.1-8b", "--engine", "emulator", "--slo", "ttft_p99<=1s")
-    for args, says in (
-        ((*TRACE, "--by", "rate"), "--trace searches the trace's speed: drop --by rate"),
-        (("--trace-window", "5"), "--trace-window picks a window of --trace: add --trace"),
-        ((*TRACE, "--duration", "5"), "drop --duration"),
-        ((*TRACE, "--trace-speed", "2"), "No such option '--trace-speed'"),
-    ):
-        res = cli(*capacity, *args, "--output", str(tmp_path / "x"))
-        assert res.returncode == 2, (args, res.stdout, res.stderr)
-        assert says in res.stderr, res.stderr
-
-
 def test_capacity_searches_the_trace_speed_a_variant_holds(tmp_path):
     """`loadgen capacity --trace`: each probe replays the same window of the trace, its gaps
     divided by the probe's speed; the search doubles the speed up to --limit."""
