@@ -16,10 +16,21 @@ PACKAGES = ("loadgen", "servers", "workloads")
 MAY_NOT_IMPORT = {"servers": {"loadgen", "workloads"}, "workloads": {"loadgen", "servers"}}
 
 
-def imported_modules(path: Path) -> dict[str, int]:
-    """Every module the file imports (`from a import b` counts as a and a.b), with its line."""
+def imported_modules(path: Path, runtime: bool = False) -> dict[str, int]:
+    """Every module the file imports (`from a import b` counts as a and a.b), with its line;
+    `runtime`: less what is imported for the type checker only (`if TYPE_CHECKING:`)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if runtime and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for n in ast.walk(stmt)
+    }
     found: dict[str, int] = {}
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -308,31 +319,6 @@ def test_bench_is_a_package_of_two_kinds_without_path_edits():
     assert not edits, edits
 
 
-def _runtime_imports(path: Path) -> dict[str, int]:
-    """`imported_modules`, less what is imported for the type checker only (`if TYPE_CHECKING:`)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    typing_only = {
-        id(n)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for stmt in node.body
-        for n in ast.walk(stmt)
-    }
-    found: dict[str, int] = {}
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for name in names:
-            found.setdefault(name, node.lineno)
-    return found
-
-
 def module_graph(root: Path) -> dict[str, dict[str, str]]:
     """The package `root`'s modules (a package as its __init__), each with the modules it
     imports at run time (lazy imports included), each with one file:line. Importing a.b.c runs
@@ -348,7 +334,7 @@ def module_graph(root: Path) -> dict[str, dict[str, str]]:
     for mod, path in modules.items():
         own = {".".join(mod.split(".")[:i]) for i in range(1, mod.count(".") + 2)}
         rel = path.relative_to(root.parent)
-        for name, line in _runtime_imports(path).items():
+        for name, line in imported_modules(path, runtime=True).items():
             bits = name.split(".")
             for i in range(1, len(bits) + 1):
                 target = ".".join(bits[:i])
