@@ -37,12 +37,6 @@ class Metrics:
     gauges: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     histograms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def names(self) -> tuple[str, ...]:
-        """Every name, each once."""
-        return tuple(
-            dict.fromkeys(n for kind in (self.counters, self.gauges, self.histograms) for v in kind.values() for n in v)
-        )
-
 
 @dataclass(frozen=True)
 class RequestSD:
@@ -60,9 +54,6 @@ class RequestSD:
     path: tuple[str, ...] = ()
     alone: bool = False
     more: Callable[[Mapping[str, object]], dict] | None = None
-
-    def keys(self) -> tuple[str, ...]:
-        return tuple(k for k in (self.drafted, self.accepted, self.steps, self.per_step) if k)
 
 
 class Counts(Protocol):
