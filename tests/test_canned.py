@@ -151,7 +151,8 @@ def test_the_first_chunks_read_delay_bounds_what_a_busy_loop_added(tmp_path, bus
 def test_an_unknown_read_path_is_one_line(tmp_path):
     with canned_server() as srv:
         res = run_cli(
-            *run_args(srv.url, concurrency="1", num_requests="2", output_len="4"), env={"LOADGEN_CLIENT_PATH": "rust"}
+            *run_args(srv.url, concurrency="1", num_requests="2", output_len="4", output=tmp_path / "run"),
+            env={"LOADGEN_CLIENT_PATH": "rust"},
         )
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
     assert "LOADGEN_CLIENT_PATH='rust': give compiled (the default) or python" in res.stderr
