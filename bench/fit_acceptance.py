@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from servers.emulator.acceptance import RegimeParams, acceptance_lengths, trace_stats  # noqa: E402
-from servers.emulator.acceptfit import nelder_mead  # noqa: E402
+from servers.emulator.acceptfit import fit_probabilities, nelder_mead  # noqa: E402
 from servers.emulator.content import ContentParams, generate, tokenize  # noqa: E402
 from servers.emulator.ngram import acceptance_lengths as ngram_lengths  # noqa: E402
 from servers.emulator.ngram import matched_share_of_rejections  # noqa: E402
@@ -242,21 +242,12 @@ def fit_ngram(cls: str):
 
 
 def fit_eagle(cls: str):
-    sig = lambda v: 1 / (1 + math.exp(-v))  # noqa: E731
-    to_x = lambda z: tuple(sig(v) for v in z)  # noqa: E731
-    f = lambda z: eagle_loss(eagle_stats(cls, to_x(z), n=120), cls)  # noqa: E731
-    logit = lambda p: math.log(p / (1 - p))  # noqa: E731
-    starts = [
-        tuple(map(logit, s))
-        for s in (
-            (0.5, 0.9, 0.97, 0.4, 0.85, 0.05),
-            (0.65, 0.95, 0.95, 0.3, 0.9, 0.2),
-            (0.5, 0.8, 0.9, 0.5, 0.95, 0.02),
-        )
-    ]
-    z0 = min(starts, key=f)
-    z, _ = nelder_mead(f, z0, (0.5,) * 6, iters=300)
-    return to_x(z)
+    starts = (
+        (0.5, 0.9, 0.97, 0.4, 0.85, 0.05),
+        (0.65, 0.95, 0.95, 0.3, 0.9, 0.2),
+        (0.5, 0.8, 0.9, 0.5, 0.95, 0.02),
+    )
+    return fit_probabilities(lambda x: eagle_loss(eagle_stats(cls, x, n=120), cls), starts, iters=300)
 
 
 def _row(name, stats, target, p_target=None):

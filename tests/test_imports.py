@@ -174,6 +174,11 @@ def cycles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
     return found
 
 
+def described(graph: dict[str, dict[str, str]], found: list[list[str]]) -> str:
+    """Each cycle as the imports that make it (file:line of each edge)."""
+    return "; ".join(" -> ".join(f"{a} ({graph[a][b]})" for a, b in zip(c, c[1:])) + f" -> {c[-1]}" for c in found)
+
+
 def _path(graph: dict[str, dict[str, str]], group: set[str], start: str) -> list[str]:
     """A cycle through `start` inside `group` (breadth first: the shortest)."""
     prev: dict[str, str] = {}
@@ -200,9 +205,7 @@ def test_loadgens_packages_import_one_way():
     between two of loadgen's packages (lazy imports included) fails, with the imports that make it."""
     graph = package_graph(REPO / "loadgen")
     found = cycles(graph)
-    assert not found, "; ".join(
-        " -> ".join(f"{a} ({graph[a][b]})" for a, b in zip(c, c[1:])) + f" -> {c[-1]}" for c in found
-    )
+    assert not found, described(graph, found)
 
 
 def test_the_cycle_rule_would_see_a_cycle(tmp_path):
@@ -353,9 +356,7 @@ def test_servers_modules_import_one_way():
     (servers/deploy, a leaf), and nothing reads back."""
     graph = module_graph(REPO / "servers")
     found = cycles(graph)
-    assert not found, "; ".join(
-        " -> ".join(f"{a} ({graph[a][b]})" for a, b in zip(c, c[1:])) + f" -> {c[-1]}" for c in found
-    )
+    assert not found, described(graph, found)
 
 
 def test_the_module_cycle_rule_would_see_a_circle(tmp_path):

@@ -59,31 +59,37 @@ def _loss(sim: dict, target: dict) -> float:
     return 3 * tps + sum((a - b) ** 2 for a, b in zip(sim["p"], target["p"]) if b == b)
 
 
+def _sig(v: float) -> float:
+    return 1 / (1 + math.exp(-v))
+
+
+def fit_probabilities(loss, starts, iters: int) -> tuple[float, ...]:
+    """Probabilities minimising `loss(probs)`: Nelder-Mead over their logits (so every step
+    stays in (0, 1)), from the best of `starts`."""
+    f = lambda z: loss(tuple(_sig(v) for v in z))  # noqa: E731
+    z0 = min((tuple(math.log(p / (1 - p)) for p in s) for s in starts), key=f)
+    z, _ = nelder_mead(f, z0, (0.5,) * len(z0), iters=iters)
+    return tuple(_sig(v) for v in z)
+
+
 def fit_regime(acc_lens: list[np.ndarray], k: int, iters: int = 150, seed: int = 0) -> tuple[RegimeParams, dict]:
     """RegimeParams reproducing the traces' statistics up to k, and the fitted-vs-measured figures."""
     target = observed(acc_lens, k)
     n = max(64, int(np.median([len(a) for a in acc_lens])) if acc_lens else 64)
-    sig = lambda v: 1 / (1 + math.exp(-v))  # noqa: E731
-    logit = lambda p: math.log(p / (1 - p))  # noqa: E731
 
-    def stats(z) -> dict:
+    def stats(probs) -> dict:
         rng = np.random.default_rng(seed)
-        p = RegimeParams(*(sig(v) for v in z))
+        p = RegimeParams(*probs)
         return observed([acceptance_lengths(n, k, p, rng) for _ in range(80)], k)
 
-    starts = [
-        tuple(map(logit, s))
-        for s in (
-            (0.5, 0.9, 0.97, 0.4, 0.85, 0.05),
-            (0.75, 0.95, 0.975, 0.55, 0.95, 0.05),
-            (0.4, 0.8, 0.9, 0.3, 0.8, 0.05),
-        )
-    ]
-    f = lambda z: _loss(stats(z), target)  # noqa: E731
-    z0 = min(starts, key=f)
-    z, _ = nelder_mead(f, z0, (0.5,) * 6, iters=iters)
-    params = RegimeParams(*(sig(v) for v in z))
-    return params, {"measured": target, "fitted": stats(z)}
+    starts = (
+        (0.5, 0.9, 0.97, 0.4, 0.85, 0.05),
+        (0.75, 0.95, 0.975, 0.55, 0.95, 0.05),
+        (0.4, 0.8, 0.9, 0.3, 0.8, 0.05),
+    )
+    probs = fit_probabilities(lambda q: _loss(stats(q), target), starts, iters)
+    params = RegimeParams(*probs)
+    return params, {"measured": target, "fitted": stats(probs)}
 
 
 def toml_section(name: str, p: RegimeParams) -> list[str]:
