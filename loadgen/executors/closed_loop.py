@@ -2,10 +2,11 @@
 one ends. A request's scheduled time is the moment its user became free (the end of its
 previous response), so any delay the client adds before sending shows up as lateness. Each
 user prepares its next request while the current one is in flight, so preparing it is not part
-of that delay. A user takes its first two requests together, so which requests a user sends
-does not depend on how the users' starts interleave (a stall at the start would otherwise deal
-them differently from run to run, and the batches the server sees with them); after that it
-takes the next whenever it has sent one, and `loadgen simulate` deals them the same way.
+of that delay. Every user is dealt its first request, in user order, before any user takes a
+second: a load of N users then has N requests in flight whenever it has N requests at all (a
+user taking its next as it sent one would otherwise let the first users hold them all: 8
+requests among 8 users ran 4 in flight). After that a user takes the next whenever it has sent
+one, and `loadgen simulate` deals them the same way (`Users`).
 
 Users join `JOIN_GAP_S` apart at the earliest (1 ms: a 256-user loop is running after a quarter second),
 because N first requests sent in one burst keep the client busy for N times the cost of a
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 from loadgen.executors.feed import Feed, Sender, Share
@@ -29,28 +30,24 @@ T = TypeVar("T")
 JOIN_GAP_S = 0.001
 
 
-class User(Generic[T]):
-    """A closed-loop user's requests (the rule this executor and the simulator,
-    loadgen.simulate.virtual, both follow). It takes its first two together, then the next as soon as
-    it has sent one: which requests a user sends does not depend on how the users' starts
-    interleave (a stall at the start would otherwise deal them differently from run to run), and
-    the next one is prepared while the current one is in flight."""
+class Users(Generic[T]):
+    """Closed-loop users' requests (the rule this executor and the simulator,
+    loadgen.simulate.virtual, both follow): each user numbered in `users` is dealt its first
+    request, in that order, when the loop starts; then a user takes its next as soon as it has
+    sent one, so it is prepared while the current one is in flight. Which request is a user's
+    first never depends on how the users' starts interleave."""
 
-    def __init__(self, take: Callable[[], T | None]) -> None:
+    def __init__(self, take: Callable[[], T | None], users: Iterable[int]) -> None:
         self._take = take
-        self._next: T | None = None
-        self._started = False
+        self._held: dict[int, T | None] = {k: take() for k in users}
 
-    def next(self) -> T | None:
-        """What the user sends now (None: it has nothing left)."""
-        if not self._started:
-            self._started = True
-            return self._take()
-        return self._next
+    def next(self, user: int) -> T | None:
+        """What `user` sends now (None: it has nothing left)."""
+        return self._held.pop(user, None)
 
-    def sent(self) -> None:
-        """It has just sent one: take the one after."""
-        self._next = self._take()
+    def sent(self, user: int) -> None:
+        """`user` has just sent one: it takes the one after."""
+        self._held[user] = self._take()
 
 
 async def run(feed: Feed, send: Sender, *, join_s: list[float], t0_ns: int, share: Share = Share()) -> dict:
@@ -65,20 +62,21 @@ async def run(feed: Feed, send: Sender, *, join_s: list[float], t0_ns: int, shar
         if delay > 0:
             await asyncio.sleep(delay)
         t_free = None  # first request: scheduled when sent
-        requests = User(feed.take)  # the take-ahead rule, as the simulator follows it
-        item = requests.next()
+        item = requests.next(k)
         while item is not None and not feed.expired():
             task = loop.create_task(send(item, t_free, 0))
             if t_free is not None:
                 await asyncio.sleep(0)  # let the request go out, then prepare the next one
-            requests.sent()
+            requests.sent(k)
             rec = await task
             if t_free is None:  # (a conversation's: its first turn's)
                 first_sends.append(rec.t_session_send_ns or rec.t_send_ns)
             t_free = rec.t_end_ns
-            item = requests.next()
+            item = requests.next(k)
 
-    tasks = [loop.create_task(user(k)) for k in range(share.worker, len(join_s), share.workers)]
+    mine = range(share.worker, len(join_s), share.workers)
+    requests = Users(feed.take, mine)  # every user's first dealt before any takes a second
+    tasks = [loop.create_task(user(k)) for k in mine]
     try:
         await asyncio.gather(*tasks)
     finally:

@@ -48,16 +48,41 @@ def _inside(times: np.ndarray, start: int, end: int) -> np.ndarray:
     return (times >= start) & (times <= end)
 
 
-def sending(rows: Rows, load_info: dict) -> dict:
+def in_flight_at_most(send_ns: np.ndarray, end_ns: np.ndarray) -> int:
+    """The most requests in flight at once: sent (`send_ns` > 0) and not yet ended; one that
+    ends as another is sent is not counted beside it, one that never ended (0) is in flight to
+    the end."""
+    sent = send_ns > 0
+    if not sent.any():
+        return 0
+    start = send_ns[sent]
+    end = np.where(end_ns[sent] > 0, end_ns[sent], np.iinfo(np.int64).max)
+    times = np.concatenate([start, end])
+    steps = np.concatenate([np.ones(len(start), np.int64), -np.ones(len(end), np.int64)])
+    order = np.lexsort((steps, times))  # at one instant, ends before sends
+    return int(np.cumsum(steps[order]).max())
+
+
+def sending(rows: Rows, load_info: dict, load: dict | None = None) -> dict:
     """What the client actually sent: count and achieved send rate (to compare with an
-    open-loop target), plus what the executor reported (a closed loop's ramp: the spread of
-    its users' first sends), from how many worker processes, and any that died mid-run."""
+    open-loop target), the most requests it had in flight at once against the load's own bound
+    (a closed loop's users, an open loop's cap; `short` when a closed loop never had all its users
+    in flight: too few requests, or each ended before the last user joined), plus what the
+    executor reported (a closed loop's ramp: the spread of its users' first sends), from how
+    many worker processes, and any that died mid-run."""
     send = rows.array("t_send_ns")
     sent = send[send > 0]
     span = (int(sent.max()) - int(sent.min())) / _NS if len(sent) > 1 else 0.0
+    load = load or {}
+    users = load.get("concurrency")  # a closed loop's (and a users ramp's); None for arrivals
+    bound = users if users is not None else load.get("max_concurrency")
+    most = in_flight_at_most(send, rows.array("t_end_ns"))
     return {
         "sent": int(len(sent)),
         "send_rate_req_s": (len(sent) - 1) / span if span > 0 else None,
+        "in_flight_max": most,
+        "in_flight_bound": bound,
+        "short": bool(users is not None and most < users),
         "ramp_s": load_info.get("ramp_s"),
         "workers": load_info.get("workers", 1),
         "workers_lost": load_info.get("workers_lost", []),
@@ -231,7 +256,7 @@ def summarize(
         token_count_source=source,
         token_count_sources=sources,
         goodput=_goodput(rows, warmup, cancelled, ok, goodput, window_ns) if goodput else None,
-        sending=sending(rows, load_info or {}),
+        sending=sending(rows, load_info or {}, config.get("load")),
         client_bound=check["client_bound"],
         self_check=check,
         spec_decode=(server_figures or {}).get("spec_decode"),

@@ -190,6 +190,15 @@ def _table(summary: dict) -> list[str]:
     return lines
 
 
+def short_of_users(sending: dict) -> str:
+    """A closed loop that never had all its users in flight, in words (the summary's `sending`)."""
+    return (
+        f"short_of_users: {sending['in_flight_bound']} users asked, at most {sending['in_flight_max']} requests "
+        "were in flight at once (too few requests for the users, or each ended before the last "
+        "user joined); the figures are those of the lower load"
+    )
+
+
 def warnings(summary: dict) -> list[str]:
     out = []
     chk = summary["self_check"]
@@ -217,8 +226,11 @@ def warnings(summary: dict) -> list[str]:
             + f"chunks up to {1e3 * (emulator.get('step_lag_p99_s_at_most') or 0):g} ms late at p99); "
             "its figures understate the emulated hardware. Run it slower (--time-scale) or lower the load."
         )
-    for lost in (summary.get("sending") or {}).get("workers_lost") or []:
+    sending = summary.get("sending") or {}
+    for lost in sending.get("workers_lost") or []:
         out.append(f"WARNING: {lost}")
+    if sending.get("short"):
+        out.append(f"note: {short_of_users(sending)}")
     if summary.get("window") and summary["window"]["kind"] == "full_run":
         out.append(
             "note: all requests were sent within one request lifetime, so there was no "

@@ -58,6 +58,7 @@ def _notes(sw: Sweep) -> list[str]:
     for col, what in (
         ("client_bound", "the client was the bottleneck (client_bound)"),
         ("server_behind", "the emulator fell behind real time (server_behind)"),
+        ("short_of_users", "fewer requests were ever in flight than the cell's users (short_of_users)"),
     ):
         if col in sw.ok and sw.ok[col].fillna(False).astype(bool).any():
             n = int(sw.ok[col].fillna(False).astype(bool).sum())
@@ -80,7 +81,7 @@ def _notes(sw: Sweep) -> list[str]:
 
 
 def _cell_flags(sw: Sweep):
-    """Each cell's keys and its flags as text (client_bound, server_behind; '' for none)."""
+    """Each cell's keys and its flags as text (decision.FLAGS; '' for none)."""
     return sw.ok[tables.KEYS].assign(flags=decision.flags(sw.ok).to_numpy())
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 from loadgen.report.numbers import short
 from loadgen.report.tables import EVEN
 
-FLAGS = ("client_bound", "server_behind")
+FLAGS = ("client_bound", "server_behind", "short_of_users")
 
 
 def flags(ok: pd.DataFrame) -> pd.Series:

@@ -69,8 +69,8 @@ def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
     def flagged(col: str) -> set:
         return set(table.loc[table[col].fillna(False).astype(bool), "path"]) if col in table else set()
 
-    client, behind = flagged("client_bound"), flagged("server_behind")
-    bound = client | behind
+    client, behind, short = flagged("client_bound"), flagged("server_behind"), flagged("short_of_users")
+    bound = client | behind | short
     for workload in dict.fromkeys(table["workload"]):
         t = table[table["workload"] == workload]
         mode = t["mode"].iloc[0]
@@ -100,13 +100,18 @@ def render(table: pd.DataFrame, baseline: str = "baseline") -> str:
     if bound:
         why = []
         if client:
-            why.append(f"the client was the bottleneck in {len(client)} cell(s) (client_bound)")
+            why.append(f"the client was the bottleneck in {len(client)} cell(s) (client_bound: give it more cores)")
         if behind:
-            why.append(f"the emulator fell behind real time in {len(behind)} cell(s) (server_behind)")
-        blocks.append(
-            "!: " + "; ".join(why) + ". Those figures understate the server; give the "
-            "client and the server more cores, or lower the load."
-        )
+            why.append(
+                f"the emulator fell behind real time in {len(behind)} cell(s) (server_behind: run it slower, "
+                "--time-scale)"
+            )
+        if short:
+            why.append(
+                f"fewer requests were ever in flight than the users in {len(short)} cell(s) (short_of_users: send "
+                "more requests, --num-requests)"
+            )
+        blocks.append("!: " + "; ".join(why) + ". Those figures understate the server at that load.")
     if not rounds.empty:
         blocks.append("With repeats: the speedup of the mean throughputs, (lowest-highest) of the rounds.")
     if len(failed):

@@ -24,7 +24,8 @@ def _keys(sw: Sweep) -> list[str]:
 
 def throughput(sw: Sweep) -> pd.DataFrame:
     cols = KEYS + ["output_throughput_tok_s", "request_throughput_req_s", "completed", "client_bound"]
-    cols += [c for c in ("server_behind", "time_scale") if c in sw.ok]  # sweeps before these: without
+    more = ("server_behind", "short_of_users", "in_flight_max", "time_scale")
+    cols += [c for c in more if c in sw.ok]  # sweeps before these: without
     if sw.has_repeats:  # the mean over the repeats, how many, and their spread
         cols += ["repeats", "output_throughput_tok_s_sd"]
     return sw.ok[cols].sort_values(KEYS).reset_index(drop=True)

@@ -135,6 +135,8 @@ def row(summary: dict) -> dict:
         "waiting_mean": (srv.get("waiting") or {}).get("mean"),
         "server_restarted": srv.get("restarted"),
         "client_bound": summary.get("client_bound"),
+        "in_flight_max": (summary.get("sending") or {}).get("in_flight_max"),
+        "short_of_users": (summary.get("sending") or {}).get("short"),
         "server_behind": (srv.get("emulator") or {}).get("behind"),
         "time_scale": summary.get("time_scale") or 1.0,
         # with per-request objectives (sweep --goodput): the share of judged requests that met

@@ -78,7 +78,7 @@ class Sweep:
         return self._frames[key]
 
 
-FLAG_COLUMNS = ("client_bound", "server_behind", "server_restarted")
+FLAG_COLUMNS = ("client_bound", "server_behind", "server_restarted", "short_of_users")
 _TEXT = ("variant", "workload", "workload_spec", "mode", "status", "error", "cell", "path")
 
 

@@ -18,7 +18,7 @@ converts the result back, which is how the invariance of every figure under S is
 
 What is sent when is the shape's schedule (`join_s`, `arrivals_s`) and the executors' own rules,
 held in the same objects a real run uses: a closed-loop user deals its requests through
-loadgen.executors.closed_loop.User, an open loop's cap hands slots on through
+loadgen.executors.closed_loop.Users, an open loop's cap hands slots on through
 loadgen.executors.open_loop.Slots, a conversation's later turns come from
 loadgen.executors.conversation.Conversation. A new load shape needs nothing here.
 """
@@ -34,7 +34,7 @@ from typing import cast
 from loadgen.client import phases
 from loadgen.client.record import RequestRecord
 from loadgen.executors import closed_loop
-from loadgen.executors.closed_loop import User
+from loadgen.executors.closed_loop import Users
 from loadgen.executors.conversation import Conversation, Think
 from loadgen.executors.open_loop import Slots
 from loadgen.load.execute import RunResult
@@ -159,11 +159,13 @@ class _VirtualClient:
         self.order = itertools.count()
         self.events: list[tuple[float, int, _Event]] = []  # (time, tie-break, what is due)
         self.slots: Slots[tuple[float, tuple[int, Request]]] = Slots(sim.load.max_concurrency or None)
-        self.users: dict[int, User[tuple[int, Request]]] = {}  # each closed-loop user's requests
+        self.users: Users[tuple[int, Request]] | None = None  # the closed-loop users' requests
         self.firsts: dict[int, int] = {}  # each closed-loop user's first send (ns)
         load = sim.load
         if load.closed:  # the shape's schedule, as loadgen run's executors take it
-            for user, t in enumerate(load.join_s(sim.join_gap_s)):
+            joins = load.join_s(sim.join_gap_s)
+            self.users = Users(self.take, range(len(joins)))  # every first dealt before any second
+            for user, t in enumerate(joins):
                 self.push(t, _UserFree(user))
         else:
             for t in load.arrivals_s(num=self.limit, duration_s=self.deadline, seed=sim.seed).tolist():
@@ -200,14 +202,14 @@ class _VirtualClient:
             self.send(event.item, event.t_sched, t_event, None)
         elif self.deadline is not None and t_event >= self.deadline:
             return
-        elif isinstance(event, _UserFree):  # the user is free now (loadgen.executors.closed_loop.User)
-            own = self.users.setdefault(event.user, User(self.take))
-            item = own.next()
+        elif isinstance(event, _UserFree):  # the user is free now (loadgen.executors.closed_loop.Users)
+            assert self.users is not None
+            item = self.users.next(event.user)
             if item is None:
                 return
             self.firsts.setdefault(event.user, self.ns(t_event))
             self.send(item, t_event, t_event, event.user)
-            own.sent()
+            self.users.sent(event.user)
         else:  # an open loop's arrival
             item = self.take()
             if item is not None and self.slots.take((t_event, item)):
