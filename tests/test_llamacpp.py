@@ -23,6 +23,7 @@ from servers.deployments import load, render
 from servers.engines import llamacpp
 from servers.launcher import Server, free_port
 from tests.conftest import REPO, describe_pids, run_cli, server_pids
+from tests.printers import every_printer
 
 pytestmark = pytest.mark.engines
 
@@ -180,6 +181,8 @@ def test_what_the_client_measured_agrees_with_the_servers_counters(deployment, v
             assert client["accepted_tokens"] == pytest.approx(sd["accepted_tokens"], rel=0.10)
             pooled_drafts += sd["drafts"]
             pooled_per_pos = [a + p * sd["drafts"] for a, p in zip(pooled_per_pos, sd["per_position"])]
+    text = every_printer(tmp_path / "c2")  # llama.cpp's dialect through every printer (tests/test_printers.py)
+    assert "Speculative decoding (server): acceptance rate" in text
     if variant == "synthetic":
         assert pooled_drafts > 500  # enough for the 0.07 below to be > 3 standard errors (0.022 at p = 0.6)
         measured = [a / pooled_drafts for a in pooled_per_pos]

@@ -90,6 +90,25 @@ def _header(summary: dict) -> list[str]:
     return lines
 
 
+def _na(x, fmt: str) -> str:
+    """A figure the server may not report (SGLang counts no draft tokens, an external server may
+    have no metrics at all): "n/a" where it did not."""
+    return "n/a" if x is None else format(x, fmt)
+
+
+def _sd_counts(sd: dict) -> str:
+    """The server's SD window figures in one line, each "n/a" where its dialect has no counter
+    for it (docs/metrics.md, "Speculative decoding")."""
+    positions = sd.get("per_position")
+    return (
+        f"acceptance rate {_na(sd.get('acceptance_rate'), '.3f')}, "
+        f"mean acceptance length {_na(sd.get('mean_acceptance_length'), '.2f')}, per position "
+        + ("/".join(f"{p:.2f}" for p in positions) if positions else "n/a")
+        + f"; {_na(sd.get('drafts'), '.0f')} drafts, {_na(sd.get('accepted_tokens'), '.0f')}/"
+        f"{_na(sd.get('draft_tokens'), '.0f')} draft tokens accepted"
+    )
+
+
 def _server(summary: dict) -> list[str]:
     """What the server said: its SD counters (or, without them, its per-request counts), its
     throughput and load over the window, its prefix cache."""
@@ -97,19 +116,13 @@ def _server(summary: dict) -> list[str]:
     sd, srv = summary.get("spec_decode"), summary.get("server")
     reported = (summary.get("acceptance_client") or {}).get("server_reported")
     if sd:
-        lines.append(
-            f"Speculative decoding (server): acceptance rate {_f(sd['acceptance_rate'], '.3f')}, "
-            f"mean acceptance length {_f(sd['mean_acceptance_length'], '.2f')}, per position "
-            + ("/".join(f"{p:.2f}" for p in sd["per_position"]) or "-")
-            + f"; {sd['drafts']:.0f} drafts, {sd['accepted_tokens']:.0f}/{sd['draft_tokens']:.0f} "
-            "draft tokens accepted"
-        )
+        lines.append(f"Speculative decoding (server): {_sd_counts(sd)}")
     elif reported:  # no SD counters (SGLang's are gauges): the server's per-request counts
         lines.append(
-            f"Speculative decoding (server, per request): acceptance rate {_f(reported['acceptance_rate'], '.3f')}, "
-            f"mean acceptance length {_f(reported.get('mean_acceptance_length'), '.2f')}; "
-            f"{reported['accepted_tokens']}/{reported['draft_tokens']} draft tokens accepted over "
-            f"{reported['requests']} requests"
+            f"Speculative decoding (server, per request): acceptance rate {_na(reported.get('acceptance_rate'), '.3f')}, "
+            f"mean acceptance length {_na(reported.get('mean_acceptance_length'), '.2f')}; "
+            f"{_na(reported.get('accepted_tokens'), '.0f')}/{_na(reported.get('draft_tokens'), '.0f')} draft tokens "
+            f"accepted over {reported.get('requests')} requests"
         )
     rec = (summary.get("acceptance_client") or {}).get("reconciliation") or {}
     if rec.get("requests_checked"):  # what the rule checked, request by request (loadgen.measures.reconcile)
