@@ -102,6 +102,7 @@ class RunOptions(ResultOptions, WorkloadOptions, LoadOptions):
     servers: str | None = None  # check: a catalog deployment's --variant instead of --base-url
     variant: str | None = None
     engine: str | None = None
+    speculative_config: str | None = None  # what a server at --base-url runs (vLLM's JSON)
 
 
 @dataclass

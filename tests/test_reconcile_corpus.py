@@ -239,3 +239,48 @@ def test_a_consistent_mutation_is_reported(case):
     rec = reconcile(stream)
     assert rec["exact"] is False, rec
     assert {r["index"] for r in rec["unexplained_requests"]} == broken, rec["unexplained_requests"]
+
+
+HAND = json.loads((Path(__file__).parent / "data" / "reconcile_hand.json").read_text())["cases"]
+
+
+def _hand(case: dict) -> dict:
+    """A hand case (tests/data/reconcile_hand.json) through the summary: its config's k (or
+    none), per-position counters only where the case has them (true: k of them; a number: that many)."""
+    stream = {
+        "k": 3,
+        "requests": case["requests"],
+        "counter": {"drafts": sum(r["verify"] for r in case["requests"]), "accepted": sum(r["accepted"] for r in case["requests"])},
+    }
+    labels = case["per_position"]
+    positions = [] if labels is False else [0.5] * (3 if labels is True else labels)
+    figures = {
+        "spec_decode": {
+            "drafts": stream["counter"]["drafts"],
+            "accepted_tokens": stream["counter"]["accepted"],
+            "draft_tokens": stream["counter"]["drafts"] * 3,
+            "per_position": positions,
+        },
+        "server": {"generation_tokens": sum(sum(r["chunks"]) for r in case["requests"])},
+    }
+    spec = case["speculative_config"]
+    config = {"clock": {"t0_ns": BASE * MS}, "load": {"concurrency": 1}}
+    if spec is not None:
+        config["speculative_config"] = json.dumps(spec)
+    s = summarize(request_frame(_records(stream)), ([], []), config=config, server_figures=figures)
+    return s["acceptance_client"]["reconciliation"]
+
+
+@pytest.mark.parametrize("case", HAND, ids=[c["name"] for c in HAND])
+def test_a_hand_case_gets_its_verdict(case):
+    rec, want = _hand(case), case["expect"]
+    assert rec["exact"] is want["exact"], (rec["checked"], rec["differences"])
+    assert [r["index"] for r in rec["unexplained_requests"]] == want["broken"], rec["unexplained_requests"]
+    if "off" in want:
+        assert rec["unexplained"]["tokens"] == want["off"], rec["unexplained"]
+    if "k_source" in want:
+        assert rec["k_source"] == want["k_source"]
+    if rec["k_source"] is None:  # the output says which rule was used
+        assert "the weak rule" in rec["checked"], rec["checked"]
+    else:
+        assert f"k {rec['k']} from" in rec["checked"], rec["checked"]

@@ -11,6 +11,7 @@ import pytest
 from loadgen.measures.frame import request_frame
 from loadgen.measures.rule import explain
 from loadgen.measures.summary import summarize
+from tests.conftest import cli
 from tests.test_measure import _config, _rec
 
 pytestmark = pytest.mark.unit
@@ -135,7 +136,7 @@ def test_reconcile_names_the_requests_whose_sum_agrees_while_they_do_not():
     # the same pair as truly served (7 and 7) is exact, and says what it checked
     rec = _reconciled([([4, 4, 2], 7, 3, "length"), ([4, 4, 2], 7, 3, "length")], 14, DRAFT_MODEL)
     assert rec["exact"] is True and rec["checked"].startswith("every request's accepted drafts agree"), rec
-    assert "(2 requests)" in rec["checked"]
+    assert "(2 requests; k 3 from the run's speculative config)" in rec["checked"]
 
 
 def test_reconcile_takes_the_drafters_kind_from_the_runs_speculative_config():
@@ -169,3 +170,19 @@ def test_reconcile_reports_the_lost_draft_and_the_stop_request():
     named = {r["index"]: (r["fits"], r["off"], r["finish_reason"]) for r in rec["unexplained_requests"]}
     assert named == {1: ([5, 5], 1, "length"), 2: ([6, 6], 2, "stop")}, named
     assert rec["unexplained"] == {"tokens": 3, "requests": 2}
+
+
+DRAFT_K3 = '{"method": "draft_model", "model": "small", "num_speculative_tokens": 3}'
+
+
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (["--speculative-config", DRAFT_K3], "--speculative-config declares what a server at --base-url runs"),
+        (["--base-url", "http://127.0.0.1:9", "--speculative-config", "{x"], "--speculative-config is not valid JSON"),
+        (["--base-url", "http://127.0.0.1:9", "--speculative-config", '{"method": "ngram"}'], "names no k"),
+    ],
+)
+def test_a_declaration_that_cannot_apply_is_one_line(args, expect):
+    res = cli("run", *args, "--concurrency", "1", "--num-requests", "1")
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and expect in res.stderr, res.stderr

@@ -18,6 +18,12 @@ RUN_OPTIONS = [
         "Without it, loadgen starts its embedded emulator (Llama-3.1-8B, EAGLE k=3).",
     ),
     click.option("--model", help="Model to request; default: the server's first in /v1/models."),
+    click.option(
+        "--speculative-config",
+        metavar="JSON",
+        help="What the server at --base-url runs, in vLLM's words (its --speculative-config): recorded, and "
+        "its k bounds the accepted-draft rule (docs/metrics.md). loadgen knows it for a server it starts.",
+    ),
     click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True),
     options.load_options,
     options.workload_options,

@@ -32,6 +32,7 @@ import numpy as np
 
 from loadgen.client.columnar import flat
 from loadgen.measures.rule import ENDS, Verdict, explain, explain_steps
+from servers.emulator.spec import SpecError, parse
 
 RULE = (  # docs/metrics.md, "Accepted drafts: three sources and the rule"
     "per request: server's accepted = stream's decode tokens - verify steps - steps that drafted nothing + "
@@ -44,18 +45,39 @@ _NAMED = 5  # requests named in the reconciliation when they break the rule
 _ALWAYS_DRAFTS = ("draft_model", "eagle", "eagle3", "mtp", "medusa")
 
 
-def can_skip(speculative_config) -> bool:
-    """Whether a decode step may have drafted nothing, from the server's speculative config (a
-    dict or its JSON): yes for a lookup drafter (n-gram, suffix: a miss proposes nothing), k by
-    batch size and adaptive verification (a step may get 0 drafts); a model drafter at a fixed
-    k drafts every step. Unknown: yes (the weaker rule)."""
+def _as_dict(speculative_config) -> dict | None:
+    """A speculative config given as a dict or its JSON, as a dict (None: none, or not JSON)."""
     spec = speculative_config
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)
         except ValueError:
-            return True
-    if not isinstance(spec, dict):
+            return None
+    return spec if isinstance(spec, dict) else None
+
+
+def declared_k(speculative_config) -> int | None:
+    """k, the most drafts a step proposes, as the server's speculative config (vLLM's words, a
+    dict or its JSON) declares it: num_speculative_tokens (k by batch size never exceeds it;
+    suffix decoding's default is its tree depth, as vLLM reads it); None where nothing declares
+    one, and the rule then has no bound."""
+    spec = _as_dict(speculative_config)
+    if spec is None:
+        return None
+    try:
+        return parse(json.dumps(spec)).k
+    except SpecError:  # a method the emulator does not model still declares its k
+        n = spec.get("num_speculative_tokens")
+        return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+
+
+def can_skip(speculative_config) -> bool:
+    """Whether a decode step may have drafted nothing, from the server's speculative config (a
+    dict or its JSON): yes for a lookup drafter (n-gram, suffix: a miss proposes nothing), k by
+    batch size and adaptive verification (a step may get 0 drafts); a model drafter at a fixed
+    k drafts every step. Unknown: yes (the weaker rule)."""
+    spec = _as_dict(speculative_config)
+    if spec is None:
         return True
     varying = spec.get("num_speculative_tokens_per_batch_size") or spec.get("enable_adaptive_verification")
     return spec.get("method") not in _ALWAYS_DRAFTS or bool(varying)
@@ -86,9 +108,12 @@ def _per_request(rows, reported, server, verify, finish, k, skip):
     out = {}
     for i in np.flatnonzero(reported).tolist():
         if i in per_step:
-            v = explain_steps(chunks[i], per_step[i], k, finish[i], skip)
-            if v.explained and sum(per_step[i]) != int(server[i]):
-                v = Verdict(False, off=abs(sum(per_step[i]) - int(server[i])))
+            record = per_step[i]
+            v = explain_steps(chunks[i], record, k, finish[i], skip)
+            if v.explained and sum(record) != int(server[i]):
+                v = Verdict(False, off=abs(sum(record) - int(server[i])))
+            if v.explained and not np.isnan(verify[i]) and len(record) != int(verify[i]):
+                v = Verdict(False, off=abs(len(record) - int(verify[i])))  # its steps against its step count
             out[i] = v
             continue
         steps = None if np.isnan(verify[i]) else int(verify[i])
@@ -120,20 +145,38 @@ def _stream_figure(stream, chunks, seen, measured, spec_decode, nothing_drafted)
     return seen_fig, measured_fig, told
 
 
+def _bound(declared: int | None, labels: int | None) -> tuple[int | None, str | None]:
+    """k for the rule and where it came from: the speculative config's (declared_k), else the
+    number of the server's per-position counter labels, else none (the weak rule)."""
+    if declared is not None:
+        return declared, "speculative_config"
+    if labels is not None:
+        return labels, "per_position_counters"
+    return None, None
+
+
 def reconcile(
-    rows, chunks, measured: np.ndarray, spec_decode: dict | None, server: dict | None, skip: bool = True
+    rows,
+    chunks,
+    measured: np.ndarray,
+    spec_decode: dict | None,
+    server: dict | None,
+    skip: bool = True,
+    k_declared: int | None = None,
 ) -> dict:
     """The three counts and their reconciliation. Returns {"measured": the stream's figure over
     `measured` (with the rule's parts where the server reported per request), "reconciliation":
     the three over every request the server's window saw}. `skip`: whether a decode step may
-    have drafted nothing (can_skip)."""
+    have drafted nothing (can_skip); `k_declared`: k from the run's speculative config
+    (declared_k), the per-position counters' labels then only a check on it."""
     stream, steps_seen = chunks.row_accepted, chunks.row_steps
     server_col = rows.array("server_accepted_tokens", float)
     reported = ~np.isnan(server_col)
     server_acc = np.nan_to_num(server_col).astype(np.int64)
     finish = rows.col("finish_reason").astype(object).fillna("").to_numpy().astype(str)  # categorical, with gaps
     ok = rows.array("ok").astype(bool)
-    k = len(spec_decode["per_position"]) if spec_decode and spec_decode.get("per_position") else None
+    labels = len(spec_decode["per_position"]) if spec_decode and spec_decode.get("per_position") else None
+    k, k_source = _bound(k_declared, labels)
     drafts = (spec_decode or {}).get("drafts")
     engine_seen = server is not None and bool(server.get("generation_tokens"))
     nothing_drafted = reported.sum() == 0 and ((spec_decode is None and engine_seen) or drafts == 0)
@@ -170,6 +213,9 @@ def reconcile(
         "requests": int(seen.sum()),
         "requests_checked": len(verdicts),
         "steps_that_drafted_nothing": "allowed" if skip else "not allowed (a model drafter at a fixed k)",
+        "k": k,
+        "k_source": k_source,
+        "k_counters": labels,
         "stream": seen_fig,
         "accepted_tokens": seen_fig["accepted_tokens"],
         "stream_accepted_tokens": seen_fig["raw"],
@@ -223,7 +269,21 @@ def _exact(rec: dict, reported, seen, nothing_drafted: bool) -> bool | None:
     if per_request is None or (reported[seen] == 0).any():
         return None  # the rule is checked per request, with the server's own counts
     clean = rec["unexplained"]["requests"] == 0 and rec["stream_unmatched"]["tokens"] == 0
-    return clean and per_request == counter
+    return clean and per_request == counter and not _k_disagrees(rec)
+
+
+def _k_disagrees(rec: dict) -> bool:
+    """The speculative config's k is not the number of the server's per-position counters."""
+    return rec["k_source"] == "speculative_config" and rec["k_counters"] not in (None, rec["k"])
+
+
+def _bound_said(rec: dict) -> str:
+    """Which rule was used, in words: bounded by k (from where), or the weak rule."""
+    if rec["k_source"] == "speculative_config":
+        return f"k {rec['k']} from the run's speculative config"
+    if rec["k_source"] == "per_position_counters":
+        return f"k {rec['k']} from the server's per-position counters (no speculative config recorded)"
+    return "the weak rule: no k declared, a step's drafts unbounded (loadgen run --speculative-config declares it)"
 
 
 def _checked(rec: dict, nothing_drafted: bool) -> str:
@@ -235,19 +295,27 @@ def _checked(rec: dict, nothing_drafted: bool) -> str:
         return "not checked per request: the server reported no per-request counts"
     if bad:
         named = ", ".join(r["request"] or str(r["index"]) for r in rec["unexplained_requests"])
-        return f"{bad} of {n} requests break the rule ({rec['unexplained']['tokens']} drafts off; first: {named})"
+        return (
+            f"{bad} of {n} requests break the rule ({rec['unexplained']['tokens']} drafts off; first: {named}; "
+            f"{_bound_said(rec)})"
+        )
     total = (
         ""
         if rec["server_counter"] is None
         else f"; their sum against the counter: {rec['server_per_request']} vs {rec['server_counter']}"
     )
-    return f"every request's accepted drafts agree with its stream within the rule ({n} requests){total}"
+    return f"every request's accepted drafts agree with its stream within the rule ({n} requests; {_bound_said(rec)}){total}"
 
 
 def _differences(rec: dict, seen, ok, reported, stream, finish, k) -> list[str]:
     """One line per cause of a difference between the three counts."""
     lines: list[str] = []
     counter, per_request, fig = rec["server_counter"], rec["server_per_request"], rec["stream"]
+    if _k_disagrees(rec):
+        lines.append(
+            f"the speculative config says k {rec['k']}, the server's counters have {rec['k_counters']} positions: "
+            "the server does not run what was declared (the config's k bounds the rule)"
+        )
     if rec["past_end"]["tokens"]:
         lines.append(
             f"{rec['past_end']['tokens']} drafts accepted past the end of {rec['past_end']['requests']} requests "

@@ -134,6 +134,8 @@ def explain_steps(chunks: list[int], accepted: list[int], k: int | None, finish:
     steps and the stream differ, at least 1). A step that accepted more than k is a difference
     too."""
     T, V = sum(chunks), len(accepted)
+    if any(a < 0 for a in accepted):  # a malformed record: no step accepts fewer than none
+        return Verdict(False, off=sum(-a for a in accepted if a < 0))
     if k is not None and any(a > k for a in accepted):  # a step accepts at most the k it drafted
         return Verdict(False, off=sum(max(0, a - k) for a in accepted))
     cut = finish in ENDS

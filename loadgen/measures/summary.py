@@ -13,7 +13,7 @@ import pandas as pd
 from loadgen.measures import phases, slo, timeline
 from loadgen.measures.chunks import ChunkFigures, chunk_figures
 from loadgen.measures.describe import describe
-from loadgen.measures.reconcile import can_skip, reconcile
+from loadgen.measures.reconcile import can_skip, declared_k, reconcile
 from loadgen.measures.rows import Rows, counts
 from loadgen.measures.selfcheck import self_check
 
@@ -103,8 +103,9 @@ def acceptance_client(
     sources = counts(source[measured & (source != "none").to_numpy()])
     total = chunks.step_tokens
     figures = server_figures or {}
-    skip = can_skip((config or {}).get("speculative_config"))
-    rec = reconcile(rows, chunks, measured, figures.get("spec_decode"), figures.get("server"), skip)
+    declared = (config or {}).get("speculative_config")
+    skip, k = can_skip(declared), declared_k(declared)
+    rec = reconcile(rows, chunks, measured, figures.get("spec_decode"), figures.get("server"), skip, k)
     mine = rec["measured"]
     n = total - mine["accepted_tokens"]  # each step: one token + its delivered drafts (the stream's count)
     out: dict[str, Any] = {

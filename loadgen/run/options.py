@@ -6,6 +6,7 @@ checked by this one code. `loadgen/planning/build.py` does the same for a sweep.
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,6 +16,7 @@ from loadgen.load.execute import RunSpec
 from loadgen.load.timescale import TimeScaleError, parse_scale
 from loadgen.load.workload import WorkloadRef
 from loadgen.measures import slo
+from loadgen.measures.reconcile import declared_k
 from loadgen.measures.tokens import TokenizerError, load_tokenizer
 from loadgen.options import LoadOptions, RunOptions, WorkloadOptions, extra_body, with_sampling
 from loadgen.run.measurement import RunJob
@@ -156,6 +158,7 @@ def objectives(specs) -> dict | None:
 
 
 _extra_body = extra_body  # the one parser of --extra-body (loadgen.options)
+EXAMPLE_SPEC = '{"method": "eagle3", "model": "DRAFTER", "num_speculative_tokens": 3}'
 
 
 def run_job(o: RunOptions, note: Note = lambda _: None, config: dict | None = None) -> RunJob:
@@ -198,7 +201,7 @@ def run_job(o: RunOptions, note: Note = lambda _: None, config: dict | None = No
         raise LoadgenError(str(e)) from None
     except ValueError as e:
         raise LoadgenError(flagged(str(e), _spec_fields())) from None
-    target = Target(o.base_url, o.servers, o.variant, o.engine, given_scale)
+    target = Target(o.base_url, o.servers, o.variant, o.engine, given_scale, declared_spec(o))
     return RunJob(
         spec,
         wl,
@@ -218,6 +221,28 @@ def run_job(o: RunOptions, note: Note = lambda _: None, config: dict | None = No
         config=dict(config or {}),
         steady_state=o.steady_state,
     )
+
+
+def declared_spec(o: RunOptions) -> str | None:
+    """--speculative-config, checked: a JSON object naming k (num_speculative_tokens), and only
+    for a server at --base-url (loadgen knows what a server it starts runs)."""
+    text = o.speculative_config
+    if text is None:
+        return None
+    if o.base_url is None:
+        started = f"--servers {o.servers} --variant {o.variant}'s own" if o.servers else "the embedded emulator's EAGLE k=3"
+        raise LoadgenError(
+            f"--speculative-config declares what a server at --base-url runs; loadgen records {started}: drop it"
+        )
+    try:
+        spec = json.loads(text)
+    except ValueError as e:
+        raise LoadgenError(f"--speculative-config is not valid JSON ({e}): give vLLM's, e.g. {EXAMPLE_SPEC}") from None
+    if not isinstance(spec, dict) or declared_k(spec) is None:
+        raise LoadgenError(
+            f"--speculative-config {text} names no k: give a JSON object with num_speculative_tokens, e.g. {EXAMPLE_SPEC}"
+        )
+    return json.dumps(spec, separators=(",", ":"))
 
 
 def _metrics_interval(o: RunOptions) -> float:

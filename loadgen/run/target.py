@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ class Target:
     variant: str | None = None
     engine: str | None = None
     time_scale: float | None = None
+    declared_spec: str | None = None  # --speculative-config: what the server at base_url runs
 
     def __post_init__(self) -> None:
         if self.time_scale is not None and self.base_url is not None:
@@ -47,8 +49,21 @@ class Target:
 
     @property
     def speculative_config(self) -> str | None:
-        """What loadgen itself asked the server for (the embedded emulator's EAGLE), else None."""
-        return EMBEDDED_SPEC if self.embedded else None
+        """The server's speculative config as JSON: what loadgen itself asked for (the embedded
+        emulator's EAGLE, a --servers variant's own), what the user declared for a server at
+        --base-url (--speculative-config), else None (nothing declares its drafter)."""
+        if self.embedded:
+            return EMBEDDED_SPEC
+        if self.base_url is not None:
+            return self.declared_spec
+        from servers.deployments import DeploymentError, load
+
+        try:
+            variant = load(self.servers or "").variants.get(self.variant or "")
+        except DeploymentError:
+            return None
+        spec = getattr(variant, "speculative_config", None)
+        return json.dumps(spec, separators=(",", ":")) if spec else None
 
 
 @contextlib.contextmanager
