@@ -30,7 +30,7 @@ class Misreporting:
             "vllm:spec_decode_num_draft_tokens_total": n * STEPS * K,
             "vllm:spec_decode_num_accepted_tokens_total": n * ACCEPTED,
         }
-        text = "".join(f"# TYPE {k[:-6]} counter\n{k}{{model_name=\"{self.model}\"}} {v}\n" for k, v in lines.items())
+        text = "".join(f'# TYPE {k[:-6]} counter\n{k}{{model_name="{self.model}"}} {v}\n' for k, v in lines.items())
         return text.encode()
 
     async def handle(self, req: HttpRequest, conn: HttpConnection) -> None:
@@ -50,7 +50,11 @@ class Misreporting:
             last = j == len(CHUNKS) - 1
             choice = {"index": 0, "text": " tok" * n, "finish_reason": "length" if last else None}
             usage = {"prompt_tokens": 8, "completion_tokens": done, "total_tokens": 8 + done}
-            conn.write_chunk(b"data: " + json.dumps({"object": "text_completion", "choices": [choice], "usage": usage}).encode() + b"\n\n")
+            conn.write_chunk(
+                b"data: "
+                + json.dumps({"object": "text_completion", "choices": [choice], "usage": usage}).encode()
+                + b"\n\n"
+            )
             await asyncio.sleep(0.005)
         self.requests += 1  # counted as vLLM counts: when the request finishes
         sd = {"num_draft_tokens": STEPS * K, "num_accepted_draft_tokens": ACCEPTED, "num_spec_steps": STEPS}

@@ -250,7 +250,10 @@ def _hand(case: dict) -> dict:
     stream = {
         "k": 3,
         "requests": case["requests"],
-        "counter": {"drafts": sum(r["verify"] for r in case["requests"]), "accepted": sum(r["accepted"] for r in case["requests"])},
+        "counter": {
+            "drafts": sum(r["verify"] for r in case["requests"]),
+            "accepted": sum(r["accepted"] for r in case["requests"]),
+        },
     }
     labels = case["per_position"]
     positions = [] if labels is False else [0.5] * (3 if labels is True else labels)
@@ -264,7 +267,7 @@ def _hand(case: dict) -> dict:
         "server": {"generation_tokens": sum(sum(r["chunks"]) for r in case["requests"])},
     }
     spec = case["speculative_config"]
-    config = {"clock": {"t0_ns": BASE * MS}, "load": {"concurrency": 1}}
+    config: dict = {"clock": {"t0_ns": BASE * MS}, "load": {"concurrency": 1}}
     if spec is not None:
         config["speculative_config"] = json.dumps(spec)
     s = summarize(request_frame(_records(stream)), ([], []), config=config, server_figures=figures)

@@ -32,7 +32,9 @@ def _rec(directory) -> dict:
 
 
 def test_run_with_the_declared_k_reports_what_the_weak_rule_lets_through(lying, tmp_path):
-    res = run_cli("run", "--base-url", lying.url, *LOAD, "--speculative-config", DRAFT_K3, "--output", str(tmp_path / "k"))
+    res = run_cli(
+        "run", "--base-url", lying.url, *LOAD, "--speculative-config", DRAFT_K3, "--output", str(tmp_path / "k")
+    )
     assert res.returncode == 0, res.stderr
     rec = _rec(tmp_path / "k")
     assert rec["exact"] is False and rec["k"] == 3 and rec["k_source"] == "speculative_config", rec
@@ -50,7 +52,8 @@ def test_a_sweep_cell_and_run_servers_take_k_from_the_variant(lying, tmp_path):
     dep = tmp_path / "dep.toml"
     dep.write_text(
         f'model = "misreporting"\nengine = "external"\nurl = "{lying.url}"\n'
-        f"[variants.dm]\nspeculative_config = {{ method = \"draft_model\", model = \"small\", num_speculative_tokens = 3 }}\n"
+        "[variants.dm]\n"
+        f'speculative_config = {{ method = "draft_model", model = "small", num_speculative_tokens = {3} }}\n'
     )
     out = tmp_path / "sweep"
     res = run_cli("sweep", "--servers", str(dep), "--variants", "dm", "--workloads", "chat,output=fixed:10",

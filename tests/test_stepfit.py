@@ -53,7 +53,7 @@ def test_the_gpu_script_runs_end_to_end_on_the_emulator(tmp_path):
         timeout=900,
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "all cells agree exactly" in res.stdout
+    assert "every cell agrees both ways" in res.stdout, res.stdout[-3000:]
     fit = json.loads((tmp_path / "fit.json").read_text())
     assert fit["check"] == [] and set(fit["fit"]) == {"forward", "ngram", "synthetic"}
     assert fit["fit"]["forward"]["constant"] == pytest.approx(PROFILE.forward.constant + PROFILE.step_overhead, rel=0.1)

@@ -65,7 +65,8 @@ def declared_k(speculative_config) -> int | None:
     if spec is None:
         return None
     try:
-        return parse(json.dumps(spec)).k
+        parsed = parse(json.dumps(spec))
+        return parsed.k if parsed is not None else None
     except SpecError:  # a method the emulator does not model still declares its k
         n = spec.get("num_speculative_tokens")
         return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
@@ -304,7 +305,8 @@ def _checked(rec: dict, nothing_drafted: bool) -> str:
         if rec["server_counter"] is None
         else f"; their sum against the counter: {rec['server_per_request']} vs {rec['server_counter']}"
     )
-    return f"every request's accepted drafts agree with its stream within the rule ({n} requests; {_bound_said(rec)}){total}"
+    within = f"within the rule ({n} requests; {_bound_said(rec)})"
+    return f"every request's accepted drafts agree with its stream {within}{total}"
 
 
 def _differences(rec: dict, seen, ok, reported, stream, finish, k) -> list[str]:

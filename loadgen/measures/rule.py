@@ -25,7 +25,7 @@ fewest steps): its verdict names them, and the steps merged into its chunks."""
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_right, insort
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -131,43 +131,61 @@ def explain_steps(chunks: list[int], accepted: list[int], k: int | None, finish:
     one-token steps that drafted nothing between them where the drafter can skip a step. The
     stream's chunks must be those steps grouped in order: a chunk that is no run of consecutive
     steps, or a count the steps do not add up to, is a difference (off: the tokens by which the
-    steps and the stream differ, at least 1). A step that accepted more than k is a difference
-    too."""
+    steps and the stream differ, at least 1). A step that accepted more than k, or fewer than
+    none (a malformed record), is a difference too.
+
+    Each verify step is placed at the earliest token it can start at: after the step before it,
+    and (with one-token steps to fill the gap, where the drafter can skip) past any chunk
+    boundary it would straddle. Placing a step earlier never hurts the steps after it, so the
+    steps fit the chunks if and only if this placement does: O(steps + chunks), where a search
+    over every split of every chunk grew with the steps a lookup drafter can skip."""
     T, V = sum(chunks), len(accepted)
     if any(a < 0 for a in accepted):  # a malformed record: no step accepts fewer than none
         return Verdict(False, off=sum(-a for a in accepted if a < 0))
     if k is not None and any(a > k for a in accepted):  # a step accepts at most the k it drafted
         return Verdict(False, off=sum(max(0, a - k) for a in accepted))
-    cut = finish in ENDS
-    # states after each chunk: (verify steps consumed, one-token steps used); a chunk takes the
-    # next verify steps whole and one-token steps, or ends the stream inside the last verify step
-    states = {(0, 0)}
     emit = [a + 1 for a in accepted]
-    for n, c in enumerate(chunks):
-        last_chunk = n == len(chunks) - 1
-        nxt: set[tuple[int, int]] = set()
-        for j, u in states:
-            if c == 0:
-                nxt.add((j, u))
-                continue
-            total, i = 0, j
-            while True:  # verify steps j..i-1 whole, the rest one-token steps
-                rest = c - total
-                if rest >= 0 and (rest == 0 or can_skip) and (i > j or rest > 0):
-                    nxt.add((i, u + rest))
-                if last_chunk and cut and i == V - 1 and total < c <= total + emit[i]:
-                    nxt.add((V, u))  # the final step cut short inside this chunk
-                if i == V or total + emit[i] > c:
-                    break
-                total += emit[i]
-                i += 1
-        states = nxt
-        if not states:
-            break
-    fits = [(j, u) for j, u in states if j == V]
-    if not fits:
-        return Verdict(False, off=max(1, abs(T - sum(emit))))
-    u = min(u for _, u in fits)
-    emitted = T - u - sum(emit[:-1]) if V else 0
-    past = (emit[-1] - emitted) if V and cut else 0
-    return Verdict(True, max(past, 0), u, V + u, V + u - sum(1 for c in chunks if c > 0), 0)
+    decode = sum(1 for c in chunks if c > 0)
+    bounds = list(accumulate(c for c in chunks if c > 0))[:-1]  # where a chunk ends inside the stream
+    start = _placed(emit[:-1], bounds, can_skip) if V else 0  # where the last step may start, at the earliest
+    if start is not None and V:
+        last = _after(start, emit[-1], bounds, can_skip)
+        if last is not None and last + emit[-1] <= T and (can_skip or last + emit[-1] == T):
+            u = T - sum(emit)
+            return Verdict(True, 0, u, V + u, V + u - decode, 0)
+        s = max(start, bounds_end(bounds), T - emit[-1])  # the last step cut by the end, inside the last chunk
+        if finish in ENDS and s < T and (can_skip or s == start):
+            u = s - sum(emit[:-1])
+            return Verdict(True, emit[-1] - (T - s), u, V + u, V + u - decode, 0)
+    elif V == 0 and (can_skip or T == 0):
+        return Verdict(True, 0, T, T, T - decode, 0)
+    return Verdict(False, off=max(1, abs(T - sum(emit))))
+
+
+def bounds_end(bounds: list[int]) -> int:
+    """Where the last chunk starts (0: a stream of one chunk)."""
+    return bounds[-1] if bounds else 0
+
+
+def _after(s: int, e: int, bounds: list[int], can_skip: bool) -> int | None:
+    """The earliest start at or after `s` of a step of `e` tokens that straddles no chunk
+    boundary (None: it would have to skip, and cannot)."""
+    i = bisect_right(bounds, s)
+    while i < len(bounds) and bounds[i] < s + e:
+        if not can_skip:
+            return None
+        s = bounds[i]
+        i += 1
+    return s
+
+
+def _placed(emit: list[int], bounds: list[int], can_skip: bool) -> int | None:
+    """Where the steps of `emit` end when each is placed at its earliest start (None: they
+    cannot be placed)."""
+    s = 0
+    for e in emit:
+        at = _after(s, e, bounds, can_skip)
+        if at is None:
+            return None
+        s = at + e
+    return s

@@ -119,7 +119,8 @@ def _server(summary: dict) -> list[str]:
         lines.append(f"Speculative decoding (server): {_sd_counts(sd)}")
     elif reported:  # no SD counters (SGLang's are gauges): the server's per-request counts
         lines.append(
-            f"Speculative decoding (server, per request): acceptance rate {_na(reported.get('acceptance_rate'), '.3f')}, "
+            "Speculative decoding (server, per request): acceptance rate "
+            f"{_na(reported.get('acceptance_rate'), '.3f')}, "
             f"mean acceptance length {_na(reported.get('mean_acceptance_length'), '.2f')}; "
             f"{_na(reported.get('accepted_tokens'), '.0f')}/{_na(reported.get('draft_tokens'), '.0f')} draft tokens "
             f"accepted over {reported.get('requests')} requests"

@@ -230,7 +230,9 @@ def declared_spec(o: RunOptions) -> str | None:
     if text is None:
         return None
     if o.base_url is None:
-        started = f"--servers {o.servers} --variant {o.variant}'s own" if o.servers else "the embedded emulator's EAGLE k=3"
+        started = (
+            f"--servers {o.servers} --variant {o.variant}'s own" if o.servers else "the embedded emulator's EAGLE k=3"
+        )
         raise LoadgenError(
             f"--speculative-config declares what a server at --base-url runs; loadgen records {started}: drop it"
         )
@@ -240,7 +242,8 @@ def declared_spec(o: RunOptions) -> str | None:
         raise LoadgenError(f"--speculative-config is not valid JSON ({e}): give vLLM's, e.g. {EXAMPLE_SPEC}") from None
     if not isinstance(spec, dict) or declared_k(spec) is None:
         raise LoadgenError(
-            f"--speculative-config {text} names no k: give a JSON object with num_speculative_tokens, e.g. {EXAMPLE_SPEC}"
+            f"--speculative-config {text} names no k: give a JSON object with num_speculative_tokens, "
+            f"e.g. {EXAMPLE_SPEC}"
         )
     return json.dumps(spec, separators=(",", ":"))
 
