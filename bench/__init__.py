@@ -19,6 +19,7 @@ PERFORMANCE = (
     "client_capacity",  # the client's own ceiling: chunks/s, requests, connections
     "emulator_capacity",  # the emulator's ceiling in real time
     "emulator_hotpath",  # the emulator's step cost per request
+    "rule_cost",  # the accepted-draft rule's cost per request, model drafter against n-gram
     "end_phases",  # where the end of a run takes its memory
     "scrape_cost",  # what a /metrics scrape costs the client
     "slower_machine",  # the figures on a slower machine, emulated with CPU quotas

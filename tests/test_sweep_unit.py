@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -98,7 +100,10 @@ def test_levels_and_workload_lists():
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, args, expect):
-    res = cli("sweep", *args, "--output", str(tmp_path / "out"))
+    # the vllm this Python has, or none: not another environment's on PATH (a pyenv shim of the
+    # machine's own Python, where .ci/run installed vLLM's CPU build, seen from a virtual environment)
+    env = {"PATH": str(Path(sys.executable).parent)} if "vllm" in args else None
+    res = cli("sweep", *args, "--output", str(tmp_path / "out"), env=env)
     assert res.returncode == 2 and expect in res.stderr and res.stderr.strip().count("\n") == 0, res.stderr
 
 
