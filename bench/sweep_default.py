@@ -51,7 +51,8 @@ def model_tok_s(manifest: dict, cell: pd.Series, data_dir: str | None) -> float:
     )
     sim = SimSpec("h100-llama-3.1-8b", spec, load, num_requests=n, seed=plan["seed"])
     result = simulate(sim, wl.requests(None, plan["seed"]))
-    s = summarize(request_frame(result.run.records), ([], []), config={"clock": {"t0_ns": result.run.t0_ns}})
+    config = {"clock": {"t0_ns": result.run.t0_ns}, "load": load.describe()}  # a closed loop's window, as the cell's
+    s = summarize(request_frame(result.run.records), ([], []), config=config)
     return float(s["output_throughput_tok_s"])
 
 

@@ -115,23 +115,46 @@ def test_summary_excludes_warmup_and_failures_and_counts_errors():
         assert {"mean", "p50", "p90", "p99"} <= set(s[key])
 
 
-def test_steady_window_counts_tokens_that_arrive_inside_it():
+OPEN = {"clock": {"t0_ns": BASE * MS}, "load": {"rate": 2.0}}  # an open loop's config: no users
+
+
+def test_an_open_loops_window_ends_at_its_last_send():
     # two requests sent at 0 and 1000 ms: window [0, 1000] ms once the median E2E (<=1000) fits
     recs = [
         _rec(0, 0, 0, [(100 * i, 1) for i in range(1, 11)]),  # tokens at 100..1000
         _rec(1, 1000, 1000, [(1000 + 100 * i, 1) for i in range(1, 11)]),
     ]
     f = request_frame(recs)
-    s = summarize(f, ([], []), config=_config())
+    s = summarize(f, ([], []), config=OPEN)
     assert (s["window"]["start_s"], s["window"]["duration_s"], s["window"]["kind"]) == (0.0, 1.0, "steady")
     assert s["window"]["output_tokens"] == 10
     assert s["output_throughput_tok_s"] == pytest.approx(10.0)
     assert s["request_throughput_req_s"] == pytest.approx(1.0)
 
 
+def test_a_closed_loops_window_ends_when_its_first_user_is_done():
+    """Two users, two requests each, each sent as its user's last ends (_rec ends a request 1 ms
+    after its last token): A's at 0 (tokens 100..1000, ends 1001) and 1001 (1101..2001, ends
+    2002); B's at 0 (100..1500, ends 1501) and 1501 (1601..2501, ends 2502). Two in flight from 0
+    until A is done at 2002 (each end and its user's next send at one instant: ends first), one
+    after: the window is [0, 2002] ms, not [0, 1501] (the last send, when both users are still
+    busy). Its tokens: A 10 + 10, B 15 + 5 (1601..2001) = 40; its requests ended: 1001, 1501, 2002."""
+    recs = [
+        _rec(0, 0, 0, [(100 * i, 1) for i in range(1, 11)]),
+        _rec(1, 0, 0, [(100 * i, 1) for i in range(1, 16)]),
+        _rec(2, 1001, 1001, [(1001 + 100 * i, 1) for i in range(1, 11)]),
+        _rec(3, 1501, 1501, [(1501 + 100 * i, 1) for i in range(1, 11)]),
+    ]
+    s = summarize(request_frame(recs), ([], []), config=_config())
+    assert (s["window"]["start_s"], s["window"]["duration_s"], s["window"]["kind"]) == (0.0, 2.002, "steady")
+    assert s["window"]["output_tokens"] == 40
+    assert s["output_throughput_tok_s"] == pytest.approx(40 / 2.002)
+    assert s["request_throughput_req_s"] == pytest.approx(3 / 2.002)
+
+
 def test_no_steady_state_falls_back_to_the_whole_run():
     recs = [_rec(i, 0, 0, [(100, 1), (200, 1)]) for i in range(4)]  # all sent at once
-    s = summarize(request_frame(recs), ([], []), config=_config())
+    s = summarize(request_frame(recs), ([], []), config=OPEN)
     assert s["window"]["kind"] == "full_run"
     assert s["output_throughput_tok_s"] == pytest.approx(8 / 0.201)
 
