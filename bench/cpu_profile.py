@@ -191,7 +191,7 @@ def predict(profile: Path, spec: dict | None, c: dict, mode: bool = False) -> di
     sim = SimSpec(str(profile), None, ClosedLoop(c["level"]), num_requests=len(rows))
     result = simulate(sim, reqs, engine=engine, submit=submit)
     frame = request_frame(result.run.records)
-    s = summarize(frame, ([], []), config={"clock": {"t0_ns": result.run.t0_ns}})
+    s = summarize(frame, ([], []), config={"clock": {"t0_ns": result.run.t0_ns}, "load": sim.load.describe()})
     return {"tput": s["output_throughput_tok_s"], "failed": int((~frame["ok"]).sum())}
 
 

@@ -365,7 +365,8 @@ def _serve(
         raise WhatIfError(
             f"{len(failed)} of the traces' requests cannot be served on {prof.name}: {failed['error_message'].iloc[0]}"
         )
-    s = summarize(frame, ([], []), config={"clock": {"t0_ns": result.run.t0_ns}})
+    # the closed loop's own window (docs/metrics.md, "Throughput"), as loadgen simulate and run take it
+    s = summarize(frame, ([], []), config={"clock": {"t0_ns": result.run.t0_ns}, "load": sim.load.describe()})
     tpot = s["tpot_ms"].get("mean") if s["tpot_ms"] else None
     ph = s.get("phases") or {}
     thinking, answering = ((ph.get(k) or {}).get("mean") for k in ("tpot_reasoning_ms", "tpot_answer_ms"))
