@@ -19,7 +19,16 @@ pytestmark = pytest.mark.servers
 @pytest.mark.parametrize("virtual", [False, True], ids=["real-time", "virtual"])
 def test_8_users_with_8_requests_have_8_in_flight_and_12_users_are_flagged_short(tmp_path, virtual):
     out = tmp_path / "sweep"
-    args = ["--variants", "baseline", "--concurrency", "8,12", "--num-requests", "8", "--workloads", "chat"]
+    args = [
+        "--variants",
+        "baseline",
+        "--concurrency",
+        "8,12",
+        "--num-requests",
+        "8",
+        "--workloads",
+        "chat,output=fixed:32",
+    ]
     res = run_cli("sweep", *args, *(["--virtual"] if virtual else []), "--quiet", "--output", str(out))
     assert res.returncode == 0, res.stderr
     assert "fewer requests were ever in flight than the users in 1 cell(s) (short_of_users" in res.stdout
