@@ -153,7 +153,7 @@ def explain_steps(chunks: list[int], accepted: list[int], k: int | None, finish:
         if last is not None and last + emit[-1] <= T and (can_skip or last + emit[-1] == T):
             u = T - sum(emit)
             return Verdict(True, 0, u, V + u, V + u - decode, 0)
-        s = max(start, bounds_end(bounds), T - emit[-1])  # the last step cut by the end, inside the last chunk
+        s = max(start, _last_chunk_start(bounds), T - emit[-1])  # the last step cut by the end, inside the last chunk
         if finish in ENDS and s < T and (can_skip or s == start):
             u = s - sum(emit[:-1])
             return Verdict(True, emit[-1] - (T - s), u, V + u, V + u - decode, 0)
@@ -162,7 +162,7 @@ def explain_steps(chunks: list[int], accepted: list[int], k: int | None, finish:
     return Verdict(False, off=max(1, abs(T - sum(emit))))
 
 
-def bounds_end(bounds: list[int]) -> int:
+def _last_chunk_start(bounds: list[int]) -> int:
     """Where the last chunk starts (0: a stream of one chunk)."""
     return bounds[-1] if bounds else 0
 

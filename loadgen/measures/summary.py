@@ -25,15 +25,15 @@ def _f(rows: Rows, name: str) -> np.ndarray:
 
 
 def steady_window(
-    rows: Rows, warmup: np.ndarray, measured: np.ndarray, closed: bool = False
+    rows: Rows, warmup: np.ndarray, measured: np.ndarray, flight: InFlight | None = None
 ) -> tuple[int, int, str] | None:
     """(start ns, end ns, kind) of the window throughput is measured over, or None when no
     request past warm-up was sent.
 
     Starts when the first request past warm-up is sent. An open loop's ends when the last
-    request is sent: its arrivals stop there, and the load drains. A closed loop's (`closed`)
-    ends when the requests in flight leave their peak for the last time, when its first user
-    has nothing more to send: until then every user is busy, its last sends included (its last
+    request is sent: its arrivals stop there, and the load drains. A closed loop's (`flight`:
+    its requests in flight over time) ends when they leave their peak for the last time, when
+    its first user has nothing more to send: until then every user is busy, its last sends included (its last
     send ended the window before, a straggler's end: with two requests a user the window was the
     first wave alone, ending at its slowest request, and one prefill step more or less for three
     of 64 users moved the main job's figure by 7%). If the window is shorter than the median E2E
@@ -45,50 +45,59 @@ def steady_window(
         return None
     start = int(sent.min())
     end = int(send.max())
-    if closed:
-        end = _last_peak(send, rows.array("t_end_ns")) or end
+    if flight is not None:
+        end = flight.last_peak() or end
     e2e = pd.Series(_f(rows, "e2e_ms")[measured]).median()
     if end - start >= (0 if np.isnan(e2e) else e2e * 1e6) and end > start:
         return start, end, "steady"
     return start, int(rows.array("t_end_ns").max()), "full_run"
 
 
-def _in_flight(send_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The requests in flight after each send and end, in time order (at one instant, ends
-    before sends; a request that never ended is in flight to the end): (times, counts)."""
-    sent = send_ns > 0
-    start = send_ns[sent]
-    end = np.where(end_ns[sent] > 0, end_ns[sent], np.iinfo(np.int64).max)
-    times = np.concatenate([start, end])
-    steps = np.concatenate([np.ones(len(start), np.int64), -np.ones(len(end), np.int64)])
-    order = np.lexsort((steps, times))
-    return times[order], np.cumsum(steps[order])
+class InFlight:
+    """The requests in flight after each send and end, in time order (`times`, `counts`; at one
+    instant, ends before sends; a request that never ended (0) is in flight to the end), from
+    every sent request (`send_ns` > 0): sorted once for the figures below."""
+
+    NEVER = np.iinfo(np.int64).max
+
+    def __init__(self, send_ns: np.ndarray, end_ns: np.ndarray) -> None:
+        sent = send_ns > 0
+        start = send_ns[sent]
+        end = np.where(end_ns[sent] > 0, end_ns[sent], self.NEVER)
+        times = np.concatenate([start, end])
+        steps = np.concatenate([np.ones(len(start), np.int64), -np.ones(len(end), np.int64)])
+        order = np.lexsort((steps, times))
+        self.times, self.counts = times[order], np.cumsum(steps[order])
+
+    def most(self) -> int:
+        """The most requests in flight at once (0: nothing sent); one that ends as another is
+        sent is not counted beside it."""
+        return int(self.counts.max()) if len(self.counts) else 0
+
+    def last_peak(self) -> int:
+        """When the requests in flight leave their peak for the last time (0: nothing sent, or
+        never left)."""
+        if not len(self.counts):
+            return 0
+        after = np.flatnonzero(self.counts == self.counts.max())[-1] + 1  # the event that left the peak
+        return int(self.times[after]) if after < len(self.times) and self.times[after] != self.NEVER else 0
 
 
 def in_flight_at_most(send_ns: np.ndarray, end_ns: np.ndarray) -> int:
-    """The most requests in flight at once: sent (`send_ns` > 0) and not yet ended; one that
-    ends as another is sent is not counted beside it, one that never ended (0) is in flight to
-    the end."""
-    if not (send_ns > 0).any():
-        return 0
-    return int(_in_flight(send_ns, end_ns)[1].max())
+    """The most requests in flight at once (InFlight.most)."""
+    return InFlight(send_ns, end_ns).most()
 
 
-def _last_peak(send_ns: np.ndarray, end_ns: np.ndarray) -> int:
-    """When the requests in flight leave their peak for the last time (0: nothing sent)."""
-    if not (send_ns > 0).any():
-        return 0
-    times, counts = _in_flight(send_ns, end_ns)
-    at_peak = np.flatnonzero(counts == counts.max())
-    after = at_peak[-1] + 1  # the event that left the peak
-    return int(times[after]) if after < len(times) and times[after] != np.iinfo(np.int64).max else 0
+def _closed(config: dict) -> bool:
+    """A closed loop's run (its load has users: --concurrency, a users ramp)."""
+    return (config.get("load") or {}).get("concurrency") is not None
 
 
 def _inside(times: np.ndarray, start: int, end: int) -> np.ndarray:
     return (times >= start) & (times <= end)
 
 
-def sending(rows: Rows, load_info: dict, load: dict | None = None) -> dict:
+def sending(rows: Rows, load_info: dict, load: dict | None, flight: InFlight) -> dict:
     """What the client actually sent: count and achieved send rate (to compare with an
     open-loop target), the most requests it had in flight at once against the load's own bound
     (a closed loop's users, an open loop's cap; `short` when a closed loop never had all its users
@@ -101,7 +110,7 @@ def sending(rows: Rows, load_info: dict, load: dict | None = None) -> dict:
     load = load or {}
     users = load.get("concurrency")  # a closed loop's (and a users ramp's); None for arrivals
     bound = users if users is not None else load.get("max_concurrency")
-    most = in_flight_at_most(send, rows.array("t_end_ns"))
+    most = flight.most()
     return {
         "sent": int(len(sent)),
         "send_rate_req_s": (len(sent) - 1) / span if span > 0 else None,
@@ -250,10 +259,10 @@ def summarize(
         "interrupted": interrupted,
         "errors": counts(error_type[failed]),
     }
-    if window is None:
-        closed = (config.get("load") or {}).get("concurrency") is not None  # users: a closed loop
-        window = steady_window(rows, warmup, measured, closed) if rows.n else None
     send = rows.array("t_send_ns")
+    flight = InFlight(send, rows.array("t_end_ns"))  # the window's (a closed loop's) and `sending`'s
+    if window is None and rows.n:
+        window = steady_window(rows, warmup, measured, flight if _closed(config) else None)
     sent = send[send > 0]
     out["duration_s"] = (int(rows.array("t_end_ns").max()) - int(sent.min())) / _NS if len(sent) else 0.0
     lag_worker = loop_lag[2] if len(loop_lag) > 2 else None
@@ -283,7 +292,7 @@ def summarize(
         token_count_source=source,
         token_count_sources=sources,
         goodput=_goodput(rows, warmup, cancelled, ok, goodput, window_ns) if goodput else None,
-        sending=sending(rows, load_info or {}, config.get("load")),
+        sending=sending(rows, load_info or {}, config.get("load"), flight),
         client_bound=check["client_bound"],
         self_check=check,
         spec_decode=(server_figures or {}).get("spec_decode"),

@@ -31,8 +31,12 @@ _PHASE_ROWS = (
 )
 
 
-def _f(x, fmt: str = ".2f") -> str:
-    return "-" if x is None else format(x, fmt)
+NA = "n/a"  # a figure the server does not report (SGLang counts no draft tokens; a server may have no metrics)
+
+
+def _f(x, fmt: str = ".2f", missing: str = "-") -> str:
+    """A figure, or `missing` where there is none (NA for a server's figure it does not report)."""
+    return missing if x is None else format(x, fmt)
 
 
 def _load(cfg: dict) -> str:
@@ -90,22 +94,16 @@ def _header(summary: dict) -> list[str]:
     return lines
 
 
-def _na(x, fmt: str) -> str:
-    """A figure the server may not report (SGLang counts no draft tokens, an external server may
-    have no metrics at all): "n/a" where it did not."""
-    return "n/a" if x is None else format(x, fmt)
-
-
 def _sd_counts(sd: dict) -> str:
     """The server's SD window figures in one line, each "n/a" where its dialect has no counter
     for it (docs/metrics.md, "Speculative decoding")."""
     positions = sd.get("per_position")
     return (
-        f"acceptance rate {_na(sd.get('acceptance_rate'), '.3f')}, "
-        f"mean acceptance length {_na(sd.get('mean_acceptance_length'), '.2f')}, per position "
-        + ("/".join(f"{p:.2f}" for p in positions) if positions else "n/a")
-        + f"; {_na(sd.get('drafts'), '.0f')} drafts, {_na(sd.get('accepted_tokens'), '.0f')}/"
-        f"{_na(sd.get('draft_tokens'), '.0f')} draft tokens accepted"
+        f"acceptance rate {_f(sd.get('acceptance_rate'), '.3f', NA)}, "
+        f"mean acceptance length {_f(sd.get('mean_acceptance_length'), '.2f', NA)}, per position "
+        + ("/".join(f"{p:.2f}" for p in positions) if positions else NA)
+        + f"; {_f(sd.get('drafts'), '.0f', NA)} drafts, {_f(sd.get('accepted_tokens'), '.0f', NA)}/"
+        f"{_f(sd.get('draft_tokens'), '.0f', NA)} draft tokens accepted"
     )
 
 
@@ -120,10 +118,11 @@ def _server(summary: dict) -> list[str]:
     elif reported:  # no SD counters (SGLang's are gauges): the server's per-request counts
         lines.append(
             "Speculative decoding (server, per request): acceptance rate "
-            f"{_na(reported.get('acceptance_rate'), '.3f')}, "
-            f"mean acceptance length {_na(reported.get('mean_acceptance_length'), '.2f')}; "
-            f"{_na(reported.get('accepted_tokens'), '.0f')}/{_na(reported.get('draft_tokens'), '.0f')} draft tokens "
-            f"accepted over {reported.get('requests')} requests"
+            f"{_f(reported.get('acceptance_rate'), '.3f', NA)}, "
+            f"mean acceptance length {_f(reported.get('mean_acceptance_length'), '.2f', NA)}; "
+            f"{_f(reported.get('accepted_tokens'), '.0f', NA)}/"
+            f"{_f(reported.get('draft_tokens'), '.0f', NA)} draft tokens accepted over "
+            f"{reported.get('requests')} requests"
         )
     rec = (summary.get("acceptance_client") or {}).get("reconciliation") or {}
     if rec.get("requests_checked"):  # what the rule checked, request by request (loadgen.measures.reconcile)
@@ -204,7 +203,7 @@ def _table(summary: dict) -> list[str]:
     return lines
 
 
-def short_of_users(sending: dict) -> str:
+def _short_of_users(sending: dict) -> str:
     """A closed loop that never had all its users in flight, in words (the summary's `sending`)."""
     return (
         f"short_of_users: {sending['in_flight_bound']} users asked, at most {sending['in_flight_max']} requests "
@@ -244,7 +243,7 @@ def warnings(summary: dict) -> list[str]:
     for lost in sending.get("workers_lost") or []:
         out.append(f"WARNING: {lost}")
     if sending.get("short"):
-        out.append(f"note: {short_of_users(sending)}")
+        out.append(f"note: {_short_of_users(sending)}")
     if summary.get("window") and summary["window"]["kind"] == "full_run":
         out.append(
             "note: all requests were sent within one request lifetime, so there was no "
